@@ -1,0 +1,270 @@
+// Package clocksync estimates the offset between this node's local clock and
+// the reference clock, which for slotpoller is the database's clock.
+//
+// The farm has one clock, the database's; local wall clocks are never
+// compared with each other. Each node therefore measures
+//
+//	offset = dbClock - localClock
+//
+// from round trips to the reference: t0 is the local time the query is sent,
+// ts the reference time it reports, t1 the local time the answer arrives. The
+// reference read ts at some local instant between t0 and t1, so
+//
+//	offset = ts - (t0+t1)/2
+//
+// is wrong by at most (t1-t0)/2, half the round trip, whatever the split
+// between the outbound and return delays. That half round trip is the error
+// bound the node carries with its estimate.
+//
+// A sync takes a short burst of samples and keeps the one with the smallest
+// round trip (the NTP clock filter): a sample delayed by a stalled network or
+// a busy database has a large round trip and hence a large error bound, so
+// the quickest sample is the most trustworthy. The estimate is refreshed
+// periodically by Run, because local clocks drift and may be stepped.
+//
+// The error bound covers network and scheduling delay only; a reference that
+// reports time coarsely (SQLite's now has millisecond resolution) adds its own
+// resolution on top, which the Source is in the best position to know.
+//
+// An NTP query (CheckNTP) is only a health check of the local clock, so that
+// an operator hears about a badly wrong system clock. It is never the
+// reference: the database is.
+//
+// All local time is read through a clock.Clock, so tests drive time with
+// clock.Fake instead of sleeping.
+package clocksync
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/clock"
+)
+
+// Source is the reference clock: for slotpoller, the database's current time.
+type Source interface {
+	Now(ctx context.Context) (time.Time, error)
+}
+
+// Sample is one round trip.
+type Sample struct {
+	// Offset is reference time minus local time, measured at the midpoint
+	// of the round trip.
+	Offset time.Duration
+	// RTT is the local round-trip time t1 - t0.
+	RTT time.Duration
+	// Received is the local time t1 at which the answer arrived.
+	Received time.Time
+}
+
+// Error is the sample's error bound, RTT/2. It is rounded up so that it still
+// covers the true offset when RTT is an odd number of nanoseconds and Measure
+// had to truncate the midpoint.
+func (s Sample) Error() time.Duration {
+	return (s.RTT + 1) / 2
+}
+
+// Measure is the pure offset formula: t0 is the local send time, ts the
+// reference time reported, t1 the local receive time. It does not reject a
+// negative RTT; Estimator does.
+func Measure(t0, ts, t1 time.Time) Sample {
+	rtt := t1.Sub(t0)
+	// t0 + rtt/2 rather than (t0+t1)/2: time.Time cannot be added, and this
+	// keeps t0's monotonic reading.
+	mid := t0.Add(rtt / 2)
+	return Sample{Offset: ts.Sub(mid), RTT: rtt, Received: t1}
+}
+
+// Estimate is the node's current belief about the reference clock.
+type Estimate struct {
+	// Offset is reference time minus local time.
+	Offset time.Duration
+	// Error bounds |true offset - Offset| at the time of measurement.
+	Error time.Duration
+	// Measured is the local time at which the chosen sample was received.
+	Measured time.Time
+	// Samples is how many samples of the burst succeeded.
+	Samples int
+}
+
+// DBTime converts a local time to reference time: local + Offset.
+func (e Estimate) DBTime(local time.Time) time.Time {
+	return local.Add(e.Offset)
+}
+
+// LocalTime converts a reference time to local time: db - Offset.
+func (e Estimate) LocalTime(db time.Time) time.Time {
+	return db.Add(-e.Offset)
+}
+
+// Defaults for Options.
+const (
+	DefaultBurst    = 8
+	DefaultInterval = 30 * time.Second
+	DefaultGap      = 10 * time.Millisecond
+)
+
+// Options tune an Estimator. The zero value gives the defaults.
+type Options struct {
+	// Burst is the number of samples per sync; zero means DefaultBurst.
+	Burst int
+	// Interval is the time between syncs in Run; zero means DefaultInterval.
+	Interval time.Duration
+	// Gap is the pause between samples of a burst, so one passing hiccup
+	// does not spoil every sample; zero means DefaultGap and a negative
+	// value means no pause. The pause waits on the Estimator's Clock.
+	Gap time.Duration
+	// Logger receives Run's reports of failed syncs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Estimator measures the reference clock against the local clock and holds
+// the latest Estimate. It is safe for concurrent use.
+type Estimator struct {
+	src      Source
+	clk      clock.Clock
+	burst    int
+	interval time.Duration
+	gap      time.Duration
+	log      *slog.Logger
+
+	mu  sync.Mutex
+	est Estimate
+	ok  bool
+}
+
+// New returns an Estimator that reads the reference from src and local time
+// from clk. It holds no estimate until the first successful Sync.
+func New(src Source, clk clock.Clock, opts Options) *Estimator {
+	e := &Estimator{
+		src:      src,
+		clk:      clk,
+		burst:    opts.Burst,
+		interval: opts.Interval,
+		gap:      opts.Gap,
+		log:      opts.Logger,
+	}
+	if e.burst <= 0 {
+		e.burst = DefaultBurst
+	}
+	if e.interval <= 0 {
+		e.interval = DefaultInterval
+	}
+	if e.gap == 0 {
+		e.gap = DefaultGap
+	}
+	if e.log == nil {
+		// Not slog.Default(): a library should not write to the process's
+		// log unless asked to.
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	return e
+}
+
+// Sync takes one burst of samples and keeps the one with the smallest round
+// trip. Failed samples are tolerated as long as one succeeds; if none does,
+// Sync returns an error wrapping the last failure and the previous estimate
+// stays in place.
+func (e *Estimator) Sync(ctx context.Context) (Estimate, error) {
+	var (
+		best    Sample
+		good    int
+		lastErr error
+	)
+	for i := 0; i < e.burst; i++ {
+		if i > 0 && e.gap > 0 {
+			if err := clock.Sleep(ctx, e.clk, e.gap); err != nil {
+				lastErr = err
+				break
+			}
+		}
+		s, err := e.sample(ctx)
+		if err != nil {
+			lastErr = err
+			if ctx.Err() != nil {
+				// The rest of the burst would fail the same way.
+				break
+			}
+			continue
+		}
+		if good == 0 || s.RTT < best.RTT {
+			best = s
+		}
+		good++
+	}
+	if good == 0 {
+		return Estimate{}, fmt.Errorf("measure database clock: %w", lastErr)
+	}
+
+	est := Estimate{Offset: best.Offset, Error: best.Error(), Measured: best.Received, Samples: good}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	// Two overlapping Syncs may finish out of order; the fresher
+	// measurement wins because clocks drift.
+	if !e.ok || !est.Measured.Before(e.est.Measured) {
+		e.est, e.ok = est, true
+	}
+	return est, nil
+}
+
+// sample takes one round trip.
+func (e *Estimator) sample(ctx context.Context) (Sample, error) {
+	t0 := e.clk.Now()
+	ts, err := e.src.Now(ctx)
+	t1 := e.clk.Now()
+	if err != nil {
+		return Sample{}, err
+	}
+	s := Measure(t0, ts, t1)
+	if s.RTT < 0 {
+		// Only a local clock stepped back mid-sample can do this; the
+		// sample says nothing useful.
+		return Sample{}, fmt.Errorf("local clock went back %v during a sample", -s.RTT)
+	}
+	return s, nil
+}
+
+// Current returns the latest estimate and whether one exists yet.
+func (e *Estimator) Current() (Estimate, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.est, e.ok
+}
+
+// Now returns the reference time now (local now + offset) and its error
+// bound; ok is false before the first successful Sync.
+func (e *Estimator) Now() (db time.Time, errBound time.Duration, ok bool) {
+	est, ok := e.Current()
+	if !ok {
+		return time.Time{}, 0, false
+	}
+	return est.DBTime(e.clk.Now()), est.Error, true
+}
+
+// Run syncs at once and then every Interval until ctx is done, waiting on the
+// Estimator's Clock. A failed sync is logged and retried sooner, after 1s
+// doubling up to Interval, so a node that has no estimate yet gets one as
+// soon as the database answers. Run returns ctx.Err().
+func (e *Estimator) Run(ctx context.Context) error {
+	const firstRetry = time.Second
+	retry := min(firstRetry, e.interval)
+	for {
+		wait := e.interval
+		if _, err := e.Sync(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			wait = retry
+			retry = min(retry*2, e.interval)
+			e.log.WarnContext(ctx, "clock sync failed", "err", err, "retry_in", wait)
+		} else {
+			retry = min(firstRetry, e.interval)
+		}
+		if err := clock.Sleep(ctx, e.clk, wait); err != nil {
+			return err
+		}
+	}
+}

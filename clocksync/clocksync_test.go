@@ -1,0 +1,440 @@
+package clocksync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/slotpoller/slotpoller/internal/clock"
+)
+
+var start = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func TestMeasureSymmetricDelay(t *testing.T) {
+	skew := 3 * time.Second
+	t0 := start
+	// 5ms out, 5ms back: the reference reads at local t0+5ms.
+	ts := t0.Add(5 * time.Millisecond).Add(skew)
+	t1 := t0.Add(10 * time.Millisecond)
+
+	s := Measure(t0, ts, t1)
+	require.Equal(t, skew, s.Offset)
+	require.Equal(t, 10*time.Millisecond, s.RTT)
+	require.Equal(t, 5*time.Millisecond, s.Error())
+	require.Equal(t, t1, s.Received)
+}
+
+func TestMeasureAsymmetricDelayIsWithinErrorBound(t *testing.T) {
+	skew := 3200 * time.Millisecond
+	for _, tc := range []struct {
+		name      string
+		out, back time.Duration
+	}{
+		{"all outbound", 20 * time.Millisecond, 0},
+		{"all return", 0, 20 * time.Millisecond},
+		{"mostly outbound", 17 * time.Millisecond, 3 * time.Millisecond},
+		{"odd nanoseconds", 2 * time.Nanosecond, 1 * time.Nanosecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t0 := start
+			ts := t0.Add(tc.out).Add(skew)
+			t1 := t0.Add(tc.out + tc.back)
+
+			s := Measure(t0, ts, t1)
+			require.NotEqual(t, skew, s.Offset, "asymmetry must bias the estimate")
+			require.LessOrEqual(t, (s.Offset - skew).Abs(), s.Error())
+		})
+	}
+}
+
+func TestMeasureNegativeOffset(t *testing.T) {
+	skew := -5 * time.Second
+	t0 := start
+	ts := t0.Add(2 * time.Millisecond).Add(skew)
+	t1 := t0.Add(4 * time.Millisecond)
+
+	s := Measure(t0, ts, t1)
+	require.Equal(t, skew, s.Offset)
+	require.Equal(t, 2*time.Millisecond, s.Error())
+}
+
+func TestEstimateConversions(t *testing.T) {
+	e := Estimate{Offset: -90 * time.Minute}
+	local := start
+	db := e.DBTime(local)
+	require.Equal(t, start.Add(-90*time.Minute), db)
+	require.Equal(t, local, e.LocalTime(db))
+}
+
+// delay is one round trip's outbound and return delay.
+type delay struct{ out, back time.Duration }
+
+// fakeSource is a reference clock running skew ahead of a fake local clock.
+// Each Now advances the fake clock by the call's delays itself, so the test
+// needs no sleeps.
+type fakeSource struct {
+	clk  *clock.Fake
+	skew time.Duration
+
+	mu       sync.Mutex
+	delays   []delay // per call; the last one repeats
+	fail     func(call int) error
+	calls    int
+	received []time.Time // local receipt time of each call
+}
+
+func (s *fakeSource) Now(ctx context.Context) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	call := s.calls
+	s.calls++
+	d := delay{time.Millisecond, time.Millisecond}
+	if len(s.delays) > 0 {
+		d = s.delays[min(call, len(s.delays)-1)]
+	}
+	s.clk.Advance(d.out)
+	ts := s.clk.Now().Add(s.skew)
+	s.clk.Advance(d.back)
+	s.received = append(s.received, s.clk.Now())
+	if s.fail != nil {
+		if err := s.fail(call); err != nil {
+			return time.Time{}, err
+		}
+	}
+	return ts, nil
+}
+
+func (s *fakeSource) Calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
+}
+
+// noGap turns off the pause between samples so Sync never waits on a timer.
+var noGap = Options{Gap: -1}
+
+func TestSyncKeepsMinRTTSample(t *testing.T) {
+	for _, skew := range []time.Duration{
+		3200 * time.Millisecond,
+		-5 * time.Second,
+		7*time.Hour + 13*time.Minute + 123456789*time.Nanosecond,
+		-11 * time.Hour,
+	} {
+		t.Run(skew.String(), func(t *testing.T) {
+			clk := clock.NewFake(start)
+			src := &fakeSource{clk: clk, skew: skew, delays: []delay{
+				{40 * time.Millisecond, 2 * time.Millisecond},
+				{3 * time.Millisecond, 9 * time.Millisecond},
+				{900 * time.Millisecond, 5 * time.Millisecond}, // a stall
+				{1 * time.Millisecond, 3 * time.Millisecond},   // the quickest
+				{2 * time.Millisecond, 20 * time.Millisecond},
+			}}
+			e := New(src, clk, Options{Burst: 5, Gap: -1})
+
+			_, ok := e.Current()
+			require.False(t, ok)
+			_, _, ok = e.Now()
+			require.False(t, ok)
+
+			est, err := e.Sync(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, 5, est.Samples)
+			// Sample 3: 1ms out, 3ms back.
+			require.Equal(t, src.received[3], est.Measured)
+			require.Equal(t, 2*time.Millisecond, est.Error)
+			require.Equal(t, skew-time.Millisecond, est.Offset)
+			require.LessOrEqual(t, (est.Offset - skew).Abs(), est.Error)
+
+			cur, ok := e.Current()
+			require.True(t, ok)
+			require.Equal(t, est, cur)
+
+			db, bound, ok := e.Now()
+			require.True(t, ok)
+			require.Equal(t, est.Error, bound)
+			require.LessOrEqual(t, db.Sub(clk.Now().Add(skew)).Abs(), bound)
+		})
+	}
+}
+
+func TestSyncGapWaitsOnClock(t *testing.T) {
+	clk := clock.NewFake(start)
+	src := &fakeSource{clk: clk, skew: time.Hour}
+	e := New(src, clk, Options{Burst: 3, Gap: 50 * time.Millisecond})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Sync(ctx)
+		done <- err
+	}()
+	for want := 1; want < 3; want++ {
+		require.NoError(t, clk.BlockUntil(ctx, 1))
+		require.Equal(t, want, src.Calls(), "sample taken before the gap elapsed")
+		clk.Advance(50 * time.Millisecond)
+	}
+	require.NoError(t, <-done)
+	require.Equal(t, 3, src.Calls())
+	est, ok := e.Current()
+	require.True(t, ok)
+	require.Equal(t, time.Hour, est.Offset)
+}
+
+func TestSyncToleratesSomeFailures(t *testing.T) {
+	clk := clock.NewFake(start)
+	skew := -5 * time.Second
+	src := &fakeSource{clk: clk, skew: skew, fail: func(call int) error {
+		if call%2 == 0 {
+			return errors.New("deadlock victim")
+		}
+		return nil
+	}}
+	e := New(src, clk, Options{Burst: 6, Gap: -1})
+
+	est, err := e.Sync(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 3, est.Samples)
+	require.Equal(t, skew, est.Offset)
+}
+
+func TestSyncAllFailKeepsPreviousEstimate(t *testing.T) {
+	clk := clock.NewFake(start)
+	skew := 3200 * time.Millisecond
+	down := false
+	src := &fakeSource{clk: clk, skew: skew}
+	src.fail = func(int) error {
+		if down {
+			return errors.New("connection refused")
+		}
+		return nil
+	}
+	e := New(src, clk, Options{Burst: 4, Gap: -1})
+
+	// Before any success there is no estimate, and a failure says so.
+	down = true
+	_, err := e.Sync(context.Background())
+	require.ErrorContains(t, err, "measure database clock: connection refused")
+	_, ok := e.Current()
+	require.False(t, ok)
+
+	down = false
+	first, err := e.Sync(context.Background())
+	require.NoError(t, err)
+
+	down = true
+	src.skew = time.Hour // would change the estimate if any sample got through
+	_, err = e.Sync(context.Background())
+	require.Error(t, err)
+	require.True(t, strings.HasPrefix(err.Error(), "measure database clock: "))
+	cur, ok := e.Current()
+	require.True(t, ok)
+	require.Equal(t, first, cur)
+}
+
+func TestSyncWrapsLastError(t *testing.T) {
+	clk := clock.NewFake(start)
+	last := errors.New("last")
+	src := &fakeSource{clk: clk, fail: func(call int) error {
+		if call == 2 {
+			return last
+		}
+		return errors.New("earlier")
+	}}
+	e := New(src, clk, Options{Burst: 3, Gap: -1})
+	_, err := e.Sync(context.Background())
+	require.ErrorIs(t, err, last)
+}
+
+// backwardsSource steps the local clock back while the query is in flight.
+type backwardsSource struct{ clk *clock.Fake }
+
+func (s backwardsSource) Now(context.Context) (time.Time, error) {
+	s.clk.Set(s.clk.Now().Add(-time.Second))
+	return s.clk.Now(), nil
+}
+
+func TestSyncRejectsNegativeRTT(t *testing.T) {
+	clk := clock.NewFake(start)
+	e := New(backwardsSource{clk}, clk, Options{Burst: 2, Gap: -1})
+	_, err := e.Sync(context.Background())
+	require.ErrorContains(t, err, "local clock went back")
+	_, ok := e.Current()
+	require.False(t, ok)
+}
+
+func TestSyncStopsWhenContextDone(t *testing.T) {
+	clk := clock.NewFake(start)
+	ctx, cancel := context.WithCancel(context.Background())
+	src := &fakeSource{clk: clk, fail: func(int) error {
+		cancel()
+		return context.Canceled
+	}}
+	e := New(src, clk, Options{Burst: 8, Gap: -1})
+	_, err := e.Sync(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 1, src.Calls())
+}
+
+func TestRunSyncsEveryInterval(t *testing.T) {
+	clk := clock.NewFake(start)
+	src := &fakeSource{clk: clk, skew: 42 * time.Second}
+	e := New(src, clk, Options{Burst: 1, Interval: 30 * time.Second, Gap: -1})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(runCtx) }()
+
+	// First sync is immediate; then Run sleeps for Interval.
+	require.NoError(t, clk.BlockUntil(ctx, 1))
+	require.Equal(t, 1, src.Calls())
+	est, ok := e.Current()
+	require.True(t, ok)
+	require.Equal(t, 42*time.Second, est.Offset)
+
+	clk.Advance(30*time.Second - time.Nanosecond)
+	require.Equal(t, 1, clk.Waiters(), "woke before Interval")
+	require.Equal(t, 1, src.Calls())
+
+	clk.Advance(time.Nanosecond)
+	// The timer fired and was removed; the next pending timer is Run
+	// sleeping again after its second sync.
+	require.NoError(t, clk.BlockUntil(ctx, 1))
+	require.Equal(t, 2, src.Calls())
+
+	stop()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+func TestRunBacksOffOnFailure(t *testing.T) {
+	clk := clock.NewFake(start)
+	var mu sync.Mutex
+	failing := true
+	src := &fakeSource{clk: clk, fail: func(int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if failing {
+			return errors.New("database unavailable")
+		}
+		return nil
+	}}
+	var logs bytes.Buffer
+	e := New(src, clk, Options{
+		Burst:    1,
+		Interval: 5 * time.Second,
+		Gap:      -1,
+		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(runCtx) }()
+
+	// Retries after 1s, 2s, 4s, then Interval (5s) at most.
+	calls := 1
+	for _, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second} {
+		require.NoError(t, clk.BlockUntil(ctx, 1))
+		require.Equal(t, calls, src.Calls())
+		clk.Advance(wait - time.Nanosecond)
+		require.Equal(t, calls, src.Calls(), "retried before %v", wait)
+		clk.Advance(time.Nanosecond)
+		calls++
+	}
+
+	// Recovery: the next sync succeeds and Run goes back to Interval.
+	require.NoError(t, clk.BlockUntil(ctx, 1))
+	require.Equal(t, calls, src.Calls())
+	mu.Lock()
+	failing = false
+	mu.Unlock()
+	clk.Advance(5 * time.Second)
+	calls++
+	require.NoError(t, clk.BlockUntil(ctx, 1))
+	require.Equal(t, calls, src.Calls())
+	_, ok := e.Current()
+	require.True(t, ok)
+
+	// A later failure starts the backoff from 1s again.
+	mu.Lock()
+	failing = true
+	mu.Unlock()
+	clk.Advance(5 * time.Second)
+	calls++
+	require.NoError(t, clk.BlockUntil(ctx, 1))
+	require.Equal(t, calls, src.Calls())
+	clk.Advance(time.Second)
+	calls++
+	require.NoError(t, clk.BlockUntil(ctx, 1))
+	require.Equal(t, calls, src.Calls())
+
+	stop()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.Contains(t, logs.String(), "clock sync failed")
+	require.Contains(t, logs.String(), "database unavailable")
+}
+
+func TestRunReturnsWhenCancelledBeforeStart(t *testing.T) {
+	clk := clock.NewFake(start)
+	src := &fakeSource{clk: clk, fail: func(int) error { return context.Canceled }}
+	e := New(src, clk, noGap)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, e.Run(ctx), context.Canceled)
+}
+
+func TestConcurrentUse(t *testing.T) {
+	clk := clock.NewFake(start)
+	src := &fakeSource{clk: clk, skew: time.Minute}
+	e := New(src, clk, Options{Burst: 3, Gap: -1})
+	errs := make(chan error, 4*50)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 50 {
+				_, err := e.Sync(context.Background())
+				errs <- err
+				e.Current()
+				e.Now()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	// Interleaved round trips stretch each other's RTT, so the offset need
+	// not be exact, but the bound must still hold.
+	est, ok := e.Current()
+	require.True(t, ok)
+	require.LessOrEqual(t, (est.Offset - time.Minute).Abs(), est.Error)
+}
+
+func TestCheckNTPUnreachable(t *testing.T) {
+	// Loopback only: nothing listens on UDP port 1, so the query fails
+	// (refused, or timed out at the deadline) without touching the network.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	res, err := CheckNTP(ctx, "127.0.0.1:1", time.Second)
+	require.ErrorContains(t, err, "ntp health check against 127.0.0.1:1: ")
+	require.Equal(t, NTPResult{}, res)
+}
+
+func TestCheckNTPCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := CheckNTP(ctx, "127.0.0.1:1", time.Second)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "ntp health check against 127.0.0.1:1")
+}

@@ -1,0 +1,176 @@
+// Package install owns slotpoller's database schema: versioned migrations
+// per dialect, embedded in the binary, and the table that records which
+// versions a database has. (Service install helpers join it later.)
+//
+// Migrations run in one transaction under a lock, so nodes that start
+// together and all migrate at once apply each version exactly once.
+package install
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/slotpoller/slotpoller/internal/store"
+)
+
+//go:embed migrations
+var migrationFS embed.FS
+
+// ErrSchemaNewer means the database was migrated by a newer slotpoller.
+var ErrSchemaNewer = errors.New("the database schema is newer than this slotpoller binary")
+
+// ErrSchemaBehind means the database needs migrations this binary has.
+var ErrSchemaBehind = errors.New("the database schema is behind this slotpoller binary")
+
+// Migration is one version of the schema.
+type Migration struct {
+	Version     int
+	Description string
+	SQL         string
+}
+
+// Migrations lists the migrations of a dialect in version order.
+func Migrations(d store.Dialect) ([]Migration, error) {
+	dir := path.Join("migrations", d.Name())
+	entries, err := fs.ReadDir(migrationFS, dir)
+	if err != nil {
+		return nil, fmt.Errorf("no migrations for database %s: %w", d.Name(), err)
+	}
+	var out []Migration
+	for _, e := range entries {
+		name := e.Name()
+		num, desc, ok := strings.Cut(strings.TrimSuffix(name, ".sql"), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			continue // schema_version.sql and the like
+		}
+		b, err := migrationFS.ReadFile(path.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Migration{Version: v, Description: desc, SQL: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	for i, m := range out {
+		if m.Version != i+1 {
+			return nil, fmt.Errorf("migrations for %s: version %d is missing", d.Name(), i+1)
+		}
+	}
+	return out, nil
+}
+
+// Latest is the schema version this binary brings.
+func Latest(d store.Dialect) int {
+	ms, _ := Migrations(d)
+	return len(ms)
+}
+
+// Status reports the database's schema version and this binary's latest.
+func Status(ctx context.Context, s *store.Store) (current, latest int, err error) {
+	latest = Latest(s.Dialect())
+	q := store.Expand(s.Dialect(), `SELECT COALESCE(MAX(version), 0) FROM {schema_version}`)
+	if err := s.DB().QueryRowContext(ctx, q).Scan(&current); err != nil {
+		// A database that was never migrated has no version table.
+		return 0, latest, nil
+	}
+	return current, latest, nil
+}
+
+// Check returns nil when the schema is exactly this binary's, and a clear
+// error otherwise.
+func Check(ctx context.Context, s *store.Store) error {
+	cur, latest, err := Status(ctx, s)
+	if err != nil {
+		return err
+	}
+	switch {
+	case cur > latest:
+		return fmt.Errorf("%w: database is at version %d, this binary knows up to %d; upgrade slotpoller (nothing was changed)", ErrSchemaNewer, cur, latest)
+	case cur < latest:
+		return fmt.Errorf("%w: database is at version %d, this binary needs %d; run `slotpoller schema migrate`", ErrSchemaBehind, cur, latest)
+	}
+	return nil
+}
+
+// Migrate brings the schema up to this binary's latest version and returns
+// the versions it applied. A database newer than the binary is refused and
+// left untouched.
+func Migrate(ctx context.Context, s *store.Store) ([]int, error) {
+	d := s.Dialect()
+	ms, err := Migrations(d)
+	if err != nil {
+		return nil, err
+	}
+	versionTable, err := migrationFS.ReadFile(path.Join("migrations", d.Name(), "schema_version.sql"))
+	if err != nil {
+		return nil, fmt.Errorf("schema version table for %s: %w", d.Name(), err)
+	}
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: begin: %w", err)
+	}
+	defer tx.Rollback()
+	if lock := d.MigrationLock(); lock != "" {
+		if _, err := tx.ExecContext(ctx, lock); err != nil {
+			return nil, fmt.Errorf("migrate: take the migration lock: %w", err)
+		}
+	}
+	if err := execScript(ctx, tx, string(versionTable)); err != nil {
+		return nil, fmt.Errorf("migrate: create schema version table: %w", err)
+	}
+	var cur int
+	if err := tx.QueryRowContext(ctx, store.Expand(d, `SELECT COALESCE(MAX(version), 0) FROM {schema_version}`)).Scan(&cur); err != nil {
+		return nil, fmt.Errorf("migrate: read schema version: %w", err)
+	}
+	if cur > len(ms) {
+		return nil, fmt.Errorf("%w: database is at version %d, this binary knows up to %d; upgrade slotpoller (nothing was changed)", ErrSchemaNewer, cur, len(ms))
+	}
+	var applied []int
+	for _, m := range ms[cur:] {
+		if err := execScript(ctx, tx, m.SQL); err != nil {
+			return nil, fmt.Errorf("migrate: version %d (%s): %w", m.Version, m.Description, err)
+		}
+		rec := store.Expand(d, `INSERT INTO {schema_version} (version, description, applied_at) VALUES (?, ?, {now})`)
+		if _, err := tx.ExecContext(ctx, rec, m.Version, m.Description); err != nil {
+			return nil, fmt.Errorf("migrate: record version %d: %w", m.Version, err)
+		}
+		applied = append(applied, m.Version)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("migrate: commit: %w", err)
+	}
+	return applied, nil
+}
+
+// execScript runs the statements of a migration file one by one. Statements
+// end with a semicolon at the end of a line; comments are dropped.
+func execScript(ctx context.Context, tx *sql.Tx, script string) error {
+	var stmt strings.Builder
+	for _, line := range strings.Split(script, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
+			continue
+		}
+		stmt.WriteString(line)
+		stmt.WriteByte('\n')
+		if strings.HasSuffix(trimmed, ";") {
+			if _, err := tx.ExecContext(ctx, stmt.String()); err != nil {
+				return err
+			}
+			stmt.Reset()
+		}
+	}
+	if strings.TrimSpace(stmt.String()) != "" {
+		_, err := tx.ExecContext(ctx, stmt.String())
+		return err
+	}
+	return nil
+}

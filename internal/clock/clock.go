@@ -1,0 +1,188 @@
+// Package clock is the seam between slotpoller and the passage of time.
+//
+// Every timer, ticker, timeout, backoff and lease check in slotpoller reads
+// time through a Clock, so tests drive time with a Fake instead of sleeping.
+// A Clock tells local time only: the farm's time is the database's, which
+// clocksync measures against a Clock.
+package clock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Clock is the local clock: wall time plus timers.
+type Clock interface {
+	// Now returns the local time (with a monotonic reading where the
+	// implementation has one).
+	Now() time.Time
+	// NewTimer returns a timer that fires once after d.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is the part of time.Timer that slotpoller uses.
+type Timer interface {
+	C() <-chan time.Time
+	Stop() bool
+}
+
+// Real returns the operating system's clock.
+func Real() Clock { return realClock{} }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+func (realClock) NewTimer(d time.Duration) Timer {
+	return realTimer{time.NewTimer(d)}
+}
+
+type realTimer struct{ t *time.Timer }
+
+func (t realTimer) C() <-chan time.Time { return t.t.C }
+func (t realTimer) Stop() bool          { return t.t.Stop() }
+
+// Skewed returns c read as if it were off by skew. It exists so that an
+// operator (config key clock.skew) or a test can show that a node's local
+// wall clock does not matter: only durations and the measured offset to the
+// database clock do. Timers are durations and are not affected.
+func Skewed(c Clock, skew time.Duration) Clock {
+	if skew == 0 {
+		return c
+	}
+	return skewed{c, skew}
+}
+
+type skewed struct {
+	Clock
+	skew time.Duration
+}
+
+func (s skewed) Now() time.Time { return s.Clock.Now().Add(s.skew) }
+
+// Sleep waits for d on c, or until ctx is done, whichever is first.
+func Sleep(ctx context.Context, c Clock, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
+
+// Fake is a Clock that moves only when told to. It is safe for concurrent use.
+type Fake struct {
+	mu      sync.Mutex
+	now     time.Time
+	timers  []*fakeTimer
+	changed chan struct{} // closed and replaced whenever a timer is added
+}
+
+// NewFake returns a fake clock set to start.
+func NewFake(start time.Time) *Fake {
+	return &Fake{now: start, changed: make(chan struct{})}
+}
+
+// Now returns the fake time.
+func (f *Fake) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+// NewTimer returns a timer that fires when the fake time reaches now+d.
+func (f *Fake) NewTimer(d time.Duration) Timer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := &fakeTimer{f: f, when: f.now.Add(d), c: make(chan time.Time, 1)}
+	if d <= 0 {
+		t.c <- f.now
+		t.fired = true
+		return t
+	}
+	f.timers = append(f.timers, t)
+	close(f.changed)
+	f.changed = make(chan struct{})
+	return t
+}
+
+// Advance moves the fake time forward by d and fires every timer that falls
+// due, in order of their deadlines.
+func (f *Fake) Advance(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = f.now.Add(d)
+	kept := f.timers[:0]
+	for _, t := range f.timers {
+		if !t.when.After(f.now) {
+			t.fired = true
+			t.c <- t.when
+			continue
+		}
+		kept = append(kept, t)
+	}
+	f.timers = kept
+}
+
+// Set moves the fake time to t (forward or back) and fires due timers.
+func (f *Fake) Set(t time.Time) {
+	f.mu.Lock()
+	d := t.Sub(f.now)
+	f.mu.Unlock()
+	f.Advance(d)
+}
+
+// Waiters returns how many timers are pending.
+func (f *Fake) Waiters() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.timers)
+}
+
+// BlockUntil waits until at least n timers are pending, so a test can
+// advance time only once the code under test has gone to sleep.
+func (f *Fake) BlockUntil(ctx context.Context, n int) error {
+	for {
+		f.mu.Lock()
+		have, ch := len(f.timers), f.changed
+		f.mu.Unlock()
+		if have >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+type fakeTimer struct {
+	f     *Fake
+	when  time.Time
+	c     chan time.Time
+	fired bool
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.c }
+
+func (t *fakeTimer) Stop() bool {
+	t.f.mu.Lock()
+	defer t.f.mu.Unlock()
+	if t.fired {
+		return false
+	}
+	for i, o := range t.f.timers {
+		if o == t {
+			t.f.timers = append(t.f.timers[:i], t.f.timers[i+1:]...)
+			break
+		}
+	}
+	t.fired = true
+	return true
+}

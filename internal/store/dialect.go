@@ -1,0 +1,148 @@
+// Package store is slotpoller's SQL seam: every statement the farm sends to
+// its database, named after the operation it performs (River's driver style:
+// JobClaim, JobFinishIfRunning, NodeHeartbeat...).
+//
+// Statements are written once, with ? placeholders and a few markers for what
+// databases spell differently; a Dialect supplies only those differences:
+// placeholders, the database's clock, table names, the batch claim, and which
+// errors are worth retrying. Every value travels as a parameter.
+//
+// Every time the farm compares (due, lease, liveness) is computed from the
+// database's own clock inside the statement; the node's clock never reaches
+// a time column except for a user-given absolute run time.
+package store
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Dialect is what one database does differently.
+type Dialect interface {
+	// Name is the config value of database.driver: sqlite, postgres.
+	Name() string
+	// Placeholder returns the n-th (1-based) bind parameter.
+	Placeholder(n int) string
+	// Now is an SQL expression for the database's current UTC time.
+	Now() string
+	// NowPlusMillis is an SQL expression for the database's current time
+	// plus a bind parameter (written as ?) in milliseconds.
+	NowPlusMillis() string
+	// Table returns the qualified name of one of slotpoller's tables
+	// ("nodes", "jobs", "schema_version").
+	Table(name string) string
+	// TimeArg converts a time to the value a time column takes.
+	TimeArg(t time.Time) any
+	// ClaimJobs returns the batch claim statement: it sets up to n due ready
+	// jobs running under a new token and returns them. Parameters in order:
+	// owner, owner_node, lease ms, limit.
+	ClaimJobs() string
+	// Retryable reports whether err is a transient conflict (busy database,
+	// deadlock victim, serialization failure) worth retrying.
+	Retryable(err error) bool
+	// UniqueViolation reports whether err is a duplicate-key error.
+	UniqueViolation(err error) bool
+	// Returning is the clause that hands back the columns of the rows an
+	// INSERT or UPDATE wrote, placed at the end of the statement ("" where
+	// the dialect uses Output instead).
+	Returning(cols string) string
+	// Output is the same for dialects that place it before VALUES / WHERE.
+	Output(cols string) string
+	// MigrationLock returns a statement that takes a transaction-scoped lock
+	// serializing migrations across nodes, or "" when beginning the
+	// transaction already does (SQLite's BEGIN IMMEDIATE).
+	MigrationLock() string
+}
+
+// expand replaces the markers of a statement written once for every database:
+//
+//	{now}        the database clock
+//	{now+?}      the database clock plus ? milliseconds
+//	{nodes} etc. table names
+//	{returning c} / {output c}  the clauses that hand back written rows
+//	?            bind parameters, numbered in order
+func expand(d Dialect, q string) string {
+	q = clauseMarker.ReplaceAllStringFunc(q, func(m string) string {
+		sub := clauseMarker.FindStringSubmatch(m)
+		if sub[1] == "returning" {
+			return d.Returning(sub[2])
+		}
+		return d.Output(sub[2])
+	})
+	r := strings.NewReplacer(
+		"{now+?}", d.NowPlusMillis(),
+		"{now}", d.Now(),
+		"{nodes}", d.Table("nodes"),
+		"{jobs}", d.Table("jobs"),
+		"{schema_version}", d.Table("schema_version"),
+	)
+	return rebind(d, r.Replace(q))
+}
+
+var clauseMarker = regexp.MustCompile(`\{(returning|output) ([^}]+)\}`)
+
+// rebind numbers the ? placeholders for the dialect. slotpoller's statements
+// carry no ? inside string literals, which keeps this a plain scan.
+func rebind(d Dialect, q string) string {
+	var b strings.Builder
+	n := 0
+	for _, c := range q {
+		if c == '?' {
+			n++
+			b.WriteString(d.Placeholder(n))
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// Expand exposes the statement expansion for the migrator and for tests of
+// generated SQL.
+func Expand(d Dialect, q string) string { return expand(d, q) }
+
+// dbTime scans a time column whichever way the driver returns it: time.Time
+// (PostgreSQL, SQL Server) or integer Unix milliseconds (SQLite).
+type dbTime struct {
+	T     time.Time
+	Valid bool
+}
+
+func (t *dbTime) Scan(v any) error {
+	switch x := v.(type) {
+	case nil:
+		t.T, t.Valid = time.Time{}, false
+	case time.Time:
+		t.T, t.Valid = x.UTC(), true
+	case int64:
+		t.T, t.Valid = time.UnixMilli(x).UTC(), true
+	case float64:
+		t.T, t.Valid = time.UnixMicro(int64(x*1000)).UTC(), true
+	case []byte:
+		return t.Scan(string(x))
+	case string:
+		if ms, err := strconv.ParseInt(x, 10, 64); err == nil {
+			t.T, t.Valid = time.UnixMilli(ms).UTC(), true
+			return nil
+		}
+		p, err := time.Parse(time.RFC3339Nano, x)
+		if err != nil {
+			return fmt.Errorf("read time column: %q is not a time", x)
+		}
+		t.T, t.Valid = p.UTC(), true
+	default:
+		return fmt.Errorf("read time column: unexpected %T", v)
+	}
+	return nil
+}
+
+func (t dbTime) ptr() *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	v := t.T
+	return &v
+}

@@ -1,0 +1,329 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Job states.
+const (
+	StateReady     = "ready"
+	StateRunning   = "running"
+	StateDone      = "done"
+	StateFailed    = "failed"
+	StateDead      = "dead"
+	StateCancelled = "cancelled"
+	StateMissed    = "missed"
+)
+
+// NewJob is a job to enqueue. Exactly one of RunAt and Delay decides when
+// it is due: Delay is added to the database clock inside the statement;
+// RunAt is an absolute time the user gave.
+type NewJob struct {
+	Endpoint       string
+	Method         string
+	Payload        []byte
+	RunAt          *time.Time
+	Delay          time.Duration
+	MaxAttempts    int
+	Timeout        time.Duration // 0: the node's default
+	UniqueKey      string        // "" for none
+	IdempotencyKey string        // sent on every attempt
+}
+
+// Job is a row of the queue.
+type Job struct {
+	ID             int64
+	Endpoint       string
+	Method         string
+	Payload        []byte
+	State          string
+	RunAt          time.Time
+	Attempt        int
+	MaxAttempts    int
+	Timeout        time.Duration
+	UniqueKey      string
+	IdempotencyKey string
+	Owner          string // incarnation holding the lease
+	OwnerNode      string // node name that holds it or last ran it
+	Token          int64
+	LeaseUntil     *time.Time
+	Created        time.Time
+	Started        *time.Time
+	Finished       *time.Time
+	LastStatus     int
+	LastError      string
+}
+
+// Claim is a job this node now holds under Token until its lease ends.
+type Claim struct {
+	ID             int64
+	Token          int64
+	Attempt        int
+	MaxAttempts    int
+	Endpoint       string
+	Method         string
+	Payload        []byte
+	IdempotencyKey string
+	Timeout        time.Duration
+	RunAt          time.Time // when it was due
+}
+
+// claimedColumns are the columns a claim hands back, in Claim's order.
+const claimedColumns = "id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at"
+
+// qualified prefixes each column of a list with a table name.
+func qualified(table, cols string) string {
+	parts := strings.Split(cols, ", ")
+	for i, c := range parts {
+		parts[i] = table + "." + c
+	}
+	return strings.Join(parts, ", ")
+}
+
+// JobInsert enqueues a job and returns its id. A taken unique key gives
+// ErrDuplicate along with the id of the job that holds it.
+func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
+	runAt, runArg := "{now+?}", any(millis(j.Delay))
+	if j.RunAt != nil {
+		runAt, runArg = "?", s.d.TimeArg(*j.RunAt)
+	}
+	var unique any
+	if j.UniqueKey != "" {
+		unique = j.UniqueKey
+	}
+	q := expand(s.d, `INSERT INTO {jobs} (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
+  unique_key, idem_key, token, created_at) {output id}
+VALUES (?, ?, ?, 'ready', `+runAt+`, 0, ?, ?, ?, ?, 0, {now}) {returning id}`)
+	var id int64
+	err := s.retry(ctx, func() error {
+		return s.queryRow(ctx, q, j.Endpoint, j.Method, j.Payload, runArg, j.MaxAttempts, millis(j.Timeout),
+			unique, j.IdempotencyKey).Scan(&id)
+	})
+	if err != nil && s.d.UniqueViolation(err) {
+		var existing int64
+		if e := s.queryRow(ctx, expand(s.d, `SELECT id FROM {jobs} WHERE unique_key = ?`), j.UniqueKey).Scan(&existing); e == nil {
+			return existing, fmt.Errorf("enqueue: a job with unique key %q exists (id %d): %w", j.UniqueKey, existing, ErrDuplicate)
+		}
+		return 0, fmt.Errorf("enqueue: a job with unique key %q exists: %w", j.UniqueKey, ErrDuplicate)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("enqueue job for %s: %w", j.Endpoint, err)
+	}
+	return id, nil
+}
+
+// JobsReclaimExpired returns running jobs whose lease ran out (their node
+// died or froze) to the queue, due now; a job that has used all its attempts
+// becomes dead instead. It returns how many rows it changed.
+func (s *Store) JobsReclaimExpired(ctx context.Context) (int64, error) {
+	q := expand(s.d, `UPDATE {jobs} SET
+  state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
+  finished_at = CASE WHEN attempt >= max_attempts THEN {now} ELSE NULL END,
+  owner = NULL, lease_until = NULL, run_at = {now}, last_error = ?
+WHERE state = 'running' AND lease_until < {now}`)
+	var n int64
+	err := s.retry(ctx, func() error {
+		res, err := s.exec(ctx, q, "lease expired: the node running it stopped renewing (crashed, froze or lost the database)")
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reclaim expired leases: %w", err)
+	}
+	return n, nil
+}
+
+// QueueLoad is what a poller needs to size its share.
+type QueueLoad struct {
+	Due     int // ready and due now
+	Running int // held by any node
+}
+
+// JobsLoad counts due and running jobs.
+func (s *Store) JobsLoad(ctx context.Context) (QueueLoad, error) {
+	q := expand(s.d, `SELECT
+  COALESCE(SUM(CASE WHEN state = 'ready' THEN 1 ELSE 0 END), 0),
+  COALESCE(SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END), 0)
+FROM {jobs} WHERE (state = 'ready' AND run_at <= {now}) OR state = 'running'`)
+	var l QueueLoad
+	err := s.retry(ctx, func() error { return s.queryRow(ctx, q).Scan(&l.Due, &l.Running) })
+	if err != nil {
+		return l, fmt.Errorf("count due jobs: %w", err)
+	}
+	return l, nil
+}
+
+// JobsClaim claims up to limit due jobs for owner (an incarnation) with a
+// lease, bumping each job's fencing token.
+func (s *Store) JobsClaim(ctx context.Context, owner, ownerNode string, limit int, lease time.Duration) ([]Claim, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	q := s.d.ClaimJobs()
+	var claims []Claim
+	err := s.retry(ctx, func() error {
+		claims = claims[:0]
+		rows, err := s.query(ctx, q, owner, ownerNode, millis(lease), limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c Claim
+			var timeoutMS int64
+			var runAt dbTime
+			if err := rows.Scan(&c.ID, &c.Token, &c.Attempt, &c.MaxAttempts, &c.Endpoint, &c.Method, &c.Payload,
+				&c.IdempotencyKey, &timeoutMS, &runAt); err != nil {
+				return err
+			}
+			c.Timeout, c.RunAt = time.Duration(timeoutMS)*time.Millisecond, runAt.T
+			claims = append(claims, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim jobs: %w", err)
+	}
+	return claims, nil
+}
+
+// JobRenewLeaseIfRunning extends the lease of a job this node holds. It
+// reports false when the claim is no longer ours (the token moved on).
+func (s *Store) JobRenewLeaseIfRunning(ctx context.Context, id, token int64, lease time.Duration) (bool, error) {
+	q := expand(s.d, `UPDATE {jobs} SET lease_until = {now+?} WHERE id = ? AND token = ? AND state = 'running'`)
+	return s.fenced(ctx, "renew lease of job", id, q, millis(lease), id, token)
+}
+
+// Outcome is how a call ended, for JobFinishIfRunning.
+type Outcome struct {
+	State      string        // done, failed, dead, or ready to retry
+	RetryAfter time.Duration // with ready: delay on the database clock
+	Status     int           // HTTP status, 0 when no response
+	Error      string        // "" when done
+}
+
+// JobFinishIfRunning records the end of a call, fenced by the claim's token:
+// a node whose lease was lost cannot overwrite what the new owner wrote.
+func (s *Store) JobFinishIfRunning(ctx context.Context, id, token int64, o Outcome) (bool, error) {
+	var status any
+	if o.Status != 0 {
+		status = o.Status
+	}
+	var errText any
+	if o.Error != "" {
+		errText = o.Error
+	}
+	if o.State == StateReady {
+		q := expand(s.d, `UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now+?},
+  last_status = ?, last_error = ? WHERE id = ? AND token = ? AND state = 'running'`)
+		return s.fenced(ctx, "schedule retry of job", id, q, millis(o.RetryAfter), status, errText, id, token)
+	}
+	q := expand(s.d, `UPDATE {jobs} SET state = ?, owner = NULL, lease_until = NULL, finished_at = {now},
+  last_status = ?, last_error = ? WHERE id = ? AND token = ? AND state = 'running'`)
+	return s.fenced(ctx, "record result of job", id, q, o.State, status, errText, id, token)
+}
+
+// JobReleaseIfRunning gives a claimed job back unrun (a graceful stop that
+// could not wait for it): ready at once, and the interrupted attempt not
+// counted.
+func (s *Store) JobReleaseIfRunning(ctx context.Context, id, token int64, reason string) (bool, error) {
+	q := expand(s.d, `UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now},
+  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?
+WHERE id = ? AND token = ? AND state = 'running'`)
+	return s.fenced(ctx, "release job", id, q, reason, id, token)
+}
+
+func (s *Store) fenced(ctx context.Context, what string, id int64, q string, args ...any) (bool, error) {
+	var n int64
+	err := s.retry(ctx, func() error {
+		res, err := s.exec(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("%s %d: %w", what, id, err)
+	}
+	return n == 1, nil
+}
+
+const jobColumns = `id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error`
+
+func scanJob(sc interface{ Scan(...any) error }) (Job, error) {
+	var j Job
+	var runAt, lease, created, started, finished dbTime
+	var timeoutMS int64
+	var unique, owner, ownerNode, lastErr sql.NullString
+	var status sql.NullInt64
+	err := sc.Scan(&j.ID, &j.Endpoint, &j.Method, &j.Payload, &j.State, &runAt, &j.Attempt, &j.MaxAttempts, &timeoutMS,
+		&unique, &j.IdempotencyKey, &owner, &ownerNode, &j.Token, &lease, &created, &started, &finished, &status, &lastErr)
+	if err != nil {
+		return j, err
+	}
+	j.RunAt, j.Timeout = runAt.T, time.Duration(timeoutMS)*time.Millisecond
+	j.UniqueKey, j.Owner, j.OwnerNode, j.LastError = unique.String, owner.String, ownerNode.String, lastErr.String
+	j.LeaseUntil, j.Created, j.Started, j.Finished = lease.ptr(), created.T, started.ptr(), finished.ptr()
+	j.LastStatus = int(status.Int64)
+	return j, nil
+}
+
+// JobGet reads one job.
+func (s *Store) JobGet(ctx context.Context, id int64) (Job, error) {
+	j, err := scanJob(s.queryRow(ctx, expand(s.d, `SELECT `+jobColumns+` FROM {jobs} WHERE id = ?`), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return j, fmt.Errorf("job %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return j, fmt.Errorf("read job %d: %w", id, err)
+	}
+	return j, nil
+}
+
+// JobsList reads up to limit jobs, newest first; state "" means any.
+func (s *Store) JobsList(ctx context.Context, state string, limit int) ([]Job, error) {
+	q := `SELECT ` + jobColumns + ` FROM {jobs} WHERE (? = '' OR state = ?) ORDER BY id DESC`
+	rows, err := s.query(ctx, expand(s.d, q), state, state)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []Job
+	for rows.Next() && len(out) < limit {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list jobs: %w", err)
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// JobCounts counts jobs by state.
+func (s *Store) JobCounts(ctx context.Context) (map[string]int, error) {
+	rows, err := s.query(ctx, expand(s.d, `SELECT state, COUNT(*) FROM {jobs} GROUP BY state`))
+	if err != nil {
+		return nil, fmt.Errorf("count jobs by state: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, fmt.Errorf("count jobs by state: %w", err)
+		}
+		out[st] = n
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,149 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// NodeState is what a node writes about itself at check-in and heartbeat.
+type NodeState struct {
+	Name        string
+	Incarnation string // fresh per process start
+	Capacity    int    // concurrent calls it can make
+	Free        int    // of which free now
+	Offset      time.Duration
+	OffsetError time.Duration
+}
+
+// Node is one row of the registry as read back, with liveness judged by the
+// database clock.
+type Node struct {
+	NodeState
+	State    string // up | left
+	Started  time.Time
+	LastSeen time.Time
+	Live     bool
+	Backlog  bool // the node saw more due work than its share in its last slot
+}
+
+// NodeCheckIn registers the node (or re-registers it under a new
+// incarnation). It is an UPDATE, then an INSERT if no row was there, rather
+// than a dialect upsert: it is the same SQL everywhere, and a duplicate-key
+// error from a racing insert just sends it round again.
+func (s *Store) NodeCheckIn(ctx context.Context, n NodeState) error {
+	upd := expand(s.d, `UPDATE {nodes} SET incarnation = ?, state = 'up', capacity = ?, free = ?,
+  offset_us = ?, offset_error_us = ?, started_at = {now}, last_seen = {now}, left_at = NULL, backlog_until = NULL
+WHERE name = ?`)
+	ins := expand(s.d, `INSERT INTO {nodes} (name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen)
+VALUES (?, ?, 'up', ?, ?, ?, ?, {now}, {now})`)
+	for range 5 {
+		var res sql.Result
+		err := s.retry(ctx, func() (err error) {
+			res, err = s.exec(ctx, upd, n.Incarnation, n.Capacity, n.Free, n.Offset.Microseconds(), n.OffsetError.Microseconds(), n.Name)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("check in node %q: %w", n.Name, err)
+		}
+		if c, _ := res.RowsAffected(); c > 0 {
+			return nil
+		}
+		err = s.retry(ctx, func() error {
+			_, err := s.exec(ctx, ins, n.Name, n.Incarnation, n.Capacity, n.Free, n.Offset.Microseconds(), n.OffsetError.Microseconds())
+			return err
+		})
+		if err == nil {
+			return nil
+		}
+		if !s.d.UniqueViolation(err) {
+			return fmt.Errorf("check in node %q: %w", n.Name, err)
+		}
+	}
+	return fmt.Errorf("check in node %q: the row kept changing under concurrent check-ins", n.Name)
+}
+
+// NodeHeartbeat refreshes the node's row. It reports false when the row no
+// longer belongs to this incarnation (another process checked in under the
+// same name, or the node was marked left).
+func (s *Store) NodeHeartbeat(ctx context.Context, n NodeState) (bool, error) {
+	q := expand(s.d, `UPDATE {nodes} SET free = ?, offset_us = ?, offset_error_us = ?, last_seen = {now}
+WHERE name = ? AND incarnation = ? AND state = 'up'`)
+	var res sql.Result
+	err := s.retry(ctx, func() (err error) {
+		res, err = s.exec(ctx, q, n.Free, n.Offset.Microseconds(), n.OffsetError.Microseconds(), n.Name, n.Incarnation)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("heartbeat of node %q: %w", n.Name, err)
+	}
+	c, err := res.RowsAffected()
+	return c > 0, err
+}
+
+// NodeSignalBacklog marks that the node left due work behind in its slot, so
+// that other nodes widen the rotation until it drains.
+func (s *Store) NodeSignalBacklog(ctx context.Context, name, incarnation string, hold time.Duration) error {
+	q := expand(s.d, `UPDATE {nodes} SET backlog_until = {now+?} WHERE name = ? AND incarnation = ?`)
+	return s.retry(ctx, func() error {
+		_, err := s.exec(ctx, q, millis(hold), name, incarnation)
+		return err
+	})
+}
+
+// NodeLeave marks the node as gone, so that it drops out of the rotation at
+// once instead of after its TTL.
+func (s *Store) NodeLeave(ctx context.Context, name, incarnation string) error {
+	q := expand(s.d, `UPDATE {nodes} SET state = 'left', free = 0, left_at = {now}, backlog_until = NULL
+WHERE name = ? AND incarnation = ?`)
+	err := s.retry(ctx, func() error {
+		_, err := s.exec(ctx, q, name, incarnation)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("leave node registry as %q: %w", name, err)
+	}
+	return nil
+}
+
+// Nodes reads the registry, judging liveness (last_seen younger than ttl)
+// with the database clock, and returns the database time of the read. The
+// list is sorted by name in byte order, the order the rotation uses.
+func (s *Store) Nodes(ctx context.Context, ttl time.Duration) ([]Node, time.Time, error) {
+	q := expand(s.d, `SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen,
+  CASE WHEN state = 'up' AND last_seen > {now+?} THEN 1 ELSE 0 END,
+  CASE WHEN backlog_until > {now} THEN 1 ELSE 0 END,
+  {now}
+FROM {nodes}`)
+	var nodes []Node
+	var now dbTime
+	err := s.retry(ctx, func() error {
+		nodes = nodes[:0]
+		rows, err := s.query(ctx, q, -millis(ttl))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var n Node
+			var offUS, errUS int64
+			var started, seen dbTime
+			var live, backlog int
+			if err := rows.Scan(&n.Name, &n.Incarnation, &n.State, &n.Capacity, &n.Free, &offUS, &errUS,
+				&started, &seen, &live, &backlog, &now); err != nil {
+				return err
+			}
+			n.Offset, n.OffsetError = time.Duration(offUS)*time.Microsecond, time.Duration(errUS)*time.Microsecond
+			n.Started, n.LastSeen, n.Live, n.Backlog = started.T, seen.T, live == 1, backlog == 1
+			nodes = append(nodes, n)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("read node registry: %w", err)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	return nodes, now.T, nil
+}

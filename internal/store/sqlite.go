@@ -1,0 +1,82 @@
+package store
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// SQLite is the embedded dialect (modernc.org/sqlite, pure Go). Times are
+// stored as integer Unix milliseconds: SQLite has no time type, integers
+// compare correctly, and unixepoch('now','subsec') gives the millisecond.
+type SQLite struct{}
+
+func (SQLite) Name() string             { return "sqlite" }
+func (SQLite) Placeholder(int) string   { return "?" }
+func (SQLite) Now() string              { return "CAST(unixepoch('now','subsec')*1000 AS INTEGER)" }
+func (SQLite) NowPlusMillis() string    { return "(CAST(unixepoch('now','subsec')*1000 AS INTEGER) + ?)" }
+func (SQLite) Table(name string) string { return "slotpoller_" + name }
+func (SQLite) TimeArg(t time.Time) any  { return t.UnixMilli() }
+func (SQLite) MigrationLock() string    { return "" }
+func (SQLite) Returning(cols string) string { return "RETURNING " + cols }
+func (SQLite) Output(string) string         { return "" }
+
+// ClaimJobs needs no row locks: SQLite has one writer at a time, so the
+// subquery and the update see the same rows.
+func (d SQLite) ClaimJobs() string {
+	return expand(d, `UPDATE {jobs} SET state = 'running', owner = ?, owner_node = ?, token = token + 1,
+  attempt = attempt + 1, lease_until = {now+?}, started_at = {now}
+WHERE state = 'ready' AND id IN (
+  SELECT id FROM {jobs} WHERE state = 'ready' AND run_at <= {now} ORDER BY run_at, id LIMIT ?)
+RETURNING `+claimedColumns)
+}
+
+func (SQLite) Retryable(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return true
+		}
+	}
+	return err != nil && strings.Contains(err.Error(), "database is locked")
+}
+
+func (SQLite) UniqueViolation(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		c := se.Code()
+		return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+	}
+	return false
+}
+
+// sqliteDSN turns a plain path into a modernc DSN with the settings several
+// processes sharing one file need: WAL so readers don't block the writer, a
+// busy timeout so a writer waits for the lock instead of failing, and
+// IMMEDIATE transactions so a transaction takes the write lock when it
+// begins rather than failing to upgrade halfway.
+func sqliteDSN(dsn string) string {
+	path, query, _ := strings.Cut(dsn, "?")
+	if !strings.HasPrefix(path, "file:") {
+		path = "file:" + path
+	}
+	var params []string
+	if query != "" {
+		params = append(params, query)
+	}
+	for _, p := range []struct{ key, param string }{
+		{"busy_timeout", "_pragma=busy_timeout(10000)"},
+		{"journal_mode", "_pragma=journal_mode(WAL)"},
+		{"synchronous", "_pragma=synchronous(NORMAL)"},
+		{"_txlock", "_txlock=immediate"},
+	} {
+		if !strings.Contains(query, p.key) {
+			params = append(params, p.param)
+		}
+	}
+	return path + "?" + strings.Join(params, "&")
+}

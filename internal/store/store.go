@@ -1,0 +1,155 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
+)
+
+// ErrDuplicate is returned when a unique key is already taken.
+var ErrDuplicate = errors.New("already exists")
+
+// ErrNotFound is returned when a row asked for by key does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Store runs slotpoller's statements against one database.
+type Store struct {
+	db    *sql.DB
+	d     Dialect
+	stmts atomic.Int64
+}
+
+// DialectFor returns the dialect of a database.driver value.
+func DialectFor(driver string) (Dialect, error) {
+	switch driver {
+	case "sqlite":
+		return SQLite{}, nil
+	case "postgres":
+		return Postgres{}, nil
+	}
+	return nil, fmt.Errorf("database driver %q is not supported (use sqlite or postgres)", driver)
+}
+
+// Open connects to the database and checks that it answers. Errors never
+// carry the DSN's password.
+func Open(ctx context.Context, driver, dsn string) (*Store, error) {
+	d, err := DialectFor(driver)
+	if err != nil {
+		return nil, err
+	}
+	var db *sql.DB
+	switch d.(type) {
+	case SQLite:
+		db, err = sql.Open("sqlite", sqliteDSN(dsn))
+		// One connection per process: SQLite has one writer anyway, and a
+		// single connection cannot deadlock against itself on the file lock.
+		db.SetMaxOpenConns(1)
+	case Postgres:
+		db, err = sql.Open("pgx", dsn)
+		db.SetMaxOpenConns(8)
+		db.SetConnMaxIdleTime(time.Minute)
+	}
+	if err != nil {
+		return nil, scrub(fmt.Errorf("open %s database: %w", driver, err), dsn)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, scrub(fmt.Errorf("connect to %s database: %w", driver, err), dsn)
+	}
+	return &Store{db: db, d: d}, nil
+}
+
+// scrub removes the DSN's password from an error message: drivers quote
+// connection strings in their errors, and an operator's log is no place for
+// a password.
+func scrub(err error, dsn string) error {
+	pw := dsnPassword(dsn)
+	if err == nil || pw == "" || !strings.Contains(err.Error(), pw) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+}
+
+var kvPassword = regexp.MustCompile(`(?i)(?:^|[\s;])password\s*=\s*('[^']*'|[^\s;]*)`)
+
+func dsnPassword(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			return pw
+		}
+	}
+	if m := kvPassword.FindStringSubmatch(dsn); m != nil {
+		return strings.Trim(m[1], "'")
+	}
+	return ""
+}
+
+// Close closes the connection pool.
+func (s *Store) Close() error { return s.db.Close() }
+
+// DB is the connection pool, for the migrator.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Dialect is the store's dialect.
+func (s *Store) Dialect() Dialect { return s.d }
+
+// Statements returns how many statements this store has sent, for the
+// benchmark of the farm's database load.
+func (s *Store) Statements() int64 { return s.stmts.Load() }
+
+func (s *Store) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	s.stmts.Add(1)
+	return s.db.ExecContext(ctx, q, args...)
+}
+
+func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	s.stmts.Add(1)
+	return s.db.QueryContext(ctx, q, args...)
+}
+
+func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	s.stmts.Add(1)
+	return s.db.QueryRowContext(ctx, q, args...)
+}
+
+// retry runs op again while the database reports a transient conflict
+// (SQLite busy, a deadlock victim), with a short growing pause. Conflicts
+// are expected when several nodes write the same rows; they are never
+// surfaced as a failed operation unless they persist.
+func (s *Store) retry(ctx context.Context, op func() error) error {
+	pause := 5 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := op()
+		if err == nil || attempt >= 8 || !s.d.Retryable(err) {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause *= 2
+	}
+}
+
+// Now reads the database clock.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var t dbTime
+	if err := s.queryRow(ctx, expand(s.d, "SELECT {now}")).Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("read database clock: %w", err)
+	}
+	return t.T, nil
+}
+
+func millis(d time.Duration) int64 { return d.Milliseconds() }

@@ -1,0 +1,369 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// The conformance suite: the same operations, the same expectations, on
+// every database.
+
+func TestDatabaseClock(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		a, err := s.Now(ctx)
+		require.NoError(t, err)
+		b, err := s.Now(ctx)
+		require.NoError(t, err)
+		require.False(t, b.Before(a), "database clock went back: %v then %v", a, b)
+		require.Equal(t, time.UTC, a.Location())
+		// Sanity: the database clock is some time after this code was written.
+		require.True(t, a.After(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)), "database time %v", a)
+	})
+}
+
+func TestNodeRegistry(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		a := store.NodeState{Name: "node-a", Incarnation: "inc-1", Capacity: 4, Free: 4, Offset: 1500 * time.Microsecond, OffsetError: 200 * time.Microsecond}
+		require.NoError(t, s.NodeCheckIn(ctx, a))
+		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-b", Incarnation: "inc-2", Capacity: 2, Free: 2}))
+
+		nodes, now, err := s.Nodes(ctx, time.Hour)
+		require.NoError(t, err)
+		require.False(t, now.IsZero())
+		require.Len(t, nodes, 2)
+		require.Equal(t, "node-a", nodes[0].Name)
+		require.True(t, nodes[0].Live)
+		require.Equal(t, 1500*time.Microsecond, nodes[0].Offset)
+		require.Equal(t, 4, nodes[0].Capacity)
+
+		// A TTL of zero makes every heartbeat too old: liveness is judged by
+		// the database clock, not by anything the node sends.
+		nodes, _, err = s.Nodes(ctx, 0)
+		require.NoError(t, err)
+		require.False(t, nodes[0].Live)
+
+		a.Free = 1
+		ok, err := s.NodeHeartbeat(ctx, a)
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		// A new process under the same name takes the row over; the old
+		// incarnation's heartbeats are refused.
+		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-3", Capacity: 4, Free: 4}))
+		ok, err = s.NodeHeartbeat(ctx, a)
+		require.NoError(t, err)
+		require.False(t, ok, "old incarnation's heartbeat must not count")
+
+		require.NoError(t, s.NodeLeave(ctx, "node-b", "inc-2"))
+		nodes, _, err = s.Nodes(ctx, time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, "left", nodes[1].State)
+		require.False(t, nodes[1].Live, "a node that left is not live")
+
+		require.NoError(t, s.NodeSignalBacklog(ctx, "node-a", "inc-3", time.Hour))
+		nodes, _, err = s.Nodes(ctx, time.Hour)
+		require.NoError(t, err)
+		require.True(t, nodes[0].Backlog)
+	})
+}
+
+func TestConcurrentCheckIns(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- s.NodeCheckIn(ctx, store.NodeState{Name: "same", Incarnation: string(rune('a' + i)), Capacity: 1, Free: 1})
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		nodes, _, err := s.Nodes(ctx, time.Hour)
+		require.NoError(t, err)
+		require.Len(t, nodes, 1)
+	})
+}
+
+func enqueue(t *testing.T, s *store.Store, endpoint string, delay time.Duration) int64 {
+	t.Helper()
+	id, err := s.JobInsert(context.Background(), store.NewJob{Endpoint: endpoint, Method: "POST", Payload: []byte(`{"n":1}`),
+		Delay: delay, MaxAttempts: 3, IdempotencyKey: "key-" + endpoint})
+	require.NoError(t, err)
+	return id
+}
+
+func TestClaimLifecycle(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		due := enqueue(t, s, "/due", 0)
+		enqueue(t, s, "/later", time.Hour)
+
+		load, err := s.JobsLoad(ctx)
+		require.NoError(t, err)
+		require.Equal(t, store.QueueLoad{Due: 1, Running: 0}, load)
+
+		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 10, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, claims, 1, "only the due job is claimed")
+		c := claims[0]
+		require.Equal(t, due, c.ID)
+		require.Equal(t, int64(1), c.Token)
+		require.Equal(t, 1, c.Attempt)
+		require.Equal(t, "/due", c.Endpoint)
+		require.Equal(t, []byte(`{"n":1}`), c.Payload)
+		require.Equal(t, "key-/due", c.IdempotencyKey)
+
+		again, err := s.JobsClaim(ctx, "inc-b", "node-b", 10, time.Minute)
+		require.NoError(t, err)
+		require.Empty(t, again, "a running job cannot be claimed twice")
+
+		ok, err := s.JobRenewLeaseIfRunning(ctx, c.ID, c.Token, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ok, err = s.JobRenewLeaseIfRunning(ctx, c.ID, c.Token+1, time.Minute)
+		require.NoError(t, err)
+		require.False(t, ok, "a wrong token renews nothing")
+
+		// Retry: back to ready, due after the delay on the database clock.
+		ok, err = s.JobFinishIfRunning(ctx, c.ID, c.Token, store.Outcome{State: store.StateReady, RetryAfter: time.Hour, Status: 503, Error: "unavailable"})
+		require.NoError(t, err)
+		require.True(t, ok)
+		j, err := s.JobGet(ctx, c.ID)
+		require.NoError(t, err)
+		require.Equal(t, store.StateReady, j.State)
+		require.Equal(t, 503, j.LastStatus)
+		require.Equal(t, "unavailable", j.LastError)
+		require.Nil(t, j.LeaseUntil)
+
+		// A stale token cannot write after the job moved on.
+		ok, err = s.JobFinishIfRunning(ctx, c.ID, c.Token, store.Outcome{State: store.StateDone})
+		require.NoError(t, err)
+		require.False(t, ok)
+	})
+}
+
+func TestFinishFencedByToken(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		id := enqueue(t, s, "/x", 0)
+		// A lease already over: the node froze past it.
+		first, err := s.JobsClaim(ctx, "inc-a", "node-a", 1, -time.Second)
+		require.NoError(t, err)
+		require.Len(t, first, 1)
+
+		n, err := s.JobsReclaimExpired(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+
+		second, err := s.JobsClaim(ctx, "inc-b", "node-b", 1, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, second, 1)
+		require.Greater(t, second[0].Token, first[0].Token, "every claim gets a new token")
+		require.Equal(t, 2, second[0].Attempt)
+
+		ok, err := s.JobFinishIfRunning(ctx, id, first[0].Token, store.Outcome{State: store.StateDone})
+		require.NoError(t, err)
+		require.False(t, ok, "the first owner's late result must be refused")
+		ok, err = s.JobFinishIfRunning(ctx, id, second[0].Token, store.Outcome{State: store.StateDone, Status: 200})
+		require.NoError(t, err)
+		require.True(t, ok)
+		j, err := s.JobGet(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, store.StateDone, j.State)
+		require.Equal(t, "node-b", j.OwnerNode)
+		require.NotNil(t, j.Finished)
+	})
+}
+
+func TestReclaimExhaustedIsDead(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/once", Method: "POST", MaxAttempts: 1, IdempotencyKey: "k"})
+		require.NoError(t, err)
+		_, err = s.JobsClaim(ctx, "inc-a", "node-a", 1, -time.Second)
+		require.NoError(t, err)
+		_, err = s.JobsReclaimExpired(ctx)
+		require.NoError(t, err)
+		j, err := s.JobGet(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, store.StateDead, j.State)
+		require.Contains(t, j.LastError, "lease expired")
+	})
+}
+
+func TestReleaseDoesNotCountAttempt(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		id := enqueue(t, s, "/r", 0)
+		c, err := s.JobsClaim(ctx, "inc-a", "node-a", 1, time.Minute)
+		require.NoError(t, err)
+		ok, err := s.JobReleaseIfRunning(ctx, id, c[0].Token, "node stopping")
+		require.NoError(t, err)
+		require.True(t, ok)
+		j, err := s.JobGet(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, store.StateReady, j.State)
+		require.Equal(t, 0, j.Attempt)
+	})
+}
+
+func TestUniqueKeyAndAbsoluteRunAt(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		at := time.Date(2030, 5, 6, 7, 8, 9, 0, time.UTC)
+		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/u", Method: "GET", RunAt: &at, MaxAttempts: 1, UniqueKey: "u1", IdempotencyKey: "k"})
+		require.NoError(t, err)
+		dup, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/u", Method: "GET", MaxAttempts: 1, UniqueKey: "u1", IdempotencyKey: "k2"})
+		require.ErrorIs(t, err, store.ErrDuplicate)
+		require.Equal(t, id, dup)
+		j, err := s.JobGet(ctx, id)
+		require.NoError(t, err)
+		require.True(t, at.Equal(j.RunAt), "run_at %v, want %v", j.RunAt, at)
+		_, err = s.JobGet(ctx, id+100)
+		require.ErrorIs(t, err, store.ErrNotFound)
+		counts, err := s.JobCounts(ctx)
+		require.NoError(t, err)
+		require.Equal(t, map[string]int{"ready": 1}, counts)
+	})
+}
+
+// Many pollers claim at once (as in backlog mode, or when two nodes both
+// believe a slot is theirs): each job goes to exactly one of them.
+func TestConcurrentClaimsGiveEachJobOnce(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, dsn := storetest.Open(t, driver)
+		ctx := context.Background()
+		const jobs = 200
+		for i := range jobs {
+			_, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/c", Method: "POST", MaxAttempts: 1, IdempotencyKey: fmt.Sprint("k", i)})
+			require.NoError(t, err)
+		}
+		var mu sync.Mutex
+		seen := map[int64]string{}
+		var wg sync.WaitGroup
+		for p := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Separate pools, as separate nodes have.
+				other, err := store.Open(ctx, driver, dsn)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer other.Close()
+				owner := string(rune('A' + p))
+				for {
+					cs, err := other.JobsClaim(ctx, owner, owner, 7, time.Minute)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if len(cs) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, c := range cs {
+						if prev, ok := seen[c.ID]; ok {
+							t.Errorf("job %d claimed by %s and %s", c.ID, prev, owner)
+						}
+						seen[c.ID] = owner
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		require.Len(t, seen, jobs)
+	})
+}
+
+func TestMigrations(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		applied, err := install.Migrate(ctx, s)
+		require.NoError(t, err)
+		require.Empty(t, applied, "migrating twice applies nothing")
+		require.NoError(t, install.Check(ctx, s))
+
+		// A newer binary migrated this database: refuse, change nothing.
+		_, err = s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `INSERT INTO {schema_version} (version, description, applied_at) VALUES (?, ?, {now})`), 999, "future")
+		require.NoError(t, err)
+		_, err = install.Migrate(ctx, s)
+		require.ErrorIs(t, err, install.ErrSchemaNewer)
+		require.ErrorContains(t, err, "999")
+		require.ErrorIs(t, install.Check(ctx, s), install.ErrSchemaNewer)
+		cur, _, err := install.Status(ctx, s)
+		require.NoError(t, err)
+		require.Equal(t, 999, cur)
+	})
+}
+
+func TestConcurrentMigrations(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		dsn := storetest.DSN(t, driver)
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s, err := store.Open(ctx, driver, dsn)
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer s.Close()
+				_, err = install.Migrate(ctx, s)
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		s, err := store.Open(ctx, driver, dsn)
+		require.NoError(t, err)
+		defer s.Close()
+		require.NoError(t, install.Check(ctx, s))
+	})
+}
+
+func TestOpenErrorsHidePassword(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := store.Open(ctx, "postgres", "postgres://slot:s3cretpw@127.0.0.1:1/farm?connect_timeout=2")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cretpw")
+	_, err = store.Open(ctx, "oracle", "x")
+	require.ErrorContains(t, err, "oracle")
+	require.False(t, errors.Is(err, store.ErrNotFound))
+}

@@ -1,0 +1,570 @@
+package service
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+)
+
+// writeConfig writes body to config.yaml in a fresh temporary folder and
+// returns its path.
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+	return path
+}
+
+// resolvedDefaults is DefaultConfig with Load's derived values for a config
+// file in dir.
+func resolvedDefaults(t *testing.T, dir string) Config {
+	t.Helper()
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	want := DefaultConfig()
+	want.Database.DSN = filepath.Join(dir, "slotpoller.db")
+	want.Node.Name = host
+	want.Checkin.TTL = Duration(3 * time.Second)
+	return want
+}
+
+func TestLoadDefaultsWithoutFile(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := Load(filepath.Join(dir, "config.yaml"), false, nil)
+	require.NoError(t, err)
+
+	require.True(t, filepath.IsAbs(cfg.Database.DSN), cfg.Database.DSN)
+	require.True(t, strings.HasSuffix(cfg.Database.DSN, "slotpoller.db"), cfg.Database.DSN)
+	require.Equal(t, Duration(3*time.Second), cfg.Checkin.TTL)
+	require.Equal(t, resolvedDefaults(t, dir), cfg)
+	require.NoError(t, cfg.Validate())
+}
+
+func TestLoadWithoutPathUsesWorkingDirectory(t *testing.T) {
+	cfg, err := Load("", false, nil)
+	require.NoError(t, err)
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(wd, "slotpoller.db"), cfg.Database.DSN)
+}
+
+func TestLoadFileOverrides(t *testing.T) {
+	path := writeConfig(t, `
+database:
+  driver: postgres
+  dsn: postgres://slot:pw@db:5432/slotpoller
+  migrate: false
+node:
+  name: web-01
+  capacity: 4
+jobs:
+  base_url: https://127.0.0.1:8443/jobs/
+  timeout: 1m30s
+  lease: 20s
+  max_attempts: 9
+  backoff: 250ms
+  backoff_max: 1h
+  drain_timeout: 0s
+rotation:
+  slot: 500ms
+checkin:
+  heartbeat: 2s
+  ttl: 10s
+clock:
+  skew: -90s
+  resync: 1m
+  ntp_server: pool.ntp.org
+  ntp_max_offset: 100ms
+log:
+  level: debug
+  format: json
+`)
+	cfg, err := Load(path, true, nil)
+	require.NoError(t, err)
+	require.Equal(t, Config{
+		Database: DatabaseConfig{Driver: "postgres", DSN: "postgres://slot:pw@db:5432/slotpoller", Migrate: false},
+		Node:     NodeConfig{Name: "web-01", Capacity: 4},
+		Jobs: JobsConfig{
+			BaseURL:      "https://127.0.0.1:8443/jobs/",
+			Timeout:      Duration(90 * time.Second),
+			Lease:        Duration(20 * time.Second),
+			MaxAttempts:  9,
+			Backoff:      Duration(250 * time.Millisecond),
+			BackoffMax:   Duration(time.Hour),
+			DrainTimeout: 0,
+		},
+		Rotation: RotationConfig{Slot: Duration(500 * time.Millisecond)},
+		Checkin:  CheckinConfig{Heartbeat: Duration(2 * time.Second), TTL: Duration(10 * time.Second)},
+		Clock: ClockConfig{
+			Skew:         Duration(-90 * time.Second),
+			Resync:       Duration(time.Minute),
+			NTPServer:    "pool.ntp.org",
+			NTPMaxOffset: Duration(100 * time.Millisecond),
+		},
+		Log: LogConfig{Level: "debug", Format: "json"},
+	}, cfg)
+}
+
+func TestLoadPartialFileKeepsOtherDefaults(t *testing.T) {
+	path := writeConfig(t, "jobs:\n  timeout: 5s\nlog:\nnode:\n  capacity:\n")
+	cfg, err := Load(path, true, nil)
+	require.NoError(t, err)
+	want := resolvedDefaults(t, filepath.Dir(path))
+	want.Jobs.Timeout = Duration(5 * time.Second)
+	require.Equal(t, want, cfg)
+}
+
+func TestLoadEmptyOrCommentOnlyFile(t *testing.T) {
+	for _, body := range []string{"", "# nothing here\n", "---\n"} {
+		path := writeConfig(t, body)
+		cfg, err := Load(path, true, nil)
+		require.NoError(t, err, "body %q", body)
+		require.Equal(t, resolvedDefaults(t, filepath.Dir(path)), cfg, "body %q", body)
+	}
+}
+
+func TestLoadEnvOverridesFile(t *testing.T) {
+	path := writeConfig(t, `
+node:
+  name: from-file
+  capacity: 4
+jobs:
+  base_url: http://file.local
+  timeout: 10s
+database:
+  migrate: true
+`)
+	cfg, err := Load(path, true, []string{
+		"PATH=/usr/bin",
+		"SLOTPOLLER_NODE_NAME=from-env",
+		"SLOTPOLLER_JOBS_BASE_URL=http://env.local:8080",
+		"SLOTPOLLER_JOBS_TIMEOUT=45s",
+		"SLOTPOLLER_DATABASE_MIGRATE=false",
+		"SLOTPOLLER_CLOCK_NTP_SERVER=time.example.com:123",
+		"SLOTPOLLER_CLOCK_SKEW=-2s",
+		"SLOTPOLLER_LOG_FORMAT=json",
+	})
+	require.NoError(t, err)
+	require.Equal(t, "from-env", cfg.Node.Name)
+	require.Equal(t, 4, cfg.Node.Capacity, "file value kept where env is silent")
+	require.Equal(t, "http://env.local:8080", cfg.Jobs.BaseURL)
+	require.Equal(t, Duration(45*time.Second), cfg.Jobs.Timeout)
+	require.False(t, cfg.Database.Migrate)
+	require.Equal(t, "time.example.com:123", cfg.Clock.NTPServer)
+	require.Equal(t, Duration(-2*time.Second), cfg.Clock.Skew)
+	require.Equal(t, "json", cfg.Log.Format)
+}
+
+func TestLoadEnvSetsEveryKey(t *testing.T) {
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "farm.db")
+	cfg, err := Load("", false, []string{
+		"SLOTPOLLER_DATABASE_DRIVER=sqlite",
+		"SLOTPOLLER_DATABASE_DSN=" + dbPath,
+		"SLOTPOLLER_DATABASE_MIGRATE=0",
+		"SLOTPOLLER_NODE_NAME=n1",
+		"SLOTPOLLER_NODE_CAPACITY=7",
+		"SLOTPOLLER_JOBS_BASE_URL=http://h",
+		"SLOTPOLLER_JOBS_TIMEOUT=2s",
+		"SLOTPOLLER_JOBS_LEASE=3s",
+		"SLOTPOLLER_JOBS_MAX_ATTEMPTS=2",
+		"SLOTPOLLER_JOBS_BACKOFF=4s",
+		"SLOTPOLLER_JOBS_BACKOFF_MAX=5s",
+		"SLOTPOLLER_JOBS_DRAIN_TIMEOUT=6s",
+		"SLOTPOLLER_ROTATION_SLOT=7s",
+		"SLOTPOLLER_CHECKIN_HEARTBEAT=8s",
+		"SLOTPOLLER_CHECKIN_TTL=9s",
+		"SLOTPOLLER_CLOCK_SKEW=10s",
+		"SLOTPOLLER_CLOCK_RESYNC=11s",
+		"SLOTPOLLER_CLOCK_NTP_SERVER=ntp",
+		"SLOTPOLLER_CLOCK_NTP_MAX_OFFSET=12s",
+		"SLOTPOLLER_LOG_LEVEL=warn",
+		"SLOTPOLLER_LOG_FORMAT=json",
+	})
+	require.NoError(t, err)
+	s := Duration(time.Second)
+	require.Equal(t, Config{
+		Database: DatabaseConfig{Driver: "sqlite", DSN: dbPath, Migrate: false},
+		Node:     NodeConfig{Name: "n1", Capacity: 7},
+		Jobs: JobsConfig{BaseURL: "http://h", Timeout: 2 * s, Lease: 3 * s, MaxAttempts: 2,
+			Backoff: 4 * s, BackoffMax: 5 * s, DrainTimeout: 6 * s},
+		Rotation: RotationConfig{Slot: 7 * s},
+		Checkin:  CheckinConfig{Heartbeat: 8 * s, TTL: 9 * s},
+		Clock:    ClockConfig{Skew: 10 * s, Resync: 11 * s, NTPServer: "ntp", NTPMaxOffset: 12 * s},
+		Log:      LogConfig{Level: "warn", Format: "json"},
+	}, cfg)
+}
+
+func TestLoadTTLFollowsHeartbeatUnlessSet(t *testing.T) {
+	t.Run("heartbeat in file", func(t *testing.T) {
+		cfg, err := Load(writeConfig(t, "checkin:\n  heartbeat: 2s\n"), true, nil)
+		require.NoError(t, err)
+		require.Equal(t, Duration(6*time.Second), cfg.Checkin.TTL)
+	})
+	t.Run("heartbeat in env", func(t *testing.T) {
+		cfg, err := Load("", false, []string{"SLOTPOLLER_CHECKIN_HEARTBEAT=2s"})
+		require.NoError(t, err)
+		require.Equal(t, Duration(6*time.Second), cfg.Checkin.TTL)
+	})
+	t.Run("null ttl in file still follows", func(t *testing.T) {
+		cfg, err := Load(writeConfig(t, "checkin:\n  heartbeat: 2s\n  ttl:\n"), true, nil)
+		require.NoError(t, err)
+		require.Equal(t, Duration(6*time.Second), cfg.Checkin.TTL)
+	})
+	t.Run("explicit ttl in file kept", func(t *testing.T) {
+		cfg, err := Load(writeConfig(t, "checkin:\n  heartbeat: 2s\n  ttl: 10s\n"), true, nil)
+		require.NoError(t, err)
+		require.Equal(t, Duration(10*time.Second), cfg.Checkin.TTL)
+	})
+	t.Run("explicit ttl in file kept when env changes heartbeat", func(t *testing.T) {
+		cfg, err := Load(writeConfig(t, "checkin:\n  ttl: 10s\n"), true, []string{"SLOTPOLLER_CHECKIN_HEARTBEAT=2s"})
+		require.NoError(t, err)
+		require.Equal(t, Duration(10*time.Second), cfg.Checkin.TTL)
+	})
+	t.Run("explicit ttl in env kept", func(t *testing.T) {
+		cfg, err := Load(writeConfig(t, "checkin:\n  heartbeat: 2s\n"), true, []string{"SLOTPOLLER_CHECKIN_TTL=7s"})
+		require.NoError(t, err)
+		require.Equal(t, Duration(7*time.Second), cfg.Checkin.TTL)
+	})
+}
+
+func TestLoadUnknownYAMLKey(t *testing.T) {
+	path := writeConfig(t, "jobs:\n  timeout: 5s\n  bse_url: http://x\njbos:\n  lease: 2s\n")
+	_, err := Load(path, true, nil)
+	require.Error(t, err)
+	msg := err.Error()
+	require.Contains(t, msg, path+`:3: unknown key "jobs.bse_url" (did you mean "jobs.base_url"?)`)
+	require.Contains(t, msg, path+`:4: unknown key "jbos" (did you mean "jobs"?)`)
+}
+
+func TestLoadDuplicateYAMLKey(t *testing.T) {
+	_, err := Load(writeConfig(t, "jobs:\n  timeout: 5s\n  timeout: 6s\n"), true, nil)
+	require.ErrorContains(t, err, `:3: duplicate key "jobs.timeout" (first at line 2)`)
+}
+
+func TestLoadYAMLShapeErrors(t *testing.T) {
+	for body, want := range map[string]string{
+		"- a\n- b\n":                     "must be a mapping of sections",
+		"jobs: 5\n":                      "jobs must be a mapping of keys",
+		"jobs:\n  timeout: [1s, 2s]\n":   "jobs.timeout must be a single value, not a list",
+		"jobs:\n  timeout: 1s\n bad\n":   "yaml:",
+		"log:\n  level: info\n---\nx: 1": "only one YAML document",
+	} {
+		_, err := Load(writeConfig(t, body), true, nil)
+		require.ErrorContains(t, err, want, "body %q", body)
+	}
+}
+
+func TestLoadUnknownEnvKeyInKnownSection(t *testing.T) {
+	_, err := Load("", false, []string{"SLOTPOLLER_JOBS_BSE_URL=http://x"})
+	require.ErrorContains(t, err, "SLOTPOLLER_JOBS_BSE_URL")
+	require.ErrorContains(t, err, "SLOTPOLLER_JOBS_BASE_URL", "suggests the right name")
+
+	_, err = Load("", false, []string{"SLOTPOLLER_NODE_COLOR=blue"})
+	require.ErrorContains(t, err, "SLOTPOLLER_NODE_COLOR: unknown setting")
+	require.ErrorContains(t, err, "SLOTPOLLER_NODE_CAPACITY", "lists the section's variables")
+}
+
+func TestLoadIgnoresVariablesOutsideConfigSections(t *testing.T) {
+	cfg, err := Load("", false, []string{
+		"SLOTPOLLER_TEST_POSTGRES_DSN=postgres://u:secret@localhost/test",
+		"SLOTPOLLER_JOBS=whatever",
+		"OTHER_JOBS_BASE_URL=ftp://nope",
+		"NOEQUALSSIGN",
+	})
+	require.NoError(t, err)
+	require.Equal(t, "http://localhost", cfg.Jobs.BaseURL)
+	require.Equal(t, "sqlite", cfg.Database.Driver)
+}
+
+func TestLoadBadDurationInFile(t *testing.T) {
+	path := writeConfig(t, "jobs:\n  timeout: 5 seconds\n  lease: 30\n")
+	_, err := Load(path, true, nil)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), `:2: jobs.timeout = "5 seconds": not a duration`)
+	require.Contains(t, err.Error(), `:3: jobs.lease = "30": missing unit`)
+}
+
+func TestLoadBadValuesInEnv(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{
+		{"SLOTPOLLER_JOBS_TIMEOUT=abc", `SLOTPOLLER_JOBS_TIMEOUT = "abc": not a duration`},
+		{"SLOTPOLLER_ROTATION_SLOT=100", `SLOTPOLLER_ROTATION_SLOT = "100": missing unit`},
+		{"SLOTPOLLER_NODE_CAPACITY=lots", `SLOTPOLLER_NODE_CAPACITY = "lots": not a whole number`},
+		{"SLOTPOLLER_DATABASE_MIGRATE=maybe", `SLOTPOLLER_DATABASE_MIGRATE = "maybe": not a boolean`},
+		{"SLOTPOLLER_JOBS_LEASE=", "SLOTPOLLER_JOBS_LEASE is empty"},
+	} {
+		_, err := Load("", false, []string{tc.env})
+		require.ErrorContains(t, err, tc.want, tc.env)
+	}
+}
+
+func TestLoadReportsAllParseErrorsTogether(t *testing.T) {
+	path := writeConfig(t, "jobs:\n  timeout: x\n  nope: 1\n")
+	_, err := Load(path, true, []string{"SLOTPOLLER_NODE_CAPACITY=y"})
+	require.ErrorContains(t, err, "jobs.timeout")
+	require.ErrorContains(t, err, `"jobs.nope"`)
+	require.ErrorContains(t, err, "SLOTPOLLER_NODE_CAPACITY")
+}
+
+func TestLoadBadDriver(t *testing.T) {
+	_, err := Load("", false, []string{"SLOTPOLLER_DATABASE_DRIVER=mysql"})
+	require.ErrorContains(t, err, `config: database.driver = "mysql": must be one of sqlite, postgres`)
+	require.ErrorContains(t, err, "SLOTPOLLER_DATABASE_DRIVER", "names where the value came from")
+
+	_, err = Load(writeConfig(t, "database:\n  driver: sqlserver\n  dsn: sqlserver://sa:pw@h?database=x\n"), true, nil)
+	require.ErrorContains(t, err, `database.driver = "sqlserver"`)
+	require.ErrorContains(t, err, "not supported by this build yet")
+}
+
+func TestLoadPostgresNeedsExplicitDSN(t *testing.T) {
+	_, err := Load("", false, []string{"SLOTPOLLER_DATABASE_DRIVER=postgres"})
+	require.ErrorContains(t, err, "database.dsn")
+	require.ErrorContains(t, err, "no default DSN")
+	require.ErrorContains(t, err, "SLOTPOLLER_DATABASE_DSN")
+
+	cfg, err := Load("", false, []string{
+		"SLOTPOLLER_DATABASE_DRIVER=postgres",
+		"SLOTPOLLER_DATABASE_DSN=host=db user=slot password=pw dbname=slot",
+	})
+	require.NoError(t, err)
+	require.Equal(t, "host=db user=slot password=pw dbname=slot", cfg.Database.DSN)
+}
+
+func TestLoadSQLiteDSNPaths(t *testing.T) {
+	path := writeConfig(t, "database:\n  dsn: data/farm.db?_pragma=busy_timeout(5000)\n")
+	cfg, err := Load(path, true, nil)
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(filepath.Dir(path), "data", "farm.db")+"?_pragma=busy_timeout(5000)", cfg.Database.DSN)
+
+	for _, dsn := range []string{":memory:", "file::memory:?cache=shared", "file:farm.db?mode=rwc"} {
+		cfg, err := Load("", false, []string{"SLOTPOLLER_DATABASE_DSN=" + dsn})
+		require.NoError(t, err)
+		require.Equal(t, dsn, cfg.Database.DSN)
+	}
+}
+
+func TestLoadBadBaseURL(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"ftp://x", `config: jobs.base_url = "ftp://x": must be an http or https URL`},
+		{"localhost:8080", "must be an http or https URL"},
+		{"/jobs", "must be an http or https URL"},
+		{"http://", "with a host"},
+		{"http:///jobs", "with a host"},
+		{"http://localhost/?a=1", "must not have a query"},
+		{"http://localhost/#top", "must not have a fragment"},
+		{"http://local host/", "not a valid URL"},
+		{"", "must be set"},
+	} {
+		_, err := Load("", false, []string{"SLOTPOLLER_JOBS_BASE_URL=" + tc.url})
+		require.ErrorContains(t, err, tc.want, tc.url)
+		require.ErrorContains(t, err, "jobs.base_url", tc.url)
+	}
+}
+
+func TestLoadTTLMustExceedHeartbeat(t *testing.T) {
+	for _, ttl := range []string{"2s", "1s"} {
+		path := writeConfig(t, "checkin:\n  heartbeat: 2s\n  ttl: "+ttl+"\n")
+		_, err := Load(path, true, nil)
+		require.ErrorContains(t, err, `config: checkin.ttl = `+ttl+`: must be greater than checkin.heartbeat (2s)`)
+		require.ErrorContains(t, err, path+":3", "names where the value came from")
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nope.yaml")
+	_, err := Load(path, true, nil)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.ErrorContains(t, err, "nope.yaml")
+
+	_, err = Load(path, false, nil)
+	require.NoError(t, err)
+
+	_, err = Load("", true, nil)
+	require.Error(t, err)
+}
+
+func TestRepoConfigYAMLLoadsAtDefaults(t *testing.T) {
+	cfg, err := Load("../config.yaml", true, nil)
+	require.NoError(t, err)
+	dir, err := filepath.Abs("..")
+	require.NoError(t, err)
+	require.Equal(t, resolvedDefaults(t, dir), cfg, "the example config.yaml should state the defaults")
+}
+
+func TestValidate(t *testing.T) {
+	valid := func() Config {
+		c := DefaultConfig()
+		c.Database.DSN = "/var/lib/slotpoller/slotpoller.db"
+		c.Node.Name = "web01"
+		return c
+	}
+	require.NoError(t, valid().Validate())
+
+	for _, tc := range []struct {
+		name   string
+		modify func(*Config)
+		want   string
+	}{
+		{"empty sqlite dsn", func(c *Config) { c.Database.DSN = "" }, `database.dsn = "": the sqlite driver needs`},
+		{"empty driver", func(c *Config) { c.Database.Driver = "" }, `database.driver = "": must be set`},
+		{"empty name", func(c *Config) { c.Node.Name = "" }, `node.name = "": must not be empty`},
+		{"long name", func(c *Config) { c.Node.Name = strings.Repeat("a", 65) }, `node.name = "` + strings.Repeat("a", 65) + `": must be at most 64 characters`},
+		{"bad name", func(c *Config) { c.Node.Name = "web 01" }, `node.name = "web 01": may only contain`},
+		{"capacity 0", func(c *Config) { c.Node.Capacity = 0 }, "node.capacity = 0: must be between 1 and 10000"},
+		{"capacity high", func(c *Config) { c.Node.Capacity = 10001 }, "node.capacity = 10001"},
+		{"timeout", func(c *Config) { c.Jobs.Timeout = 0 }, "jobs.timeout = 0s: must be greater than 0"},
+		{"lease", func(c *Config) { c.Jobs.Lease = Duration(999 * time.Millisecond) }, "jobs.lease = 999ms: must be at least 1s"},
+		{"attempts", func(c *Config) { c.Jobs.MaxAttempts = 1001 }, "jobs.max_attempts = 1001"},
+		{"backoff", func(c *Config) { c.Jobs.Backoff = -1 }, "jobs.backoff = -1ns"},
+		{"backoff_max", func(c *Config) { c.Jobs.BackoffMax = Duration(time.Millisecond) }, "jobs.backoff_max = 1ms: must be at least jobs.backoff (1s)"},
+		{"drain", func(c *Config) { c.Jobs.DrainTimeout = Duration(-time.Second) }, "jobs.drain_timeout = -1s: must not be negative"},
+		{"slot", func(c *Config) { c.Rotation.Slot = Duration(5 * time.Millisecond) }, "rotation.slot = 5ms: must be at least 10ms"},
+		{"heartbeat", func(c *Config) { c.Checkin.Heartbeat = 0 }, "checkin.heartbeat = 0s"},
+		{"resync", func(c *Config) { c.Clock.Resync = 0 }, "clock.resync = 0s"},
+		{"ntp server", func(c *Config) { c.Clock.NTPServer = "udp://pool.ntp.org" }, `clock.ntp_server = "udp://pool.ntp.org"`},
+		{"ntp offset", func(c *Config) { c.Clock.NTPMaxOffset = 0 }, "clock.ntp_max_offset = 0s"},
+		{"level", func(c *Config) { c.Log.Level = "verbose" }, `log.level = "verbose": must be one of debug, info, warn, error`},
+		{"format", func(c *Config) { c.Log.Format = "xml" }, `log.format = "xml": must be one of text, json`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			tc.modify(&c)
+			require.ErrorContains(t, c.Validate(), "config: "+tc.want)
+		})
+	}
+}
+
+func TestValidateCollectsAllProblems(t *testing.T) {
+	c := DefaultConfig()
+	c.Node.Name = "n"
+	c.Database.DSN = "x.db"
+	c.Node.Capacity = 0
+	c.Log.Level = "loud"
+	c.Jobs.BaseURL = "ftp://x"
+	err := c.Validate()
+	require.ErrorContains(t, err, "node.capacity")
+	require.ErrorContains(t, err, "log.level")
+	require.ErrorContains(t, err, "jobs.base_url")
+	require.Len(t, strings.Split(err.Error(), "\n"), 3)
+}
+
+func TestValidateNeverShowsDSNPassword(t *testing.T) {
+	const secret = "s3cr3t-Pa55"
+	for _, tc := range []struct{ driver, dsn, want string }{
+		{"postgres", "mysql://app:" + secret + "@db:3306/farm", "must be a postgres:// URL"},
+		{"sqlite", "postgres://app:" + secret + "@db:5432/farm", "is a postgres DSN but database.driver is sqlite"},
+		{"sqlserver", "sqlserver://sa:" + secret + "@db?database=farm", "not supported"},
+	} {
+		c := DefaultConfig()
+		c.Node.Name = "n"
+		c.Database.Driver = tc.driver
+		c.Database.DSN = tc.dsn
+		err := c.Validate()
+		require.ErrorContains(t, err, tc.want, tc.dsn)
+		require.NotContains(t, err.Error(), secret, tc.dsn)
+	}
+
+	// Through Load, from the environment and from a file.
+	_, err := Load("", false, []string{"SLOTPOLLER_DATABASE_DSN=postgres://app:" + secret + "@db/farm"})
+	require.ErrorContains(t, err, "database.dsn")
+	require.NotContains(t, err.Error(), secret)
+
+	_, err = Load(writeConfig(t, "database:\n  dsn: [postgres://app:"+secret+"@db/farm]\n"), true, nil)
+	require.ErrorContains(t, err, "database.dsn")
+	require.NotContains(t, err.Error(), secret)
+}
+
+func TestMaskDSN(t *testing.T) {
+	const secret = "s3cr3t"
+	for _, tc := range []struct{ in, want string }{
+		{"postgres://user:s3cr3t@host/db", "postgres://user:xxxxx@host/db"},
+		{"postgresql://user:s3cr3t@host:5432/db?sslmode=require", "postgresql://user:xxxxx@host:5432/db?sslmode=require"},
+		{"sqlserver://user:s3cr3t@host?database=x", "sqlserver://user:xxxxx@host?database=x"},
+		{"postgres://:s3cr3t@host/db", "postgres://:xxxxx@host/db"},
+		{"postgres://user:s3cr3t@@host/db", "postgres://user:xxxxx@host/db"},
+		{"postgres://user:s3cr3t/x@host/db", "postgres://user:xxxxx@host/db"},
+		{"postgres://user:s3cr3t?x@host/db", "postgres://user:xxxxx@host/db"},
+		{"postgres://host/db?user=u&password=s3cr3t&sslmode=disable", "postgres://host/db?user=u&password=xxxxx&sslmode=disable"},
+		{"postgres://user@host/db", "postgres://user@host/db"},
+		{"postgres://host:5432/db?application_name=a@b", "postgres://host:5432/db?application_name=a@b"},
+		{"host=db user=u password=s3cr3t dbname=x", "host=db user=u password=xxxxx dbname=x"},
+		{"host=db password = s3cr3t", "host=db password = xxxxx"},
+		{"host=db password='s3 cr\\'3t' dbname=x", "host=db password=xxxxx dbname=x"},
+		{"Server=db;User ID=sa;Password=s3cr3t;Database=x", "Server=db;User ID=sa;Password=xxxxx;Database=x"},
+		{"server=db;pwd=s3cr3t", "server=db;pwd=xxxxx"},
+		{`Server=db;Password="s3;cr3t";Database=x`, "Server=db;Password=xxxxx;Database=x"},
+		{"Server=db;Password={s3;cr}}3t};Database=x", "Server=db;Password=xxxxx;Database=x"},
+		{"Server=db;Password=s3cr3t with space;Database=x", "Server=db;Password=xxxxx;Database=x"},
+		{"host=db sslpassword=s3cr3t", "host=db sslpassword=xxxxx"},
+		{"/var/lib/slotpoller/slotpoller.db", "/var/lib/slotpoller/slotpoller.db"},
+		{`C:\ProgramData\slotpoller\slotpoller.db`, `C:\ProgramData\slotpoller\slotpoller.db`},
+		{"file:slotpoller.db?_pragma=busy_timeout(5000)", "file:slotpoller.db?_pragma=busy_timeout(5000)"},
+		{":memory:", ":memory:"},
+		{"", ""},
+	} {
+		got := MaskDSN(tc.in)
+		require.Equal(t, tc.want, got, tc.in)
+		require.NotContains(t, got, secret, tc.in)
+		require.NotContains(t, got, "3t", tc.in)
+	}
+}
+
+func TestRedacted(t *testing.T) {
+	c := DefaultConfig()
+	c.Database.DSN = "postgres://u:s3cr3t@h/db"
+	r := c.Redacted()
+	require.Equal(t, "postgres://u:xxxxx@h/db", r.Database.DSN)
+	require.Equal(t, "postgres://u:s3cr3t@h/db", c.Database.DSN, "the original is unchanged")
+	r.Database.DSN = c.Database.DSN
+	require.Equal(t, c, r, "only the DSN differs")
+}
+
+func TestDurationYAML(t *testing.T) {
+	var v struct {
+		D Duration `yaml:"d"`
+	}
+	require.NoError(t, yaml.Unmarshal([]byte("d: 1m30s\n"), &v))
+	require.Equal(t, Duration(90*time.Second), v.D)
+
+	err := yaml.Unmarshal([]byte("d: soon\n"), &v)
+	require.ErrorContains(t, err, `"soon"`)
+	err = yaml.Unmarshal([]byte("d: [1s]\n"), &v)
+	require.ErrorContains(t, err, "invalid duration")
+
+	for d, want := range map[Duration]string{
+		0:                                 "0s",
+		Duration(250 * time.Millisecond):  "250ms",
+		Duration(5 * time.Minute):         "5m",
+		Duration(time.Hour):               "1h",
+		Duration(90 * time.Minute):        "1h30m",
+		Duration(time.Hour + time.Second): "1h0m1s",
+		Duration(-90 * time.Second):       "-1m30s",
+		Duration(30 * time.Second):        "30s",
+	} {
+		require.Equal(t, want, d.String())
+		out, err := yaml.Marshal(d)
+		require.NoError(t, err)
+		require.Equal(t, want+"\n", string(out))
+		parsed, err := parseDuration(want)
+		require.NoError(t, err)
+		require.Equal(t, d, parsed)
+	}
+}
+
+func TestConfigRoundTripsThroughYAML(t *testing.T) {
+	want := resolvedDefaults(t, t.TempDir())
+	want.Checkin.Heartbeat = Duration(2 * time.Second)
+	want.Checkin.TTL = Duration(5 * time.Second)
+	want.Clock.Skew = Duration(-1500 * time.Millisecond)
+	out, err := yaml.Marshal(want)
+	require.NoError(t, err)
+
+	got, err := Load(writeConfig(t, string(out)), true, nil)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}

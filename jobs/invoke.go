@@ -1,0 +1,616 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+)
+
+// Headers the invoker sends on every call. The reserved ones always carry
+// the call's own values: Call.Headers cannot override them.
+const (
+	HeaderJob            = "X-Slotpoller-Job"
+	HeaderNode           = "X-Slotpoller-Node"
+	HeaderToken          = "X-Slotpoller-Token"
+	HeaderAttempt        = "X-Slotpoller-Attempt"
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderDeadline       = "X-Slotpoller-Deadline"
+	HeaderTimeoutMs      = "X-Slotpoller-Timeout-Ms"
+
+	// UserAgent is the User-Agent of every call.
+	UserAgent = "slotpoller"
+
+	// DeadlineFormat is the layout of X-Slotpoller-Deadline: RFC 3339 in UTC
+	// with milliseconds, e.g. 2024-05-01T12:00:30.000Z.
+	DeadlineFormat = "2006-01-02T15:04:05.000Z07:00"
+
+	// maxResponseBody is how much of a response body the invoker reads.
+	maxResponseBody = 64 << 10
+	// maxErrBody is how much of the body goes into Result.Err.
+	maxErrBody = 200
+)
+
+// neutralBase is the base ValidateEndpoint resolves against.
+var neutralBase = &url.URL{Scheme: "http", Host: "localhost"}
+
+// ResolveEndpoint joins an endpoint path to the node's base URL (e.g.
+// http://localhost or http://localhost:8080/app). The result keeps the base's
+// path prefix: base http://h/app and endpoint /jobs/x give http://h/app/jobs/x.
+// A query string in the endpoint is kept as written, except that bytes not
+// allowed in a URL query (space, backslash, non-ASCII...) are percent-encoded.
+//
+// It refuses, with an error saying why, anything that could send the node
+// elsewhere or is ambiguous: empty endpoints, endpoints not starting with "/",
+// absolute URLs (any scheme), scheme-relative "//host/x", control characters,
+// backslashes in the path, fragments, invalid percent-encoding, and paths with
+// "." or ".." segments, also when percent-encoded (%2e%2e, %2F.., even
+// double-encoded).
+func ResolveEndpoint(base *url.URL, endpoint string) (*url.URL, error) {
+	if base == nil {
+		return nil, errors.New("no base URL to resolve the endpoint against")
+	}
+	if base.Scheme != "http" && base.Scheme != "https" {
+		return nil, fmt.Errorf("base URL %q: scheme must be http or https", base.Redacted())
+	}
+	if base.Host == "" || base.Opaque != "" {
+		return nil, fmt.Errorf("base URL %q has no host", base.Redacted())
+	}
+	if err := checkEndpoint(endpoint); err != nil {
+		return nil, err
+	}
+	ref, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %q: %w", endpoint, err)
+	}
+	if ref.Scheme != "" || ref.Host != "" || ref.User != nil || ref.Opaque != "" {
+		// checkEndpoint already refuses these; this is the last line of defence.
+		return nil, fmt.Errorf("endpoint %q is not a path on the node's base URL", endpoint)
+	}
+
+	u := *base
+	prefixPath := strings.TrimSuffix(base.Path, "/")
+	prefixRaw := strings.TrimSuffix(base.EscapedPath(), "/")
+	u.Path = prefixPath + ref.Path
+	u.RawPath = prefixRaw + ref.EscapedPath()
+	if u.RawPath == u.Path {
+		u.RawPath = ""
+	}
+	switch query := escapeQuery(ref.RawQuery); {
+	case base.RawQuery == "":
+		u.RawQuery = query
+	case query != "":
+		u.RawQuery = base.RawQuery + "&" + query
+	}
+	u.ForceQuery = false
+	u.Fragment, u.RawFragment = "", ""
+
+	if u.Scheme != base.Scheme || u.Host != base.Host {
+		return nil, fmt.Errorf("endpoint %q would leave the base URL %q", endpoint, base.Redacted())
+	}
+	return &u, nil
+}
+
+// ValidateEndpoint reports whether ResolveEndpoint would accept endpoint. It
+// resolves against a neutral base, so enqueue can check endpoints on a
+// machine other than the nodes.
+func ValidateEndpoint(endpoint string) error {
+	_, err := ResolveEndpoint(neutralBase, endpoint)
+	return err
+}
+
+// checkEndpoint applies the textual rules of ResolveEndpoint.
+func checkEndpoint(endpoint string) error {
+	if endpoint == "" {
+		return errors.New("endpoint is empty; it must be a path starting with /")
+	}
+	if i := indexControl(endpoint); i >= 0 {
+		return fmt.Errorf("endpoint %q contains a control character at byte %d", endpoint, i)
+	}
+	path, _, _ := strings.Cut(endpoint, "?")
+	if strings.Contains(path, `\`) {
+		return fmt.Errorf("endpoint %q contains a backslash, which some servers treat as /", endpoint)
+	}
+	if strings.Contains(endpoint, "#") {
+		return fmt.Errorf("endpoint %q contains a fragment (#), which is never sent to a server", endpoint)
+	}
+	if hasScheme(endpoint) {
+		return fmt.Errorf("endpoint %q is an absolute URL; only a path on the node's own base URL is allowed", endpoint)
+	}
+	if strings.HasPrefix(endpoint, "//") {
+		return fmt.Errorf("endpoint %q is a scheme-relative URL (//host); only a path on the node's own base URL is allowed", endpoint)
+	}
+	if !strings.HasPrefix(endpoint, "/") {
+		return fmt.Errorf("endpoint %q must start with /", endpoint)
+	}
+	// Check the path as written and every percent-decoded form of it, so
+	// that %2e%2e, %2f.. and double encodings cannot smuggle a dot segment.
+	decoded := path
+	for round := 0; round < 4; round++ {
+		if round > 0 {
+			next, err := url.PathUnescape(decoded)
+			if err != nil {
+				if round == 1 {
+					return fmt.Errorf("endpoint %q has invalid percent-encoding: %v", endpoint, err)
+				}
+				break // a literal % after decoding: nothing more to decode
+			}
+			if next == decoded {
+				break
+			}
+			decoded = next
+			if indexControl(decoded) >= 0 {
+				return fmt.Errorf("endpoint %q contains an encoded control character", endpoint)
+			}
+			if strings.Contains(decoded, `\`) {
+				return fmt.Errorf("endpoint %q contains an encoded backslash", endpoint)
+			}
+			if strings.HasPrefix(decoded, "//") {
+				return fmt.Errorf("endpoint %q starts with an encoded //", endpoint)
+			}
+		}
+		for _, seg := range strings.Split(decoded, "/") {
+			if seg == ".." || seg == "." {
+				return fmt.Errorf("endpoint %q has a %q path segment (after percent-decoding); dot segments are not allowed", endpoint, seg)
+			}
+		}
+	}
+	return nil
+}
+
+// escapeQuery percent-encodes the bytes of a raw query that may not appear
+// in a request line as they are (space, backslash, quotes, non-ASCII...),
+// leaving existing escapes and everything else exactly as written.
+func escapeQuery(q string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		if isQueryChar(c) {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
+}
+
+// isQueryChar reports whether c may appear unescaped in a URI query
+// (RFC 3986: unreserved, sub-delims, ":", "@", "/", "?"), or is "%".
+func isQueryChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("-._~!$&'()*+,;=:@/?%", c) >= 0
+}
+
+// hasScheme reports whether s starts with "scheme:" as in an absolute URL.
+func hasScheme(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9' || c == '+' || c == '-' || c == '.':
+			if i == 0 {
+				return false
+			}
+		case c == ':':
+			return i > 0
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// indexControl returns the index of the first ASCII control byte in s, or -1.
+func indexControl(s string) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			return i
+		}
+	}
+	return -1
+}
+
+// Call is one attempt to run a job.
+type Call struct {
+	JobID int64
+	Node  string // node name
+	Token int64  // fencing token of the claim
+	// Attempt is the attempt number, 1 for the first.
+	Attempt int
+	// IdempotencyKey is the same for every attempt of one logical run. Empty
+	// means "slotpoller-job-<JobID>".
+	IdempotencyKey string
+	// Method is GET, POST, PUT, PATCH or DELETE (any case); empty means POST.
+	Method   string
+	Endpoint string // a path on the invoker's base URL, see ResolveEndpoint
+	// Payload is the request body, sent whenever non-empty (whatever the
+	// method).
+	Payload []byte
+	// Timeout is the call's deadline; it must be > 0.
+	Timeout time.Duration
+	// Headers are extra request headers (e.g. X-Slotpoller-Task,
+	// X-Slotpoller-Scheduled-For); may be nil. They may replace Content-Type
+	// and User-Agent but never the reserved X-Slotpoller-Job, -Node, -Token,
+	// -Attempt, -Deadline, -Timeout-Ms or Idempotency-Key.
+	Headers map[string]string
+}
+
+// Verdict is the outcome class of a call.
+type Verdict int
+
+const (
+	// Succeeded: the endpoint answered 2xx.
+	Succeeded Verdict = iota
+	// Retry: 408, 429, 5xx, timeout, transport error or cancellation; run
+	// again after Backoff, up to the job's limit.
+	Retry
+	// Fail: the job cannot succeed as it is (other 4xx, 1xx/3xx final
+	// responses, bad endpoint, method or headers); do not retry.
+	Fail
+)
+
+// String returns "succeeded", "retry" or "fail".
+func (v Verdict) String() string {
+	switch v {
+	case Succeeded:
+		return "succeeded"
+	case Retry:
+		return "retry"
+	case Fail:
+		return "fail"
+	}
+	return "Verdict(" + strconv.Itoa(int(v)) + ")"
+}
+
+// Result is the outcome of one call.
+type Result struct {
+	Verdict Verdict
+	// Status is the HTTP status, 0 if there was no response.
+	Status int
+	// Err says, for an operator, why the call did not succeed; empty on
+	// success. E.g. "endpoint answered 503 Service Unavailable: <first 200
+	// bytes of body>", "timed out after 30s", "connection refused to
+	// http://localhost:8080/x", "cancelled: lease lost".
+	Err string
+	// Duration is how long the call took, by Invoker.Now.
+	Duration time.Duration
+}
+
+// Invoker calls job endpoints on the node's own base URL.
+type Invoker struct {
+	// Base is the node's base URL, e.g. http://localhost or
+	// http://localhost:8080/app.
+	Base *url.URL
+	// Client sends the requests. Nil means a client with no overall timeout
+	// (each call's deadline rules) and no proxy. Whatever the client, a
+	// redirect to a host other than Base's is refused (Verdict Fail).
+	Client *http.Client
+	// Now is the local clock for the deadline header and Duration; nil
+	// means time.Now.
+	Now func() time.Time
+}
+
+// defaultClient is the client used when Invoker.Client is nil. It never
+// goes through a proxy: the endpoints live on the node itself.
+var defaultClient = func() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	return &http.Client{Transport: tr}
+}()
+
+// errCallTimeout is the cause of a call context that hit the call's deadline.
+var errCallTimeout = errors.New("call deadline exceeded")
+
+// offHostRedirectError is returned by CheckRedirect for a redirect that
+// leaves the base URL's host.
+type offHostRedirectError struct{ to string }
+
+func (e *offHostRedirectError) Error() string {
+	return "endpoint redirected to another host (" + e.to + "); refused"
+}
+
+func (inv *Invoker) now() time.Time {
+	if inv.Now != nil {
+		return inv.Now()
+	}
+	return time.Now()
+}
+
+func (inv *Invoker) client() *http.Client {
+	src := inv.Client
+	if src == nil {
+		src = defaultClient
+	}
+	c := *src // shallow copy: shares the transport, adds the host guard
+	userCheck := src.CheckRedirect
+	baseHost := inv.Base.Host
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if !strings.EqualFold(req.URL.Host, baseHost) {
+			return &offHostRedirectError{to: req.URL.Redacted()}
+		}
+		if userCheck != nil {
+			return userCheck(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
+}
+
+// Invoke makes one call to c.Endpoint on the base URL and classifies the
+// outcome: 2xx succeed; 408, 429, 5xx, timeouts and transport errors retry;
+// other statuses fail. If ctx is cancelled by the caller (e.g. the node lost
+// its lease), the call is abandoned and the result is Retry with Err
+// "cancelled: <context.Cause(ctx)>". At most 64 KiB of a response body is
+// read; the body is always closed.
+func (inv *Invoker) Invoke(ctx context.Context, c Call) Result {
+	start := inv.now()
+	res := inv.invoke(ctx, c, start)
+	res.Duration = inv.now().Sub(start)
+	if res.Duration < 0 {
+		res.Duration = 0
+	}
+	return res
+}
+
+func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result {
+	if inv.Base == nil {
+		return Result{Verdict: Retry, Err: "invoker has no base URL"}
+	}
+	if c.Timeout <= 0 {
+		return Result{Verdict: Fail, Err: fmt.Sprintf("call timeout must be > 0, got %v", c.Timeout)}
+	}
+	method, err := callMethod(c.Method)
+	if err != nil {
+		return Result{Verdict: Fail, Err: err.Error()}
+	}
+	target, err := ResolveEndpoint(inv.Base, c.Endpoint)
+	if err != nil {
+		return Result{Verdict: Fail, Err: err.Error()}
+	}
+	for name, value := range c.Headers {
+		if err := checkHeader(name, value); err != nil {
+			return Result{Verdict: Fail, Err: err.Error()}
+		}
+	}
+
+	callCtx, cancel := context.WithTimeoutCause(ctx, c.Timeout, errCallTimeout)
+	defer cancel()
+
+	var body io.Reader
+	if len(c.Payload) > 0 {
+		body = bytes.NewReader(c.Payload)
+	}
+	req, err := http.NewRequestWithContext(callCtx, method, target.String(), body)
+	if err != nil {
+		return Result{Verdict: Fail, Err: fmt.Sprintf("building request to %s: %v", target.Redacted(), err)}
+	}
+	req.Header.Set("User-Agent", UserAgent)
+	switch {
+	case len(c.Payload) == 0:
+	case json.Valid(c.Payload):
+		req.Header.Set("Content-Type", "application/json")
+	default:
+		req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	for name, value := range c.Headers {
+		req.Header.Set(name, value)
+	}
+	key := c.IdempotencyKey
+	if key == "" {
+		key = "slotpoller-job-" + strconv.FormatInt(c.JobID, 10)
+	}
+	req.Header.Set(HeaderJob, strconv.FormatInt(c.JobID, 10))
+	req.Header.Set(HeaderNode, c.Node)
+	req.Header.Set(HeaderToken, strconv.FormatInt(c.Token, 10))
+	req.Header.Set(HeaderAttempt, strconv.Itoa(c.Attempt))
+	req.Header.Set(HeaderIdempotencyKey, key)
+	req.Header.Set(HeaderDeadline, start.Add(c.Timeout).UTC().Format(DeadlineFormat))
+	req.Header.Set(HeaderTimeoutMs, strconv.FormatInt(c.Timeout.Milliseconds(), 10))
+
+	resp, err := inv.client().Do(req)
+	if err != nil {
+		return classifyError(ctx, callCtx, c.Timeout, target, resp, err)
+	}
+	// Read (up to the limit) so the connection can be reused, then close.
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	resp.Body.Close()
+	return classifyStatus(resp.StatusCode, data)
+}
+
+// callMethod normalizes and checks a call's method.
+func callMethod(m string) (string, error) {
+	m = strings.ToUpper(strings.TrimSpace(m))
+	switch m {
+	case "":
+		return http.MethodPost, nil
+	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return m, nil
+	}
+	return "", fmt.Errorf("method %q is not allowed; use GET, POST, PUT, PATCH or DELETE", m)
+}
+
+// checkHeader refuses header names and values that net/http would reject at
+// send time (which would otherwise be retried forever).
+func checkHeader(name, value string) error {
+	if name == "" {
+		return errors.New("extra header with an empty name")
+	}
+	for i := 0; i < len(name); i++ {
+		if !isTokenChar(name[i]) {
+			return fmt.Errorf("extra header name %q is not a valid HTTP token", name)
+		}
+	}
+	for i := 0; i < len(value); i++ {
+		if c := value[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return fmt.Errorf("extra header %s has a control character in its value", name)
+		}
+	}
+	return nil
+}
+
+func isTokenChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// classifyStatus turns a final response into a Result.
+func classifyStatus(code int, body []byte) Result {
+	res := Result{Status: code}
+	switch {
+	case code >= 200 && code < 300:
+		res.Verdict = Succeeded
+		return res
+	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500 && code < 600:
+		res.Verdict = Retry
+	default:
+		res.Verdict = Fail
+	}
+	msg := "endpoint answered " + strconv.Itoa(code)
+	if text := http.StatusText(code); text != "" {
+		msg += " " + text
+	}
+	if snippet := bodySnippet(body); snippet != "" {
+		msg += ": " + snippet
+	}
+	res.Err = msg
+	return res
+}
+
+// bodySnippet returns the first maxErrBody bytes of body as readable text.
+func bodySnippet(body []byte) string {
+	if len(body) > maxErrBody {
+		body = body[:maxErrBody]
+		// Do not cut a UTF-8 sequence in half.
+		for len(body) > 0 && !utf8.Valid(body) && len(body) > maxErrBody-utf8.UTFMax {
+			body = body[:len(body)-1]
+		}
+	}
+	s := strings.ToValidUTF8(string(body), "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	return strings.TrimSpace(s)
+}
+
+// classifyError turns an error from Client.Do into a Result.
+func classifyError(ctx, callCtx context.Context, timeout time.Duration, target *url.URL, resp *http.Response, err error) Result {
+	where := target.Redacted()
+	var off *offHostRedirectError
+	if errors.As(err, &off) {
+		res := Result{Verdict: Fail, Err: off.Error()}
+		if resp != nil {
+			res.Status = resp.StatusCode
+		}
+		return res
+	}
+	if errors.Is(context.Cause(callCtx), errCallTimeout) {
+		return Result{Verdict: Retry, Err: "timed out after " + timeout.String()}
+	}
+	if ctx.Err() != nil {
+		return Result{Verdict: Retry, Err: "cancelled: " + context.Cause(ctx).Error()}
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	switch {
+	case isErrno(err, syscall.ECONNREFUSED, 10061 /* WSAECONNREFUSED */):
+		return Result{Verdict: Retry, Err: "connection refused to " + where}
+	case isErrno(err, syscall.ECONNRESET, 10054 /* WSAECONNRESET */):
+		return Result{Verdict: Retry, Err: "connection reset by " + where}
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return Result{Verdict: Retry, Err: "connection closed without a response by " + where}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		// A transport-level timeout (dial, TLS handshake, response headers)
+		// of a client-supplied transport.
+		return Result{Verdict: Retry, Err: fmt.Sprintf("timed out calling %s: %v", where, err)}
+	}
+	return Result{Verdict: Retry, Err: fmt.Sprintf("calling %s failed: %v", where, err)}
+}
+
+// isErrno reports whether err is the errno e, or the Windows Sockets error
+// number win (which does not match syscall's invented constants on Windows).
+func isErrno(err error, e syscall.Errno, win uintptr) bool {
+	if errors.Is(err, e) {
+		return true
+	}
+	var errno syscall.Errno
+	return errors.As(err, &errno) && uintptr(errno) == win
+}
+
+// Backoff is the delay before retry number attempt (1 = after the first
+// failed attempt): base * 2^(attempt-1), capped at max, with "equal jitter":
+// half of it fixed and the other half scaled by rnd() in [0,1). The result
+// is never below base/2 and never above max. attempt < 1 counts as 1; max <= 0
+// means no cap; if max < base, max wins. rnd nil means math/rand/v2; values
+// outside [0,1) are clamped.
+func Backoff(attempt int, base, max time.Duration, rnd func() float64) time.Duration {
+	if base <= 0 {
+		return 0
+	}
+	limit := max
+	if limit <= 0 {
+		limit = math.MaxInt64
+	}
+	if attempt < 1 {
+		attempt = 1
+	}
+	d := base
+	for i := 1; i < attempt && d < limit; i++ {
+		if d > limit/2 {
+			d = limit
+			break
+		}
+		d *= 2
+	}
+	if d > limit {
+		d = limit
+	}
+	r := 0.0
+	if rnd != nil {
+		r = rnd()
+	} else {
+		r = rand.Float64()
+	}
+	if !(r >= 0) { // also NaN
+		r = 0
+	}
+	if r >= 1 {
+		r = math.Nextafter(1, 0)
+	}
+	half := d / 2
+	out := half + time.Duration(r*float64(d-half))
+	if out > d {
+		out = d
+	}
+	return out
+}

@@ -1,0 +1,164 @@
+// Package rotation cuts database time into slots and tells a node when its
+// turn to poll the queue comes.
+//
+// Slot k = floor(dbNow / L) belongs to live[k mod N], the live nodes sorted
+// by name. Each node sleeps until its own slot (converted to local time
+// through its measured offset, plus a guard of the offset's error bound) and
+// polls only then, so the farm polls about once per L whatever N is.
+//
+// Under backlog the rotation widens: every node gets a turn in every slot,
+// spread through it by rank (the slot's owner first), until the backlog
+// drains. Rotation only shapes load; the conditional claim keeps it safe
+// when two nodes briefly disagree about membership.
+package rotation
+
+import (
+	"context"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/clock"
+)
+
+// Slot returns the number of the slot that db falls in.
+func Slot(db time.Time, length time.Duration) int64 {
+	return floorDiv(db.UnixNano(), int64(length))
+}
+
+// Start returns the database time at which slot k begins.
+func Start(k int64, length time.Duration) time.Time {
+	return time.Unix(0, k*int64(length)).UTC()
+}
+
+// Owner returns the node that slot k belongs to; members must be sorted.
+func Owner(k int64, members []string) string {
+	if len(members) == 0 {
+		return ""
+	}
+	return members[mod(k, int64(len(members)))]
+}
+
+// Rank is a node's place in slot k: 0 for the slot's owner, then 1, 2, ...
+// for the nodes after it in the rotation. It is -1 for a non-member.
+func Rank(k int64, me string, members []string) int {
+	for i, m := range members {
+		if m == me {
+			return int(mod(int64(i)-k, int64(len(members))))
+		}
+	}
+	return -1
+}
+
+// Turn is one poll a node may make.
+type Turn struct {
+	Slot  int64
+	Rank  int       // 0: the slot's owner; >0: a widened turn
+	Start time.Time // database time the turn began
+}
+
+// DBClock is the node's estimate of the database clock (clocksync's
+// Estimator): the database time now, its error bound, and whether an
+// estimate exists yet.
+type DBClock interface {
+	Now() (db time.Time, errBound time.Duration, ok bool)
+}
+
+// Waiter hands a node its turns.
+type Waiter struct {
+	Clock   clock.Clock      // local timers
+	DB      DBClock          // database time
+	Slot    time.Duration    // L
+	Me      string           // this node's name
+	Members func() []string  // live members, sorted, as last read
+	Widen   func() bool      // true while the farm is in backlog mode; nil means never
+	Nudge   <-chan struct{}  // wakes a sleeping Wait to re-read membership; may be nil
+	last    int64
+	started bool
+}
+
+// Wait blocks until this node's next turn and returns it. It never returns
+// the same slot twice and skips turns it woke up too late for. Sleeps are
+// capped at one slot, so a change of membership or mode is noticed within
+// one slot even without a nudge.
+func (w *Waiter) Wait(ctx context.Context) (Turn, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return Turn{}, err
+		}
+		sleep := w.Slot
+		db, errBound, ok := w.DB.Now()
+		if ok {
+			turn, wait, now := w.next(db, errBound, w.Members())
+			if now {
+				w.last, w.started = turn.Slot, true
+				return turn, nil
+			}
+			if wait > 0 && wait < sleep {
+				sleep = wait
+			}
+		}
+		if err := w.sleep(ctx, sleep); err != nil {
+			return Turn{}, err
+		}
+	}
+}
+
+// next finds the node's next turn. It returns the turn and true when it is
+// due now, or how long to wait. The guard band works on both edges: a turn
+// starts only once the earliest the database time can be (db - errBound) has
+// reached it, and is taken only while the latest it can be (db + errBound)
+// is still inside the slot.
+func (w *Waiter) next(db time.Time, errBound time.Duration, members []string) (Turn, time.Duration, bool) {
+	n := len(members)
+	safe, late := db.Add(-errBound), db.Add(errBound)
+	k := Slot(safe, w.Slot)
+	if Rank(k, w.Me, members) < 0 {
+		return Turn{}, 0, false
+	}
+	widen := w.Widen != nil && w.Widen()
+	for kk := k; kk <= k+int64(n); kk++ {
+		if w.started && kk <= w.last {
+			continue
+		}
+		r := Rank(kk, w.Me, members)
+		if r != 0 && !widen {
+			continue
+		}
+		at := Start(kk, w.Slot).Add(time.Duration(r) * w.Slot / time.Duration(n))
+		if safe.Before(at) {
+			return Turn{}, at.Sub(safe), false
+		}
+		if late.Before(Start(kk+1, w.Slot)) {
+			return Turn{Slot: kk, Rank: r, Start: at}, 0, true
+		}
+		// Woke up after the slot ended (a pause, a clock jump): skip it.
+	}
+	return Turn{}, 0, false
+}
+
+func (w *Waiter) sleep(ctx context.Context, d time.Duration) error {
+	t := w.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+	case <-w.Nudge:
+	}
+	return nil
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+func mod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}

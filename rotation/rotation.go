@@ -64,13 +64,13 @@ type DBClock interface {
 
 // Waiter hands a node its turns.
 type Waiter struct {
-	Clock   clock.Clock      // local timers
-	DB      DBClock          // database time
-	Slot    time.Duration    // L
-	Me      string           // this node's name
-	Members func() []string  // live members, sorted, as last read
-	Widen   func() bool      // true while the farm is in backlog mode; nil means never
-	Nudge   <-chan struct{}  // wakes a sleeping Wait to re-read membership; may be nil
+	Clock   clock.Clock     // local timers
+	DB      DBClock         // database time
+	Slot    time.Duration   // L
+	Me      string          // this node's name
+	Members func() []string // live members, sorted, as last read
+	Widen   func() bool     // true while the farm is in backlog mode; nil means never
+	Nudge   <-chan struct{} // wakes a sleeping Wait to re-read membership; may be nil
 	last    int64
 	started bool
 }

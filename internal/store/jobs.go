@@ -327,3 +327,38 @@ func (s *Store) JobCounts(ctx context.Context) (map[string]int, error) {
 	}
 	return out, rows.Err()
 }
+
+// Held is a job an owner still holds after a lease renewal.
+type Held struct {
+	ID    int64
+	Token int64
+}
+
+// JobsRenewLeases extends, in one statement, the lease of every job the
+// owner holds, and returns which ones it still holds: a job missing from the
+// answer was reclaimed and must not be worked on under its old token.
+func (s *Store) JobsRenewLeases(ctx context.Context, owner string, lease time.Duration) ([]Held, error) {
+	q := expand(s.d, `UPDATE {jobs} SET lease_until = {now+?} {output id, token}
+WHERE owner = ? AND state = 'running' {returning id, token}`)
+	var held []Held
+	err := s.retry(ctx, func() error {
+		held = held[:0]
+		rows, err := s.query(ctx, q, millis(lease), owner)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var h Held
+			if err := rows.Scan(&h.ID, &h.Token); err != nil {
+				return err
+			}
+			held = append(held, h)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("renew job leases: %w", err)
+	}
+	return held, nil
+}

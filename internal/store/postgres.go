@@ -20,9 +20,9 @@ func (Postgres) Now() string              { return "clock_timestamp()" }
 func (Postgres) NowPlusMillis() string {
 	return "(clock_timestamp() + CAST(? AS double precision) * interval '1 millisecond')"
 }
-func (Postgres) Table(name string) string { return "slotpoller_" + name }
-func (Postgres) TimeArg(t time.Time) any  { return t.UTC() }
-func (Postgres) MigrationLock() string    { return "SELECT pg_advisory_xact_lock(7305112)" }
+func (Postgres) Table(name string) string     { return "slotpoller_" + name }
+func (Postgres) TimeArg(t time.Time) any      { return t.UTC() }
+func (Postgres) MigrationLock() string        { return "SELECT pg_advisory_xact_lock(7305112)" }
 func (Postgres) Returning(cols string) string { return "RETURNING " + cols }
 func (Postgres) Output(string) string         { return "" }
 

@@ -1,0 +1,376 @@
+// Package jobs is slotpoller's queue at work on one node: in the node's
+// slot it reclaims expired leases, claims its fair share of due jobs with a
+// conditional UPDATE, calls each job's endpoint on the node's own base URL,
+// keeps the leases of running calls alive in one statement per interval, and
+// records each result fenced by the claim's token.
+//
+// Safety rests on the claim and the token, never on timing: a node that
+// lost its lease (froze, lost the database) cancels its call and can no
+// longer write the job.
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/clock"
+	"github.com/slotpoller/slotpoller/internal/store"
+)
+
+// Reasons a call is cancelled, read back with context.Cause.
+var (
+	errLeaseLost        = errors.New("lease lost: the farm reclaimed the job")
+	errLeaseUnconfirmed = errors.New("lease could not be confirmed with the database before it ran out")
+	errDraining         = errors.New("node is stopping")
+)
+
+// Options configure a Runner. Zero durations are not defaults: the service
+// fills them from validated config.
+type Options struct {
+	Node        string // node name, sent as X-Slotpoller-Node
+	Incarnation string // owner id of this process's claims
+	Capacity    int    // concurrent calls
+	Lease       time.Duration
+	Timeout     time.Duration // call deadline when the job has none
+	Backoff     time.Duration
+	BackoffMax  time.Duration
+	Clock       clock.Clock
+	Logger      *slog.Logger
+	Rand        func() float64 // jitter source; nil: math/rand
+}
+
+// Stats are the runner's counters since start.
+type Stats struct {
+	Polls, Claimed, Succeeded, Retried, Failed, Dead, Released, LeasesLost, Renewals int64
+}
+
+// Runner runs the jobs of one node.
+type Runner struct {
+	store *store.Store
+	inv   *Invoker
+	opts  Options
+
+	base   context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	inflight map[int64]*inflight
+
+	polls, claimed, succeeded, retried, failed, dead, released, leasesLost, renewals atomic.Int64
+}
+
+type inflight struct {
+	claim      store.Claim
+	cancel     context.CancelCauseFunc
+	claimedAt  time.Time // local, after the claim statement returned
+	leaseUntil time.Time // local, conservative: send time of the last confirmation + lease
+}
+
+// NewRunner returns a runner; Drain stops it.
+func NewRunner(s *store.Store, inv *Invoker, opts Options) *Runner {
+	if opts.Clock == nil {
+		opts.Clock = clock.Real()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	base, cancel := context.WithCancel(context.Background())
+	return &Runner{store: s, inv: inv, opts: opts, base: base, cancel: cancel, inflight: map[int64]*inflight{}}
+}
+
+// Running returns how many calls are in flight.
+func (r *Runner) Running() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.inflight)
+}
+
+// Free returns how many more calls the node can take.
+func (r *Runner) Free() int { return max(0, r.opts.Capacity-r.Running()) }
+
+// Stats returns the counters.
+func (r *Runner) Stats() Stats {
+	return Stats{Polls: r.polls.Load(), Claimed: r.claimed.Load(), Succeeded: r.succeeded.Load(), Retried: r.retried.Load(),
+		Failed: r.failed.Load(), Dead: r.dead.Load(), Released: r.released.Load(), LeasesLost: r.leasesLost.Load(), Renewals: r.renewals.Load()}
+}
+
+// FairShare is how many of the due jobs a poller takes: its capacity's
+// share of all outstanding work (due plus running anywhere), less what it
+// already runs, never more than it has free or than is due. Counting running
+// work means that in a burst the first poller does not take everything and
+// the next ones still get their part.
+func FairShare(load store.QueueLoad, mine, capacity, farmCapacity, free int) int {
+	if farmCapacity < capacity || farmCapacity <= 0 {
+		farmCapacity = capacity
+	}
+	if capacity <= 0 {
+		return 0
+	}
+	outstanding := load.Due + load.Running
+	target := (outstanding*capacity+farmCapacity-1)/farmCapacity - mine
+	return max(0, min(target, free, load.Due))
+}
+
+// PollResult says what one poll did.
+type PollResult struct {
+	Reclaimed int64
+	Due       int // due when counted
+	Claimed   int
+	Left      int // due jobs this poll left to others
+}
+
+// Poll is the node's work in its turn: reclaim, count, claim, start calls.
+// farmCapacity is the sum of the live nodes' capacities.
+func (r *Runner) Poll(ctx context.Context, farmCapacity int) (PollResult, error) {
+	r.polls.Add(1)
+	var res PollResult
+	n, err := r.store.JobsReclaimExpired(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Reclaimed = n
+	if n > 0 {
+		r.opts.Logger.Info("reclaimed jobs whose lease expired", "count", n)
+	}
+	load, err := r.store.JobsLoad(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Due = load.Due
+	mine := r.Running()
+	want := FairShare(load, mine, r.opts.Capacity, farmCapacity, r.opts.Capacity-mine)
+	if want == 0 {
+		res.Left = load.Due
+		return res, nil
+	}
+	sent := r.opts.Clock.Now()
+	claims, err := r.store.JobsClaim(ctx, r.opts.Incarnation, r.opts.Node, want, r.opts.Lease)
+	if err != nil {
+		return res, err
+	}
+	now := r.opts.Clock.Now()
+	res.Claimed, res.Left = len(claims), max(0, load.Due-len(claims))
+	r.claimed.Add(int64(len(claims)))
+	for _, c := range claims {
+		r.start(c, now, sent.Add(r.opts.Lease))
+	}
+	return res, nil
+}
+
+func (r *Runner) start(c store.Claim, claimedAt, leaseUntil time.Time) {
+	ctx, cancel := context.WithCancelCause(r.base)
+	r.mu.Lock()
+	r.inflight[c.ID] = &inflight{claim: c, cancel: cancel, claimedAt: claimedAt, leaseUntil: leaseUntil}
+	r.mu.Unlock()
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer cancel(nil)
+		r.run(ctx, c)
+		r.mu.Lock()
+		delete(r.inflight, c.ID)
+		r.mu.Unlock()
+	}()
+}
+
+func (r *Runner) run(ctx context.Context, c store.Claim) {
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = r.opts.Timeout
+	}
+	log := r.opts.Logger.With("job", c.ID, "endpoint", c.Endpoint, "attempt", c.Attempt, "token", c.Token)
+	res := r.inv.Invoke(ctx, Call{JobID: c.ID, Node: r.opts.Node, Token: c.Token, Attempt: c.Attempt,
+		IdempotencyKey: c.IdempotencyKey, Method: c.Method, Endpoint: c.Endpoint, Payload: c.Payload, Timeout: timeout})
+
+	// Results are written on a context of their own: the poll that claimed
+	// the job is long over, and a stop must still record what happened.
+	wctx, wcancel := context.WithTimeout(context.Background(), r.opts.Lease)
+	defer wcancel()
+	if cause := context.Cause(ctx); errors.Is(cause, errDraining) {
+		ok, err := r.store.JobReleaseIfRunning(wctx, c.ID, c.Token, "released unfinished: node "+r.opts.Node+" stopped")
+		if err != nil {
+			log.Error("could not release job on stop; it runs again when its lease expires", "err", err)
+		} else if ok {
+			r.released.Add(1)
+			log.Info("released unfinished job on stop")
+		}
+		return
+	}
+	o := store.Outcome{Status: res.Status, Error: res.Err}
+	switch res.Verdict {
+	case Succeeded:
+		o.State = store.StateDone
+	case Fail:
+		o.State = store.StateFailed
+	default:
+		if c.Attempt >= c.MaxAttempts {
+			o.State = store.StateDead
+		} else {
+			o.State = store.StateReady
+			o.RetryAfter = Backoff(c.Attempt, r.opts.Backoff, r.opts.BackoffMax, r.opts.Rand)
+		}
+	}
+	ok, err := r.finish(wctx, c, o)
+	switch {
+	case err != nil:
+		log.Error("could not record job result; the job runs again when its lease expires", "err", err, "result", o.State)
+		return
+	case !ok:
+		r.leasesLost.Add(1)
+		log.Warn("job result not recorded: the claim was no longer this node's (lease lost)", "result", o.State)
+		return
+	}
+	switch o.State {
+	case store.StateDone:
+		r.succeeded.Add(1)
+		log.Debug("job done", "status", res.Status, "duration", res.Duration)
+	case store.StateFailed:
+		r.failed.Add(1)
+		log.Warn("job failed", "status", res.Status, "error", res.Err)
+	case store.StateDead:
+		r.dead.Add(1)
+		log.Warn("job dead after its last attempt", "status", res.Status, "error", res.Err)
+	default:
+		r.retried.Add(1)
+		log.Info("job will be retried", "status", res.Status, "error", res.Err, "after", o.RetryAfter)
+	}
+}
+
+// finish writes the outcome, retrying while the database is unreachable
+// for up to the write context's deadline.
+func (r *Runner) finish(ctx context.Context, c store.Claim, o store.Outcome) (bool, error) {
+	pause := 100 * time.Millisecond
+	for {
+		ok, err := r.store.JobFinishIfRunning(ctx, c.ID, c.Token, o)
+		if err == nil || ctx.Err() != nil {
+			return ok, err
+		}
+		if clock.Sleep(ctx, r.opts.Clock, pause) != nil {
+			return false, err
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+// RenewLeases keeps the leases of running calls alive: every lease/3 it
+// renews all of this node's leases in one statement. A call whose job is no
+// longer held is cancelled at once; a call whose lease cannot be confirmed
+// before it would run out is cancelled while there is still time.
+func (r *Runner) RenewLeases(ctx context.Context) error {
+	tick := r.opts.Lease / 3
+	for {
+		if err := clock.Sleep(ctx, r.opts.Clock, tick); err != nil {
+			return err
+		}
+		r.RenewOnce(ctx)
+	}
+}
+
+// RenewOnce is one round of RenewLeases.
+func (r *Runner) RenewOnce(ctx context.Context) {
+	if r.Running() == 0 {
+		return
+	}
+	tick := r.opts.Lease / 3
+	sent := r.opts.Clock.Now()
+	rctx, cancel := context.WithTimeout(ctx, tick)
+	held, err := r.store.JobsRenewLeases(rctx, r.opts.Incarnation, r.opts.Lease)
+	cancel()
+	now := r.opts.Clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		r.renewals.Add(1)
+		still := make(map[store.Held]bool, len(held))
+		for _, h := range held {
+			still[h] = true
+		}
+		for _, f := range r.inflight {
+			if !f.claimedAt.Before(sent) {
+				continue // claimed after the renewal was sent: not judged by it
+			}
+			if still[store.Held{ID: f.claim.ID, Token: f.claim.Token}] {
+				f.leaseUntil = sent.Add(r.opts.Lease)
+				continue
+			}
+			r.opts.Logger.Warn("cancelling call: lease lost", "job", f.claim.ID, "token", f.claim.Token)
+			f.cancel(errLeaseLost)
+		}
+		return
+	}
+	r.opts.Logger.Error("could not renew job leases", "err", err)
+	// The next chance to confirm is a tick away; cancel any call whose lease
+	// would run out before then, with a margin for the cancellation itself.
+	margin := tick / 2
+	for _, f := range r.inflight {
+		if !now.Add(tick + margin).Before(f.leaseUntil) {
+			r.opts.Logger.Warn("cancelling call: lease cannot be confirmed", "job", f.claim.ID, "lease_left", f.leaseUntil.Sub(now))
+			f.cancel(errLeaseUnconfirmed)
+		}
+	}
+}
+
+// Wait blocks until every call in flight has ended and been recorded.
+func (r *Runner) Wait() { r.wg.Wait() }
+
+// Drain waits up to timeout for the calls in flight to finish, then
+// cancels the rest and gives their jobs back to the queue unrun.
+func (r *Runner) Drain(timeout time.Duration) {
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	t := r.opts.Clock.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C():
+		r.mu.Lock()
+		for _, f := range r.inflight {
+			f.cancel(errDraining)
+		}
+		r.mu.Unlock()
+		<-done
+	}
+	r.cancel()
+}
+
+// NewIdempotencyKey returns a key for a new job: random, so that it stays
+// the same for every attempt of the job and differs from every other job.
+func NewIdempotencyKey() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return "slotpoller-" + hex.EncodeToString(b)
+}
+
+// Enqueue validates and inserts a job. The endpoint must stay on the node's
+// base URL; the method must be one the invoker sends.
+func Enqueue(ctx context.Context, s *store.Store, j store.NewJob) (int64, error) {
+	if err := ValidateEndpoint(j.Endpoint); err != nil {
+		return 0, fmt.Errorf("enqueue: %w", err)
+	}
+	if j.Method == "" {
+		j.Method = "POST"
+	}
+	switch j.Method {
+	case "GET", "POST", "PUT", "PATCH", "DELETE":
+	default:
+		return 0, fmt.Errorf("enqueue: method %q is not one of GET, POST, PUT, PATCH, DELETE", j.Method)
+	}
+	if j.MaxAttempts < 1 {
+		return 0, fmt.Errorf("enqueue: max attempts %d must be at least 1", j.MaxAttempts)
+	}
+	if j.Timeout < 0 {
+		return 0, fmt.Errorf("enqueue: timeout %v must not be negative", j.Timeout)
+	}
+	if j.IdempotencyKey == "" {
+		j.IdempotencyKey = NewIdempotencyKey()
+	}
+	return s.JobInsert(ctx, j)
+}

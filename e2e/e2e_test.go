@@ -1,0 +1,250 @@
+// Package e2e runs the built slotpoller binary as several real node
+// processes against one database and checks, from what a recording job
+// endpoint saw, the promises the farm makes.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/stretchr/testify/require"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "slotpoller-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "slotpoller")
+	build := exec.Command("go", "build", "-o", binary, "..")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build slotpoller:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// call is what the recording endpoint saw of one request.
+type call struct {
+	job, node, token, attempt, key, deadline string
+	at                                       time.Time
+}
+
+type recorder struct {
+	mu    sync.Mutex
+	calls []call
+}
+
+func (r *recorder) handler(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	r.calls = append(r.calls, call{
+		job: req.Header.Get("X-Slotpoller-Job"), node: req.Header.Get("X-Slotpoller-Node"),
+		token: req.Header.Get("X-Slotpoller-Token"), attempt: req.Header.Get("X-Slotpoller-Attempt"),
+		key: req.Header.Get("Idempotency-Key"), deadline: req.Header.Get("X-Slotpoller-Deadline"), at: time.Now(),
+	})
+	r.mu.Unlock()
+	time.Sleep(10 * time.Millisecond) // a little work, so that capacity matters
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (r *recorder) snapshot() []call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]call(nil), r.calls...)
+}
+
+// node is one slotpoller process.
+type node struct {
+	name string
+	cmd  *exec.Cmd
+	log  *bytes.Buffer
+	mu   *sync.Mutex
+}
+
+type syncWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (n *node) output() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.log.String()
+}
+
+// env is the configuration of a test node: fast slots so the test is short.
+func env(driver, dsn, name, baseURL string, extra ...string) []string {
+	e := append(os.Environ(),
+		"SLOTPOLLER_DATABASE_DRIVER="+driver,
+		"SLOTPOLLER_DATABASE_DSN="+dsn,
+		"SLOTPOLLER_NODE_NAME="+name,
+		"SLOTPOLLER_JOBS_BASE_URL="+baseURL,
+		"SLOTPOLLER_ROTATION_SLOT=250ms",
+		"SLOTPOLLER_CHECKIN_HEARTBEAT=250ms",
+		"SLOTPOLLER_JOBS_LEASE=3s",
+		"SLOTPOLLER_JOBS_DRAIN_TIMEOUT=2s",
+		"SLOTPOLLER_LOG_LEVEL=debug",
+	)
+	return append(e, extra...)
+}
+
+func startNode(t *testing.T, environ []string, name string) *node {
+	t.Helper()
+	n := &node{name: name, log: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	// Run from an empty folder without -config: defaults and env apply.
+	n.cmd = exec.Command(binary, "run")
+	n.cmd.Env = environ
+	n.cmd.Dir = t.TempDir()
+	w := syncWriter{n.mu, n.log}
+	n.cmd.Stdout, n.cmd.Stderr = w, w
+	require.NoError(t, n.cmd.Start())
+	t.Cleanup(func() {
+		if n.cmd.ProcessState == nil {
+			_ = n.cmd.Process.Kill()
+			_ = n.cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("--- log of node %s ---\n%s", name, n.output())
+		}
+	})
+	return n
+}
+
+func (n *node) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, n.cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- n.cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "node %s did not stop cleanly", n.name)
+	case <-time.After(15 * time.Second):
+		t.Fatalf("node %s did not stop within 15s of SIGTERM", n.name)
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func liveNodes(t *testing.T, s *store.Store) int {
+	nodes, _, err := s.Nodes(context.Background(), 750*time.Millisecond)
+	require.NoError(t, err)
+	live := 0
+	for _, n := range nodes {
+		if n.Live {
+			live++
+		}
+	}
+	return live
+}
+
+func TestFarmRunsEachJobOnce(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, dsn := storetest.Open(t, driver)
+		ctx := context.Background()
+		rec := &recorder{}
+		srv := httptest.NewServer(http.HandlerFunc(rec.handler))
+		defer srv.Close()
+
+		names := []string{"node-a", "node-b", "node-c"}
+		var nodes []*node
+		for i, name := range names {
+			// One node reads its local clock as 7s fast, one as 4s slow:
+			// only the database clock may matter.
+			skew := []string{"7s", "-4s", "0s"}[i]
+			nodes = append(nodes, startNode(t, env(driver, dsn, name, srv.URL, "SLOTPOLLER_CLOCK_SKEW="+skew), name))
+		}
+		waitFor(t, 30*time.Second, "3 live nodes", func() bool { return liveNodes(t, s) == 3 })
+
+		const total = 300
+		ids := map[string]bool{}
+		for i := range total {
+			id, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: fmt.Sprintf("/jobs/e2e?n=%d", i), MaxAttempts: 3})
+			require.NoError(t, err)
+			ids[strconv.FormatInt(id, 10)] = true
+		}
+		waitFor(t, 60*time.Second, "all jobs done", func() bool {
+			counts, err := s.JobCounts(ctx)
+			require.NoError(t, err)
+			return counts[store.StateDone] == total
+		})
+		for _, n := range nodes {
+			n.stop(t)
+		}
+
+		calls := rec.snapshot()
+		perJob := map[string]int{}
+		perNode := map[string]int{}
+		for _, c := range calls {
+			require.True(t, ids[c.job], "a call for unknown job %q", c.job)
+			perJob[c.job]++
+			perNode[c.node]++
+			require.Equal(t, "1", c.token, "first claim of job %s", c.job)
+			require.Equal(t, "1", c.attempt)
+			require.NotEmpty(t, c.key, "Idempotency-Key")
+			_, err := time.Parse(time.RFC3339, c.deadline)
+			require.NoError(t, err, "X-Slotpoller-Deadline %q", c.deadline)
+		}
+		require.Len(t, perJob, total, "every job was called")
+		for job, n := range perJob {
+			require.Equal(t, 1, n, "job %s called %d times", job, n)
+		}
+		fair := total / len(names)
+		for _, name := range names {
+			require.GreaterOrEqual(t, perNode[name], fair/2, "node %s ran %d of %d jobs (fair share %d): %v", name, perNode[name], total, fair, perNode)
+		}
+		t.Logf("%s: jobs per node %v", driver, perNode)
+
+		// A graceful stop leaves the registry at once.
+		nodesNow, _, err := s.Nodes(ctx, time.Hour)
+		require.NoError(t, err)
+		for _, n := range nodesNow {
+			require.Equal(t, "left", n.State, "node %s", n.Name)
+		}
+	})
+}
+
+func TestRunKeepsRetryingAnUnreachableDatabase(t *testing.T) {
+	n := startNode(t, env("postgres", "postgres://slot:hunter2pw@127.0.0.1:1/farm?connect_timeout=1", "lonely", "http://localhost"), "lonely")
+	waitFor(t, 20*time.Second, "two failed connection attempts in the log", func() bool {
+		return bytes.Count([]byte(n.output()), []byte("could not connect to the database; retrying")) >= 2
+	})
+	require.Nil(t, n.cmd.ProcessState, "run must keep going while the database is away")
+	require.NotContains(t, n.output(), "hunter2pw", "the DSN password must never reach the log")
+	n.stop(t)
+}

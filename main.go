@@ -1,0 +1,274 @@
+// Command slotpoller runs a node of a slotpoller farm and offers the
+// operator's verbs: enqueue jobs, show the farm's status, migrate the schema.
+//
+//	slotpoller run [-config PATH]
+//	slotpoller enqueue -endpoint PATH [-in DURATION | -at RFC3339] [-payload TEXT] [-max-attempts N] ...
+//	slotpoller status [-json] [-config PATH]
+//	slotpoller schema migrate|status [-config PATH]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/service"
+)
+
+const usage = `slotpoller runs a farm's background jobs from one shared SQL database.
+
+Usage:
+  slotpoller run [-config PATH]                 run this node in the foreground
+  slotpoller enqueue -endpoint PATH [flags]     add a one-off job; prints its id
+  slotpoller status [-json] [-config PATH]      nodes, their clock offsets, jobs by state
+  slotpoller schema migrate [-config PATH]      create or upgrade the database schema
+  slotpoller schema status [-config PATH]       show the schema version
+  slotpoller version
+
+Every verb reads config.yaml (or -config PATH) and SLOTPOLLER_<SECTION>_<KEY>
+environment variables. Run "slotpoller VERB -h" for a verb's flags.
+`
+
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is main without os.Exit, so the verbs can be tested.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	verb, rest := args[0], args[1:]
+	var err error
+	switch verb {
+	case "run":
+		err = cmdRun(rest, stderr)
+	case "enqueue":
+		err = cmdEnqueue(rest, stdout, stderr)
+	case "status":
+		err = cmdStatus(rest, stdout, stderr)
+	case "schema":
+		err = cmdSchema(rest, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "slotpoller", version)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "slotpoller: unknown verb %q\n\n%s", verb, usage)
+		return 2
+	}
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintln(stderr, "slotpoller "+verb+":", err)
+		return 2
+	default:
+		fmt.Fprintln(stderr, "slotpoller "+verb+":", err)
+		return 1
+	}
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func newFlags(verb string, stderr io.Writer) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("slotpoller "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := fs.String("config", "", "config file (default config.yaml in the working directory, if it exists)")
+	return fs, cfg
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
+
+func loadConfig(path string) (service.Config, error) {
+	explicit := path != ""
+	if !explicit {
+		path = "config.yaml"
+	}
+	return service.Load(path, explicit, os.Environ())
+}
+
+// openStore connects for a one-shot verb: it fails fast, unlike `run`.
+func openStore(ctx context.Context, cfg service.Config) (*store.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s, err := store.Open(ctx, cfg.Database.Driver, cfg.Database.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the database (%s %s): %w", cfg.Database.Driver, service.MaskDSN(cfg.Database.DSN), err)
+	}
+	return s, nil
+}
+
+func cmdRun(args []string, stderr io.Writer) error {
+	fs, cfgPath := newFlags("run", stderr)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return service.NewNode(cfg, service.NewLogger(stderr, cfg.Log), nil).Run(ctx)
+}
+
+func cmdEnqueue(args []string, stdout, stderr io.Writer) error {
+	fs, cfgPath := newFlags("enqueue", stderr)
+	endpoint := fs.String("endpoint", "", "path of the job's endpoint on the node's base URL, e.g. /jobs/report (required)")
+	in := fs.Duration("in", 0, "run after this delay on the database clock, e.g. 30s")
+	at := fs.String("at", "", "run at this time, RFC 3339, e.g. 2026-12-01T02:00:00Z")
+	payload := fs.String("payload", "", "request body")
+	method := fs.String("method", "POST", "HTTP method: GET, POST, PUT, PATCH or DELETE")
+	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is dead (default jobs.max_attempts)")
+	timeout := fs.Duration("timeout", 0, "deadline of one call (default jobs.timeout)")
+	unique := fs.String("unique-key", "", "refuse the job if one with this key exists")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *endpoint == "" {
+		return usageError{"-endpoint is required"}
+	}
+	if *in < 0 {
+		return usageError{fmt.Sprintf("-in %v: must not be negative", *in)}
+	}
+	var runAt *time.Time
+	if *at != "" {
+		if *in != 0 {
+			return usageError{"give -in or -at, not both"}
+		}
+		t, err := time.Parse(time.RFC3339, *at)
+		if err != nil {
+			return usageError{fmt.Sprintf("-at %q: not an RFC 3339 time such as 2026-12-01T02:00:00Z", *at)}
+		}
+		runAt = &t
+	}
+	if *timeout < 0 {
+		return usageError{fmt.Sprintf("-timeout %v: must not be negative", *timeout)}
+	}
+	if err := jobs.ValidateEndpoint(*endpoint); err != nil {
+		return usageError{fmt.Sprintf("-endpoint %q: %v", *endpoint, err)}
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	if *maxAttempts == 0 {
+		*maxAttempts = cfg.Jobs.MaxAttempts
+	}
+	if *maxAttempts < 1 {
+		return usageError{fmt.Sprintf("-max-attempts %d: must be at least 1", *maxAttempts)}
+	}
+	ctx := context.Background()
+	s, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := install.Check(ctx, s); err != nil {
+		return err
+	}
+	id, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: *endpoint, Method: *method, Payload: []byte(*payload),
+		RunAt: runAt, Delay: *in, MaxAttempts: *maxAttempts, Timeout: *timeout, UniqueKey: *unique})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, id)
+	return nil
+}
+
+func cmdStatus(args []string, stdout, stderr io.Writer) error {
+	fs, cfgPath := newFlags("status", stderr)
+	asJSON := fs.Bool("json", false, "print JSON: an object with a nodes array and job counts")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	s, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	rep, err := service.Status(ctx, s, time.Duration(cfg.Checkin.TTL))
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return rep.WriteText(stdout)
+}
+
+func cmdSchema(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "migrate" && args[0] != "status") {
+		return usageError{"say `schema migrate` or `schema status`"}
+	}
+	sub := args[0]
+	fs, cfgPath := newFlags("schema "+sub, stderr)
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	s, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if sub == "status" {
+		cur, latest, err := install.Status(ctx, s)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "schema version %d; this binary's latest is %d\n", cur, latest)
+		return install.Check(ctx, s)
+	}
+	applied, err := install.Migrate(ctx, s)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintln(stdout, "schema is up to date")
+		return nil
+	}
+	fmt.Fprintf(stdout, "applied schema versions %v\n", applied)
+	return nil
+}

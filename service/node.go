@@ -1,0 +1,317 @@
+// Package service wires one slotpoller node together: it loads the node's
+// configuration, connects to the farm's database (retrying while it is
+// away), measures the offset to the database clock, checks in, and then
+// polls in the node's rotation slots until it is told to stop, when it
+// drains its calls, gives back what it could not finish and leaves.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/slotpoller/slotpoller/checkin"
+	"github.com/slotpoller/slotpoller/clocksync"
+	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/internal/clock"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/rotation"
+)
+
+// NewLogger builds the node's logger from its log settings.
+func NewLogger(w io.Writer, c LogConfig) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Node is one slotpoller node.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	clock clock.Clock
+
+	mu     sync.Mutex
+	store  *store.Store
+	runner *jobs.Runner
+	polls  int64
+}
+
+// NewNode returns a node for a validated configuration. clk is the local
+// clock; nil means the real one. The configured clock.skew is applied on
+// top of it.
+func NewNode(cfg Config, logger *slog.Logger, clk clock.Clock) *Node {
+	if clk == nil {
+		clk = clock.Real()
+	}
+	return &Node{cfg: cfg, log: logger, clock: clock.Skewed(clk, time.Duration(cfg.Clock.Skew))}
+}
+
+// dbSource reads the database clock for clocksync.
+type dbSource struct{ s *store.Store }
+
+func (d dbSource) Now(ctx context.Context) (time.Time, error) { return d.s.Now(ctx) }
+
+// Run runs the node until ctx ends, then stops gracefully. It returns nil
+// after a graceful stop, or the error that made the node give up (a schema
+// newer than this binary, another process using the node's name).
+func (n *Node) Run(ctx context.Context) error {
+	cfg := n.cfg
+	log := n.log.With("node", cfg.Node.Name)
+	log.Info("starting", "driver", cfg.Database.Driver, "dsn", MaskDSN(cfg.Database.DSN), "slot", cfg.Rotation.Slot,
+		"heartbeat", cfg.Checkin.Heartbeat, "ttl", cfg.Checkin.TTL, "capacity", cfg.Node.Capacity, "base_url", cfg.Jobs.BaseURL)
+	if cfg.Clock.Skew != 0 {
+		log.Warn("clock.skew is set: this node reads its local clock as off by it", "skew", cfg.Clock.Skew)
+	}
+
+	s, err := n.connect(ctx, log)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // told to stop while the database was away
+		}
+		return err
+	}
+	defer s.Close()
+
+	est := clocksync.New(dbSource{s}, n.clock, clocksync.Options{Interval: time.Duration(cfg.Clock.Resync), Logger: log})
+	if err := retry(ctx, n.clock, log, "measure the database clock", func() error { _, err := est.Sync(ctx); return err }); err != nil {
+		return nil // stopped before it could start
+	}
+	if e, ok := est.Current(); ok {
+		log.Info("database clock measured", "offset", e.Offset, "error_bound", e.Error)
+	}
+
+	base, _ := url.Parse(cfg.Jobs.BaseURL)
+	var runner *jobs.Runner
+	nudge := make(chan struct{}, 1)
+	reg := checkin.New(s, checkin.Options{
+		Name: cfg.Node.Name, Capacity: cfg.Node.Capacity,
+		Heartbeat: time.Duration(cfg.Checkin.Heartbeat), TTL: time.Duration(cfg.Checkin.TTL),
+		Clock: n.clock, Logger: log,
+		Status: func() checkin.Status {
+			st := checkin.Status{Free: cfg.Node.Capacity}
+			if runner != nil {
+				st.Free = runner.Free()
+			}
+			if e, ok := est.Current(); ok {
+				st.Offset, st.OffsetError = e.Offset, e.Error
+			}
+			return st
+		},
+		Changed: func(checkin.Membership) {
+			select {
+			case nudge <- struct{}{}:
+			default:
+			}
+		},
+	})
+	runner = jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{
+		Node: cfg.Node.Name, Incarnation: reg.Incarnation(), Capacity: cfg.Node.Capacity,
+		Lease: time.Duration(cfg.Jobs.Lease), Timeout: time.Duration(cfg.Jobs.Timeout),
+		Backoff: time.Duration(cfg.Jobs.Backoff), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
+		Clock: n.clock, Logger: log,
+	})
+	n.mu.Lock()
+	n.store, n.runner = s, runner
+	n.mu.Unlock()
+
+	if err := retry(ctx, n.clock, log, "check in to the node registry", func() error { return reg.Join(ctx) }); err != nil {
+		return nil
+	}
+	log.Info("checked in", "incarnation", reg.Incarnation(), "live_nodes", len(reg.Membership().Members))
+
+	// Everything below stops when work ends: on ctx, or when a part fails
+	// for good.
+	work, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var wg sync.WaitGroup
+	goRun := func(f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(work); err != nil && work.Err() == nil {
+				stop(err)
+			}
+		}()
+	}
+	goRun(est.Run)
+	goRun(reg.Run)
+	goRun(runner.RenewLeases)
+	if cfg.Clock.NTPServer != "" {
+		goRun(func(ctx context.Context) error { n.checkNTP(ctx, log); return nil })
+	}
+	waiter := &rotation.Waiter{
+		Clock: n.clock, DB: est, Slot: time.Duration(cfg.Rotation.Slot), Me: cfg.Node.Name,
+		Members: func() []string { return reg.Membership().Names() },
+		Widen:   func() bool { return reg.Membership().Backlog() },
+		Nudge:   nudge,
+	}
+	goRun(func(ctx context.Context) error { n.pollLoop(ctx, log, waiter, reg, runner); return nil })
+
+	<-work.Done()
+	cause := context.Cause(work)
+	wg.Wait()
+
+	// Graceful stop: no more polls; finish or give back in-flight calls;
+	// leave so the rotation closes over this node at once.
+	log.Info("stopping: draining calls in flight", "running", runner.Running(), "drain_timeout", cfg.Jobs.DrainTimeout)
+	runner.Drain(time.Duration(cfg.Jobs.DrainTimeout))
+	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := reg.Leave(lctx); err != nil {
+		log.Error("could not leave the node registry; the others will count this node out after the TTL", "err", err)
+	}
+	log.Info("stopped", "polls", runner.Stats().Polls)
+	if errors.Is(cause, context.Canceled) && ctx.Err() != nil {
+		return nil
+	}
+	return cause
+}
+
+func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waiter, reg checkin.Registry, r *jobs.Runner) {
+	hold := 3 * max(time.Duration(n.cfg.Checkin.Heartbeat), time.Duration(n.cfg.Rotation.Slot))
+	failing := false
+	for {
+		turn, err := w.Wait(ctx)
+		if err != nil {
+			return
+		}
+		total, _ := reg.Membership().Capacity()
+		res, err := r.Poll(ctx, total)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !failing {
+				log.Error("poll failed; trying again next turn", "slot", turn.Slot, "err", err)
+			}
+			failing = true
+			continue
+		}
+		if failing {
+			log.Info("polling works again")
+			failing = false
+		}
+		if res.Claimed > 0 || res.Reclaimed > 0 {
+			log.Debug("polled", "slot", turn.Slot, "rank", turn.Rank, "due", res.Due, "claimed", res.Claimed, "left", res.Left)
+		}
+		if res.Left > 0 {
+			if err := reg.SignalBacklog(ctx, hold); err != nil && ctx.Err() == nil {
+				log.Warn("could not signal backlog", "err", err)
+			}
+		}
+	}
+}
+
+// connect opens the database and brings its schema to this binary's
+// version, retrying with backoff while the database is unreachable: a
+// service may boot before its database. A schema newer than the binary is
+// not retried.
+func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, error) {
+	var s *store.Store
+	err := retry(ctx, n.clock, log, "connect to the database", func() error {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var err error
+		s, err = store.Open(octx, n.cfg.Database.Driver, n.cfg.Database.DSN)
+		if err != nil {
+			return err
+		}
+		if n.cfg.Database.Migrate {
+			applied, err := install.Migrate(octx, s)
+			if err == nil && len(applied) > 0 {
+				log.Info("schema migrated", "versions", applied)
+			}
+			if err != nil {
+				s.Close()
+				return err
+			}
+			return nil
+		}
+		if err := install.Check(octx, s); err != nil {
+			s.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s == nil || ctx.Err() != nil {
+		if s != nil {
+			s.Close()
+		}
+		return nil, ctx.Err()
+	}
+	return s, nil
+}
+
+// retry runs op until it succeeds, with backoff from 1s to 30s, logging
+// each failure. Errors about the schema being ahead of or behind the binary
+// are not retried: waiting will not fix them.
+func retry(ctx context.Context, clk clock.Clock, log *slog.Logger, what string, op func() error) error {
+	pause := time.Second
+	for {
+		err := op()
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, install.ErrSchemaNewer) || errors.Is(err, install.ErrSchemaBehind) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.Error("could not "+what+"; retrying", "err", err, "retry_in", pause)
+		if err := clock.Sleep(ctx, clk, pause); err != nil {
+			return err
+		}
+		pause = min(2*pause, 30*time.Second)
+	}
+}
+
+func (n *Node) checkNTP(ctx context.Context, log *slog.Logger) {
+	for {
+		res, err := clocksync.CheckNTP(ctx, n.cfg.Clock.NTPServer, time.Duration(n.cfg.Clock.NTPMaxOffset))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("NTP health check failed", "err", err)
+		case err == nil && !res.Healthy:
+			log.Warn("local clock is off from NTP; slotpoller does not depend on it, but other software may",
+				"offset", res.Offset, "max", n.cfg.Clock.NTPMaxOffset)
+		}
+		if clock.Sleep(ctx, n.clock, time.Duration(n.cfg.Clock.Resync)) != nil {
+			return
+		}
+	}
+}
+
+// Stats are a running node's counters (for benchmarks and, later, metrics).
+type Stats struct {
+	Jobs       jobs.Stats
+	Statements int64
+}
+
+// Stats returns the node's counters; zero before the node is connected.
+func (n *Node) Stats() Stats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var st Stats
+	if n.runner != nil {
+		st.Jobs = n.runner.Stats()
+	}
+	if n.store != nil {
+		st.Statements = n.store.Statements()
+	}
+	return st
+}

@@ -1,0 +1,95 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/internal/store"
+)
+
+// NodeStatus is one node as `slotpoller status` shows it.
+type NodeStatus struct {
+	Name          string    `json:"name"`
+	Live          bool      `json:"live"`
+	State         string    `json:"state"`
+	Incarnation   string    `json:"incarnation"`
+	Capacity      int       `json:"capacity"`
+	Free          int       `json:"free"`
+	OffsetMS      float64   `json:"offset_ms"`       // database clock minus the node's clock, as last measured
+	OffsetErrorMS float64   `json:"offset_error_ms"` // the measurement's error bound
+	LastSeen      time.Time `json:"last_seen"`       // database time of the last heartbeat
+	Started       time.Time `json:"started"`
+}
+
+// StatusReport is the farm as the database sees it.
+type StatusReport struct {
+	DatabaseTime  time.Time      `json:"database_time"`
+	SchemaVersion int            `json:"schema_version"`
+	Nodes         []NodeStatus   `json:"nodes"`
+	Jobs          map[string]int `json:"jobs"`
+}
+
+// Status reads the farm's state: nodes with liveness judged by the
+// database clock against ttl, and job counts by state.
+func Status(ctx context.Context, s *store.Store, ttl time.Duration) (StatusReport, error) {
+	rep := StatusReport{Nodes: []NodeStatus{}}
+	cur, _, err := install.Status(ctx, s)
+	if err != nil {
+		return rep, err
+	}
+	rep.SchemaVersion = cur
+	if rep.DatabaseTime, err = s.Now(ctx); err != nil {
+		return rep, err
+	}
+	if cur == 0 {
+		return rep, fmt.Errorf("the database has no slotpoller schema yet: run `slotpoller schema migrate` or start a node")
+	}
+	nodes, _, err := s.Nodes(ctx, ttl)
+	if err != nil {
+		return rep, err
+	}
+	for _, n := range nodes {
+		rep.Nodes = append(rep.Nodes, NodeStatus{Name: n.Name, Live: n.Live, State: n.State, Incarnation: n.Incarnation,
+			Capacity: n.Capacity, Free: n.Free, OffsetMS: ms(n.Offset), OffsetErrorMS: ms(n.OffsetError),
+			LastSeen: n.LastSeen, Started: n.Started})
+	}
+	if rep.Jobs, err = s.JobCounts(ctx); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// WriteText prints the report for a person.
+func (r StatusReport) WriteText(w io.Writer) error {
+	fmt.Fprintf(w, "database time %s, schema version %d\n\n", r.DatabaseTime.Format(time.RFC3339Nano), r.SchemaVersion)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tLIVE\tSTATE\tFREE/CAP\tOFFSET_MS\tERROR_MS\tLAST_SEEN")
+	for _, n := range r.Nodes {
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%d/%d\t%.3f\t%.3f\t%s ago\n", n.Name, n.Live, n.State, n.Free, n.Capacity,
+			n.OffsetMS, n.OffsetErrorMS, r.DatabaseTime.Sub(n.LastSeen).Round(time.Millisecond))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	states := make([]string, 0, len(r.Jobs))
+	for st := range r.Jobs {
+		states = append(states, st)
+	}
+	sort.Strings(states)
+	fmt.Fprint(w, "\njobs:")
+	if len(states) == 0 {
+		fmt.Fprint(w, " none")
+	}
+	for _, st := range states {
+		fmt.Fprintf(w, " %s=%d", st, r.Jobs[st])
+	}
+	_, err := fmt.Fprintln(w)
+	return err
+}

@@ -58,13 +58,24 @@ type Sample struct {
 	RTT time.Duration
 	// Received is the local time t1 at which the answer arrived.
 	Received time.Time
+	// Resolution is the reference clock's tick (see Coarse); zero for a
+	// fine clock.
+	Resolution time.Duration
+}
+
+// Coarse is implemented by a Source whose readings are truncated to a
+// coarse tick (SQLite's now has millisecond resolution). The estimator
+// reads such a clock as the middle of its tick and widens the error bound
+// by half a tick.
+type Coarse interface {
+	Resolution() time.Duration
 }
 
 // Error is the sample's error bound, RTT/2. It is rounded up so that it still
 // covers the true offset when RTT is an odd number of nanoseconds and Measure
 // had to truncate the midpoint.
 func (s Sample) Error() time.Duration {
-	return (s.RTT + 1) / 2
+	return (s.RTT+1)/2 + (s.Resolution+1)/2
 }
 
 // Measure is the pure offset formula: t0 is the local send time, ts the
@@ -218,7 +229,13 @@ func (e *Estimator) sample(ctx context.Context) (Sample, error) {
 	if err != nil {
 		return Sample{}, err
 	}
+	var res time.Duration
+	if c, ok := e.src.(Coarse); ok {
+		res = c.Resolution()
+		ts = ts.Add(res / 2)
+	}
 	s := Measure(t0, ts, t1)
+	s.Resolution = res
 	if s.RTT < 0 {
 		// Only a local clock stepped back mid-sample can do this; the
 		// sample says nothing useful.

@@ -438,3 +438,32 @@ func TestCheckNTPCancelled(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorContains(t, err, "ntp health check against 127.0.0.1:1")
 }
+
+// coarseSource truncates its readings to a millisecond, as SQLite does.
+type coarseSource struct {
+	c    *clock.Fake
+	skew time.Duration
+}
+
+func (s coarseSource) Now(context.Context) (time.Time, error) {
+	s.c.Advance(100 * time.Microsecond)
+	t := s.c.Now().Add(s.skew).Truncate(time.Millisecond)
+	s.c.Advance(100 * time.Microsecond)
+	return t, nil
+}
+
+func (coarseSource) Resolution() time.Duration { return time.Millisecond }
+
+func TestCoarseSourceWidensTheBound(t *testing.T) {
+	c := clock.NewFake(time.Date(2026, 11, 20, 12, 0, 0, 123_456_789, time.UTC))
+	skew := 2*time.Second + 700*time.Microsecond
+	e := New(coarseSource{c, skew}, c, Options{Burst: 4, Gap: -1})
+	est, err := e.Sync(context.Background())
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, est.Error, 500*time.Microsecond, "half a tick of the coarse clock is part of the bound")
+	diff := est.Offset - skew
+	if diff < 0 {
+		diff = -diff
+	}
+	require.LessOrEqual(t, diff, est.Error, "offset %v, true %v, bound %v", est.Offset, skew, est.Error)
+}

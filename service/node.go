@@ -62,6 +62,10 @@ type dbSource struct{ s *store.Store }
 
 func (d dbSource) Now(ctx context.Context) (time.Time, error) { return d.s.Now(ctx) }
 
+// Resolution makes a coarse database clock (SQLite's milliseconds) count in
+// the offset's error bound.
+func (d dbSource) Resolution() time.Duration { return d.s.Dialect().ClockResolution() }
+
 // Run runs the node until ctx ends, then stops gracefully. It returns nil
 // after a graceful stop, or the error that made the node give up (a schema
 // newer than this binary, another process using the node's name).

@@ -28,6 +28,8 @@ type Dialect interface {
 	Placeholder(n int) string
 	// Now is an SQL expression for the database's current UTC time.
 	Now() string
+	// ClockResolution is the tick of the database clock as Now reads it.
+	ClockResolution() time.Duration
 	// NowPlusMillis is an SQL expression for the database's current time
 	// plus a bind parameter (written as ?) in milliseconds.
 	NowPlusMillis() string

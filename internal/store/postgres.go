@@ -14,9 +14,10 @@ import (
 // row is written.
 type Postgres struct{}
 
-func (Postgres) Name() string             { return "postgres" }
-func (Postgres) Placeholder(n int) string { return "$" + strconv.Itoa(n) }
-func (Postgres) Now() string              { return "clock_timestamp()" }
+func (Postgres) Name() string                   { return "postgres" }
+func (Postgres) Placeholder(n int) string       { return "$" + strconv.Itoa(n) }
+func (Postgres) Now() string                    { return "clock_timestamp()" }
+func (Postgres) ClockResolution() time.Duration { return time.Microsecond }
 func (Postgres) NowPlusMillis() string {
 	return "(clock_timestamp() + CAST(? AS double precision) * interval '1 millisecond')"
 }

@@ -14,15 +14,16 @@ import (
 // compare correctly, and unixepoch('now','subsec') gives the millisecond.
 type SQLite struct{}
 
-func (SQLite) Name() string                 { return "sqlite" }
-func (SQLite) Placeholder(int) string       { return "?" }
-func (SQLite) Now() string                  { return "CAST(unixepoch('now','subsec')*1000 AS INTEGER)" }
-func (SQLite) NowPlusMillis() string        { return "(CAST(unixepoch('now','subsec')*1000 AS INTEGER) + ?)" }
-func (SQLite) Table(name string) string     { return "slotpoller_" + name }
-func (SQLite) TimeArg(t time.Time) any      { return t.UnixMilli() }
-func (SQLite) MigrationLock() string        { return "" }
-func (SQLite) Returning(cols string) string { return "RETURNING " + cols }
-func (SQLite) Output(string) string         { return "" }
+func (SQLite) Name() string                   { return "sqlite" }
+func (SQLite) Placeholder(int) string         { return "?" }
+func (SQLite) ClockResolution() time.Duration { return time.Millisecond }
+func (SQLite) Now() string                    { return "CAST(unixepoch('now','subsec')*1000 AS INTEGER)" }
+func (SQLite) NowPlusMillis() string          { return "(CAST(unixepoch('now','subsec')*1000 AS INTEGER) + ?)" }
+func (SQLite) Table(name string) string       { return "slotpoller_" + name }
+func (SQLite) TimeArg(t time.Time) any        { return t.UnixMilli() }
+func (SQLite) MigrationLock() string          { return "" }
+func (SQLite) Returning(cols string) string   { return "RETURNING " + cols }
+func (SQLite) Output(string) string           { return "" }
 
 // ClaimJobs needs no row locks: SQLite has one writer at a time, so the
 // subquery and the update see the same rows.

@@ -1,0 +1,65 @@
+package clock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+
+func TestFakeFiresTimersWhenDue(t *testing.T) {
+	f := NewFake(t0)
+	a := f.NewTimer(2 * time.Second)
+	b := f.NewTimer(time.Second)
+	stopped := f.NewTimer(time.Second)
+	require.Equal(t, 3, f.Waiters())
+	require.True(t, stopped.Stop())
+	require.False(t, stopped.Stop(), "a stopped timer stops once")
+
+	f.Advance(999 * time.Millisecond)
+	select {
+	case <-b.C():
+		t.Fatal("fired early")
+	default:
+	}
+	f.Advance(time.Millisecond)
+	require.Equal(t, t0.Add(time.Second), <-b.C())
+	require.Equal(t, 1, f.Waiters())
+	f.Advance(time.Hour)
+	require.Equal(t, t0.Add(2*time.Second), <-a.C())
+	require.False(t, a.Stop(), "a fired timer cannot be stopped")
+	require.Equal(t, t0.Add(time.Hour+time.Second), f.Now())
+
+	zero := f.NewTimer(0)
+	<-zero.C()
+}
+
+func TestBlockUntilAndSleep(t *testing.T) {
+	f := NewFake(t0)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Sleep(ctx, f, time.Minute) }()
+	require.NoError(t, f.BlockUntil(ctx, 1))
+	f.Advance(time.Minute)
+	require.NoError(t, <-done)
+
+	cctx, ccancel := context.WithCancel(ctx)
+	go func() { done <- Sleep(cctx, f, time.Minute) }()
+	require.NoError(t, f.BlockUntil(ctx, 1))
+	ccancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+func TestSkewedShiftsNowNotTimers(t *testing.T) {
+	f := NewFake(t0)
+	s := Skewed(f, -3*time.Second)
+	require.Equal(t, t0.Add(-3*time.Second), s.Now())
+	tm := s.NewTimer(time.Second)
+	f.Advance(time.Second)
+	<-tm.C()
+	require.Equal(t, f, Skewed(f, 0), "no skew is the clock itself")
+}

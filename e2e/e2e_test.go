@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -246,5 +248,43 @@ func TestRunKeepsRetryingAnUnreachableDatabase(t *testing.T) {
 	})
 	require.Nil(t, n.cmd.ProcessState, "run must keep going while the database is away")
 	require.NotContains(t, n.output(), "hunter2pw", "the DSN password must never reach the log")
+	n.stop(t)
+}
+
+func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
+	s, dsn := storetest.Open(t, "postgres")
+	ctx := context.Background()
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	p := newProxy(t, u.Host)
+	u.Host = p.addr
+	rec := &recorder{}
+	srv := httptest.NewServer(http.HandlerFunc(rec.handler))
+	defer srv.Close()
+
+	n := startNode(t, env("postgres", u.String(), "node-a", srv.URL), "node-a")
+	waitFor(t, 30*time.Second, "the node to be live", func() bool { return liveNodes(t, s) == 1 })
+
+	p.cut()
+	waitFor(t, 20*time.Second, "the node to notice", func() bool {
+		return strings.Contains(n.output(), "heartbeat failed")
+	})
+	// Longer than the TTL: the farm counts the node out.
+	waitFor(t, 20*time.Second, "the node to drop out of the registry", func() bool { return liveNodes(t, s) == 0 })
+	// Work enqueued while the database is away from the node is not lost.
+	id, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/jobs/after-outage", MaxAttempts: 1})
+	require.NoError(t, err)
+	require.Nil(t, n.cmd.ProcessState, "the node must ride out the outage")
+
+	p.restore()
+	waitFor(t, 30*time.Second, "the job to run after the database came back", func() bool {
+		j, err := s.JobGet(ctx, id)
+		require.NoError(t, err)
+		return j.State == store.StateDone
+	})
+	waitFor(t, 10*time.Second, "the heartbeat to be restored", func() bool {
+		return strings.Contains(n.output(), "heartbeat restored")
+	})
+	require.Equal(t, 1, liveNodes(t, s))
 	n.stop(t)
 }

@@ -212,26 +212,18 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*cfgPath)
-	if err != nil {
-		return err
-	}
-	ctx := context.Background()
-	s, err := openStore(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	rep, err := service.Status(ctx, s, time.Duration(cfg.Checkin.TTL))
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	return rep.WriteText(stdout)
+	return withStore(*cfgPath, func(ctx context.Context, cfg service.Config, s *store.Store) error {
+		rep, err := service.Status(ctx, s, time.Duration(cfg.Checkin.TTL))
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(rep)
+		}
+		return rep.WriteText(stdout)
+	})
 }
 
 func cmdSchema(args []string, stdout, stderr io.Writer) error {
@@ -243,7 +235,31 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*cfgPath)
+	return withStore(*cfgPath, func(ctx context.Context, _ service.Config, s *store.Store) error {
+		if sub == "status" {
+			cur, latest, err := install.Status(ctx, s)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "schema version %d; this binary's latest is %d\n", cur, latest)
+			return install.Check(ctx, s)
+		}
+		applied, err := install.Migrate(ctx, s)
+		if err != nil {
+			return err
+		}
+		if len(applied) == 0 {
+			fmt.Fprintln(stdout, "schema is up to date")
+			return nil
+		}
+		fmt.Fprintf(stdout, "applied schema versions %v\n", applied)
+		return nil
+	})
+}
+
+// withStore loads the configuration and connects for a one-shot verb.
+func withStore(cfgPath string, f func(context.Context, service.Config, *store.Store) error) error {
+	cfg, err := loadConfig(cfgPath)
 	if err != nil {
 		return err
 	}
@@ -253,22 +269,5 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer s.Close()
-	if sub == "status" {
-		cur, latest, err := install.Status(ctx, s)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "schema version %d; this binary's latest is %d\n", cur, latest)
-		return install.Check(ctx, s)
-	}
-	applied, err := install.Migrate(ctx, s)
-	if err != nil {
-		return err
-	}
-	if len(applied) == 0 {
-		fmt.Fprintln(stdout, "schema is up to date")
-		return nil
-	}
-	fmt.Fprintf(stdout, "applied schema versions %v\n", applied)
-	return nil
+	return f(ctx, cfg, s)
 }

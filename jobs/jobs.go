@@ -104,9 +104,11 @@ func (r *Runner) Stats() Stats {
 
 // FairShare is how many of the due jobs a poller takes: its capacity's
 // share of all outstanding work (due plus running anywhere), less what it
-// already runs, never more than it has free or than is due. Counting running
-// work means that in a burst the first poller does not take everything and
-// the next ones still get their part.
+// already runs — but at least every urgent job, one that would miss its
+// start window if left to the next poller — never more than it has free or
+// than is due. Counting running work means that in a burst the pollers of a
+// widened rotation each get their part; the urgent floor means fairness
+// never costs a job its start.
 func FairShare(load store.QueueLoad, mine, capacity, farmCapacity, free int) int {
 	if farmCapacity < capacity || farmCapacity <= 0 {
 		farmCapacity = capacity
@@ -116,7 +118,7 @@ func FairShare(load store.QueueLoad, mine, capacity, farmCapacity, free int) int
 	}
 	outstanding := load.Due + load.Running
 	target := (outstanding*capacity+farmCapacity-1)/farmCapacity - mine
-	return max(0, min(target, free, load.Due))
+	return max(0, min(max(target, load.Urgent), free, load.Due))
 }
 
 // PollResult says what one poll did.
@@ -127,9 +129,21 @@ type PollResult struct {
 	Left      int // due jobs this poll left to others
 }
 
+// Turn describes the poll a node is about to make.
+type Turn struct {
+	// FarmCapacity is the sum of the live nodes' capacities.
+	FarmCapacity int
+	// NextPoll is how long until the farm's next poll after this one (the
+	// next slot, or the next widened turn) on the database clock.
+	NextPoll time.Duration
+	// StartWindow is how late after its run time a job may start. A job
+	// that the next poll would reach later than that is taken now, whatever
+	// the fair share says.
+	StartWindow time.Duration
+}
+
 // Poll is the node's work in its turn: reclaim, count, claim, start calls.
-// farmCapacity is the sum of the live nodes' capacities.
-func (r *Runner) Poll(ctx context.Context, farmCapacity int) (PollResult, error) {
+func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	r.polls.Add(1)
 	var res PollResult
 	n, err := r.store.JobsReclaimExpired(ctx)
@@ -140,13 +154,13 @@ func (r *Runner) Poll(ctx context.Context, farmCapacity int) (PollResult, error)
 	if n > 0 {
 		r.opts.Logger.Info("reclaimed jobs whose lease expired", "count", n)
 	}
-	load, err := r.store.JobsLoad(ctx)
+	load, err := r.store.JobsLoad(ctx, turn.NextPoll-turn.StartWindow)
 	if err != nil {
 		return res, err
 	}
 	res.Due = load.Due
 	mine := r.Running()
-	want := FairShare(load, mine, r.opts.Capacity, farmCapacity, r.opts.Capacity-mine)
+	want := FairShare(load, mine, r.opts.Capacity, turn.FarmCapacity, r.opts.Capacity-mine)
 	if want == 0 {
 		res.Left = load.Due
 		return res, nil

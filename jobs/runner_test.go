@@ -96,7 +96,7 @@ func TestRunOutcomes(t *testing.T) {
 		slow, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/slow", MaxAttempts: 1, Timeout: 20 * time.Millisecond})
 		require.NoError(t, err)
 
-		res, err := r.Poll(ctx, 16)
+		res, err := r.Poll(ctx, alone(16))
 		require.NoError(t, err)
 		require.Equal(t, 5, res.Claimed)
 		r.Wait()
@@ -118,7 +118,7 @@ func TestRunOutcomes(t *testing.T) {
 
 		// The retry is due at once (zero backoff): same idempotency key,
 		// next attempt, new token.
-		res, err = r.Poll(ctx, 16)
+		res, err = r.Poll(ctx, alone(16))
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Claimed)
 		r.Wait()
@@ -159,6 +159,8 @@ func TestFairShare(t *testing.T) {
 		{"weighted by capacity", store.QueueLoad{Due: 40}, 0, 30, 40, 30, 30},
 		{"nothing due", store.QueueLoad{Running: 5}, 5, 16, 32, 11, 0},
 		{"unknown farm counts as alone", store.QueueLoad{Due: 4}, 0, 8, 0, 8, 4},
+		{"urgent jobs beat the share", store.QueueLoad{Due: 300, Urgent: 200}, 0, 100, 300, 250, 200},
+		{"urgent jobs still capped by free", store.QueueLoad{Due: 300, Urgent: 300}, 0, 100, 300, 120, 120},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -167,17 +169,53 @@ func TestFairShare(t *testing.T) {
 	}
 }
 
-func TestPollTakesOnlyItsShare(t *testing.T) {
+// alone is a turn of a node that is the whole farm; its next poll is a
+// slot away, so every due job is urgent.
+func alone(capacity int) jobs.Turn {
+	return jobs.Turn{FarmCapacity: capacity, NextPoll: time.Second, StartWindow: time.Second}
+}
+
+func TestPollTakesOnlyItsShareWhenTheNextPollIsInTime(t *testing.T) {
 	s, _ := storetest.Open(t, "sqlite")
 	rec := &seen{}
 	r := newRunner(t, s, endpoint(t, rec), clock.NewFake(t0), 100)
 	for range 30 {
 		enqueue(t, s, "/ok", 1)
 	}
-	res, err := r.Poll(context.Background(), 300)
+	// A widened rotation of 3: the next node polls a third of a slot from
+	// now, well inside the jobs' start window.
+	res, err := r.Poll(context.Background(), jobs.Turn{FarmCapacity: 300, NextPoll: 333 * time.Millisecond, StartWindow: time.Second})
 	require.NoError(t, err)
 	require.Equal(t, 10, res.Claimed, "a third of the farm's capacity takes a third")
 	require.Equal(t, 20, res.Left)
+	r.Wait()
+}
+
+func TestPollTakesEveryJobThatWouldMissItsWindow(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx := context.Background()
+	rec := &seen{}
+	r := newRunner(t, s, endpoint(t, rec), clock.NewFake(t0), 100)
+	now, err := s.Now(ctx)
+	require.NoError(t, err)
+	late := now.Add(-2 * time.Second)
+	for range 30 {
+		_, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/ok", MaxAttempts: 1, RunAt: &late})
+		require.NoError(t, err)
+	}
+	res, err := r.Poll(ctx, jobs.Turn{FarmCapacity: 300, NextPoll: 333 * time.Millisecond, StartWindow: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, 30, res.Claimed, "jobs already 2s late cannot wait for the next poller")
+	r.Wait()
+
+	// The next slot is a whole slot away: jobs due now would start more
+	// than a slot late if left, so this poller takes them all.
+	for range 30 {
+		enqueue(t, s, "/ok", 1)
+	}
+	res, err = r.Poll(ctx, jobs.Turn{FarmCapacity: 300, NextPoll: time.Second, StartWindow: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, 30, res.Claimed)
 	r.Wait()
 }
 
@@ -189,7 +227,7 @@ func TestLeaseLostCancelsTheCallAndFencesTheResult(t *testing.T) {
 		c := clock.NewFake(t0)
 		r := newRunner(t, s, endpoint(t, rec), c, 4)
 		id := enqueue(t, s, "/block", 3)
-		_, err := r.Poll(ctx, 4)
+		_, err := r.Poll(ctx, alone(4))
 		require.NoError(t, err)
 		require.Equal(t, 1, r.Running())
 
@@ -221,7 +259,7 @@ func TestUnconfirmedLeaseCancelsInTime(t *testing.T) {
 	c := clock.NewFake(t0)
 	r := newRunner(t, s, endpoint(t, rec), c, 4)
 	enqueue(t, s, "/block", 3)
-	_, err := r.Poll(ctx, 4)
+	_, err := r.Poll(ctx, alone(4))
 	require.NoError(t, err)
 
 	require.NoError(t, s.Close()) // the database is gone
@@ -242,7 +280,7 @@ func TestRenewalsKeepLongCallsAlive(t *testing.T) {
 		c := clock.NewFake(t0)
 		r := newRunner(t, s, endpoint(t, rec), c, 4)
 		id := enqueue(t, s, "/block", 3)
-		_, err := r.Poll(ctx, 4)
+		_, err := r.Poll(ctx, alone(4))
 		require.NoError(t, err)
 		before := get(t, s, id).LeaseUntil
 		for range 5 {
@@ -265,7 +303,7 @@ func TestDrainReleasesUnfinishedJobs(t *testing.T) {
 		c := clock.NewFake(t0)
 		r := newRunner(t, s, endpoint(t, rec), c, 4)
 		id := enqueue(t, s, "/block", 3)
-		_, err := r.Poll(ctx, 4)
+		_, err := r.Poll(ctx, alone(4))
 		require.NoError(t, err)
 		done := make(chan struct{})
 		go func() { r.Drain(10 * time.Second); close(done) }()

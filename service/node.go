@@ -160,7 +160,7 @@ func (n *Node) Run(ctx context.Context) error {
 		Widen:   func() bool { return reg.Membership().Backlog() },
 		Nudge:   nudge,
 	}
-	goRun(func(ctx context.Context) error { n.pollLoop(ctx, log, waiter, reg, runner); return nil })
+	goRun(func(ctx context.Context) error { n.pollLoop(ctx, log, waiter, est, reg, runner); return nil })
 
 	<-work.Done()
 	cause := context.Cause(work)
@@ -182,16 +182,30 @@ func (n *Node) Run(ctx context.Context) error {
 	return cause
 }
 
-func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waiter, reg checkin.Registry, r *jobs.Runner) {
-	hold := 3 * max(time.Duration(n.cfg.Checkin.Heartbeat), time.Duration(n.cfg.Rotation.Slot))
+func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waiter, est *clocksync.Estimator, reg checkin.Registry, r *jobs.Runner) {
+	slot := time.Duration(n.cfg.Rotation.Slot)
+	hold := 3 * max(time.Duration(n.cfg.Checkin.Heartbeat), slot)
 	failing := false
 	for {
 		turn, err := w.Wait(ctx)
 		if err != nil {
 			return
 		}
-		total, _ := reg.Membership().Capacity()
-		res, err := r.Poll(ctx, total)
+		m := reg.Membership()
+		total, _ := m.Capacity()
+		// When does the farm poll next? At the next slot, or, while the
+		// rotation is widened, at the next node's turn in this one.
+		next := rotation.Start(turn.Slot+1, slot)
+		if m.Backlog() && len(m.Members) > 0 {
+			next = turn.Start.Add(slot / time.Duration(len(m.Members)))
+		}
+		nextPoll := slot
+		if now, _, ok := est.Now(); ok {
+			nextPoll = next.Sub(now)
+		}
+		// A one-off job's start window is one slot: the rotation's promise
+		// is that a due job starts within a slot of its run time.
+		res, err := r.Poll(ctx, jobs.Turn{FarmCapacity: total, NextPoll: nextPoll, StartWindow: slot})
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -144,17 +144,22 @@ WHERE state = 'running' AND lease_until < {now}`)
 // QueueLoad is what a poller needs to size its share.
 type QueueLoad struct {
 	Due     int // ready and due now
+	Urgent  int // of those, due before the urgency cutoff
 	Running int // held by any node
 }
 
-// JobsLoad counts due and running jobs.
-func (s *Store) JobsLoad(ctx context.Context) (QueueLoad, error) {
+// JobsLoad counts due and running jobs, and the due jobs whose run time is
+// before now+urgentCutoff on the database clock (a negative cutoff reaches
+// into the past): jobs that would miss their start window if this poller
+// left them to the next one.
+func (s *Store) JobsLoad(ctx context.Context, urgentCutoff time.Duration) (QueueLoad, error) {
 	q := expand(s.d, `SELECT
   COALESCE(SUM(CASE WHEN state = 'ready' THEN 1 ELSE 0 END), 0),
+  COALESCE(SUM(CASE WHEN state = 'ready' AND run_at < {now+?} THEN 1 ELSE 0 END), 0),
   COALESCE(SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END), 0)
 FROM {jobs} WHERE (state = 'ready' AND run_at <= {now}) OR state = 'running'`)
 	var l QueueLoad
-	err := s.retry(ctx, func() error { return s.queryRow(ctx, q).Scan(&l.Due, &l.Running) })
+	err := s.retry(ctx, func() error { return s.queryRow(ctx, q, millis(urgentCutoff)).Scan(&l.Due, &l.Urgent, &l.Running) })
 	if err != nil {
 		return l, fmt.Errorf("count due jobs: %w", err)
 	}

@@ -2,7 +2,9 @@ package store
 
 import (
 	"errors"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -59,4 +61,17 @@ func (Postgres) Retryable(err error) bool {
 func (Postgres) UniqueViolation(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// PostgresWithSchema returns a PostgreSQL DSN whose connections use schema
+// as their search_path: how tests and benchmarks give each run tables of
+// its own in one database.
+func PostgresWithSchema(dsn, schema string) string {
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
+		q := u.Query()
+		q.Set("search_path", schema)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return strings.TrimSpace(dsn) + " search_path=" + schema
 }

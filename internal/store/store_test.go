@@ -119,9 +119,12 @@ func TestClaimLifecycle(t *testing.T) {
 		due := enqueue(t, s, "/due", 0)
 		enqueue(t, s, "/later", time.Hour)
 
-		load, err := s.JobsLoad(ctx)
+		load, err := s.JobsLoad(ctx, time.Hour)
 		require.NoError(t, err)
-		require.Equal(t, store.QueueLoad{Due: 1, Running: 0}, load)
+		require.Equal(t, store.QueueLoad{Due: 1, Urgent: 1, Running: 0}, load)
+		load, err = s.JobsLoad(ctx, -time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, store.QueueLoad{Due: 1, Urgent: 0, Running: 0}, load, "not due an hour ago: not urgent")
 
 		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 10, time.Minute)
 		require.NoError(t, err)

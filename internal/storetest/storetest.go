@@ -9,10 +9,8 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -67,7 +65,7 @@ func DSN(t testing.TB, driver string) string {
 			_, _ = db.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
 			db.Close()
 		})
-		return withSearchPath(base, schema)
+		return store.PostgresWithSchema(base, schema)
 	}
 	t.Fatalf("unknown driver %q", driver)
 	return ""
@@ -85,16 +83,6 @@ func Open(t testing.TB, driver string) (*store.Store, string) {
 	_, err = install.Migrate(ctx, s)
 	require.NoError(t, err)
 	return s, dsn
-}
-
-func withSearchPath(dsn, schema string) string {
-	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
-		q := u.Query()
-		q.Set("search_path", schema)
-		u.RawQuery = q.Encode()
-		return u.String()
-	}
-	return strings.TrimSpace(dsn) + " search_path=" + schema
 }
 
 func randomHex(n int) string {

@@ -80,6 +80,7 @@ func expand(d Dialect, q string) string {
 		"{nodes}", d.Table("nodes"),
 		"{jobs}", d.Table("jobs"),
 		"{schema_version}", d.Table("schema_version"),
+		"{tasks}", d.Table("tasks"),
 	)
 	return rebind(d, r.Replace(q))
 }

@@ -204,7 +204,7 @@ func (s *Store) JobsClaim(ctx context.Context, owner, ownerNode string, limit in
 // reports false when the claim is no longer ours (the token moved on).
 func (s *Store) JobRenewLeaseIfRunning(ctx context.Context, id, token int64, lease time.Duration) (bool, error) {
 	q := expand(s.d, `UPDATE {jobs} SET lease_until = {now+?} WHERE id = ? AND token = ? AND state = 'running'`)
-	return s.fenced(ctx, "renew lease of job", id, q, millis(lease), id, token)
+	return s.fenced(ctx, fmt.Sprintf("renew lease of job %d", id), q, millis(lease), id, token)
 }
 
 // Outcome is how a call ended, for JobFinishIfRunning.
@@ -229,11 +229,11 @@ func (s *Store) JobFinishIfRunning(ctx context.Context, id, token int64, o Outco
 	if o.State == StateReady {
 		q := expand(s.d, `UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now+?},
   last_status = ?, last_error = ? WHERE id = ? AND token = ? AND state = 'running'`)
-		return s.fenced(ctx, "schedule retry of job", id, q, millis(o.RetryAfter), status, errText, id, token)
+		return s.fenced(ctx, fmt.Sprintf("schedule retry of job %d", id), q, millis(o.RetryAfter), status, errText, id, token)
 	}
 	q := expand(s.d, `UPDATE {jobs} SET state = ?, owner = NULL, lease_until = NULL, finished_at = {now},
   last_status = ?, last_error = ? WHERE id = ? AND token = ? AND state = 'running'`)
-	return s.fenced(ctx, "record result of job", id, q, o.State, status, errText, id, token)
+	return s.fenced(ctx, fmt.Sprintf("record result of job %d", id), q, o.State, status, errText, id, token)
 }
 
 // JobReleaseIfRunning gives a claimed job back unrun (a graceful stop that
@@ -243,10 +243,10 @@ func (s *Store) JobReleaseIfRunning(ctx context.Context, id, token int64, reason
 	q := expand(s.d, `UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now},
   attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?
 WHERE id = ? AND token = ? AND state = 'running'`)
-	return s.fenced(ctx, "release job", id, q, reason, id, token)
+	return s.fenced(ctx, fmt.Sprintf("release job %d", id), q, reason, id, token)
 }
 
-func (s *Store) fenced(ctx context.Context, what string, id int64, q string, args ...any) (bool, error) {
+func (s *Store) fenced(ctx context.Context, what string, q string, args ...any) (bool, error) {
 	var n int64
 	err := s.retry(ctx, func() error {
 		res, err := s.exec(ctx, q, args...)
@@ -257,7 +257,7 @@ func (s *Store) fenced(ctx context.Context, what string, id int64, q string, arg
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("%s %d: %w", what, id, err)
+		return false, fmt.Errorf("%s: %w", what, err)
 	}
 	return n == 1, nil
 }

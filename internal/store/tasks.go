@@ -1,0 +1,309 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Task states.
+const (
+	TaskCreated  = "created"  // waiting for an owner
+	TaskRunning  = "running"  // held by an owner under a lease
+	TaskDeleting = "deleting" // delete asked; the owner stops and confirms
+	TaskDeleted  = "deleted"
+)
+
+// NewTask is an endless task to add.
+type NewTask struct {
+	Name     string
+	Endpoint string
+	Method   string
+	Payload  []byte
+	Every    time.Duration
+	Timeout  time.Duration // 0: the node's default
+}
+
+// HeldTask is a task as its owner sees it after a lease renewal.
+type HeldTask struct {
+	Name     string
+	Token    int64
+	State    string // running or deleting
+	Endpoint string
+	Method   string
+	Payload  []byte
+	Every    time.Duration
+	Timeout  time.Duration
+	Handoff  bool // the farm asked the owner to hand the task off
+	Failures int
+}
+
+// Task is a row of the task table as the CLI and the balancer read it.
+type Task struct {
+	Name       string
+	Endpoint   string
+	Method     string
+	Every      time.Duration
+	State      string
+	Owner      string // incarnation
+	OwnerNode  string
+	Token      int64
+	Held       bool // the lease is still running, by the database clock
+	Since      *time.Time
+	HeldFor    time.Duration // database now minus Since
+	Handoff    bool
+	Calls      int64
+	Failures   int
+	LastCallAt *time.Time
+	LastStatus int
+	LastError  string
+}
+
+// TaskInsert adds a task. A name in use by a task that is not deleted gives
+// ErrDuplicate; a deleted task's name can be used again (its token keeps
+// counting up, so fencing stays monotonic).
+func (s *Store) TaskInsert(ctx context.Context, t NewTask) error {
+	ins := expand(s.d, `INSERT INTO {tasks} (name, endpoint, method, payload, every_ms, timeout_ms, state, token, created_at)
+VALUES (?, ?, ?, ?, ?, ?, 'created', 0, {now})`)
+	err := s.retry(ctx, func() error {
+		_, err := s.exec(ctx, ins, t.Name, t.Endpoint, t.Method, t.Payload, millis(t.Every), millis(t.Timeout))
+		return err
+	})
+	if err == nil {
+		return nil
+	}
+	if !s.d.UniqueViolation(err) {
+		return fmt.Errorf("add task %q: %w", t.Name, err)
+	}
+	reuse := expand(s.d, `UPDATE {tasks} SET endpoint = ?, method = ?, payload = ?, every_ms = ?, timeout_ms = ?,
+  state = 'created', owner = NULL, owner_node = NULL, lease_until = NULL, since = NULL, handoff = 0, calls = 0,
+  failures = 0, last_call_at = NULL, last_status = NULL, last_error = NULL, created_at = {now}, deleted_at = NULL
+WHERE name = ? AND state = 'deleted'`)
+	ok, err := s.fenced(ctx, "add task "+strconv.Quote(t.Name), reuse, t.Endpoint, t.Method, t.Payload, millis(t.Every), millis(t.Timeout), t.Name)
+	if err != nil {
+		return fmt.Errorf("add task %q: %w", t.Name, err)
+	}
+	if !ok {
+		return fmt.Errorf("add task: a task named %q exists (delete it first): %w", t.Name, ErrDuplicate)
+	}
+	return nil
+}
+
+// TasksRenew extends, in one statement, the lease of every task the owner
+// holds, and returns them: renewal is also how a node learns which tasks
+// were assigned to it, which it must stop (deleting, handoff), and which it
+// lost (missing from the answer).
+func (s *Store) TasksRenew(ctx context.Context, owner string, lease time.Duration) ([]HeldTask, error) {
+	q := expand(s.d, `UPDATE {tasks} SET lease_until = {now+?}
+  {output name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures}
+WHERE owner = ? AND state IN ('running', 'deleting')
+{returning name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures}`)
+	var held []HeldTask
+	err := s.retry(ctx, func() error {
+		held = held[:0]
+		rows, err := s.query(ctx, q, millis(lease), owner)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var h HeldTask
+			var everyMS, timeoutMS int64
+			var handoff int
+			if err := rows.Scan(&h.Name, &h.Token, &h.State, &h.Endpoint, &h.Method, &h.Payload, &everyMS, &timeoutMS, &handoff, &h.Failures); err != nil {
+				return err
+			}
+			h.Every, h.Timeout, h.Handoff = time.Duration(everyMS)*time.Millisecond, time.Duration(timeoutMS)*time.Millisecond, handoff != 0
+			held = append(held, h)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("renew task leases: %w", err)
+	}
+	return held, nil
+}
+
+const taskColumns = `name, endpoint, method, every_ms, state, owner, owner_node, token,
+  CASE WHEN state IN ('running', 'deleting') AND lease_until > {now} THEN 1 ELSE 0 END,
+  since, handoff, calls, failures, last_call_at, last_status, last_error, {now}`
+
+func scanTask(sc interface{ Scan(...any) error }) (Task, error) {
+	var t Task
+	var everyMS int64
+	var owner, ownerNode, lastErr sql.NullString
+	var held, handoff int
+	var since, lastCall, now dbTime
+	var status sql.NullInt64
+	if err := sc.Scan(&t.Name, &t.Endpoint, &t.Method, &everyMS, &t.State, &owner, &ownerNode, &t.Token, &held,
+		&since, &handoff, &t.Calls, &t.Failures, &lastCall, &status, &lastErr, &now); err != nil {
+		return t, err
+	}
+	t.Every = time.Duration(everyMS) * time.Millisecond
+	t.Owner, t.OwnerNode, t.LastError = owner.String, ownerNode.String, lastErr.String
+	t.Held, t.Handoff, t.LastStatus = held == 1, handoff != 0, int(status.Int64)
+	t.Since, t.LastCallAt = since.ptr(), lastCall.ptr()
+	if since.Valid {
+		t.HeldFor = now.T.Sub(since.T)
+	}
+	return t, nil
+}
+
+// Tasks reads every task that is not deleted (all of them with
+// includeDeleted), sorted by name.
+func (s *Store) Tasks(ctx context.Context, includeDeleted bool) ([]Task, error) {
+	q := expand(s.d, `SELECT `+taskColumns+` FROM {tasks} WHERE (state <> 'deleted' OR ? = 1) ORDER BY name`)
+	flag := 0
+	if includeDeleted {
+		flag = 1
+	}
+	var out []Task
+	err := s.retry(ctx, func() error {
+		out = out[:0]
+		rows, err := s.query(ctx, q, flag)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			t, err := scanTask(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, t)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read tasks: %w", err)
+	}
+	return out, nil
+}
+
+// TaskGet reads one task.
+func (s *Store) TaskGet(ctx context.Context, name string) (Task, error) {
+	t, err := scanTask(s.queryRow(ctx, expand(s.d, `SELECT `+taskColumns+` FROM {tasks} WHERE name = ?`), name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, fmt.Errorf("task %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return t, fmt.Errorf("read task %q: %w", name, err)
+	}
+	return t, nil
+}
+
+// TaskAssignIfUnowned gives a task that has no owner (new, released, or
+// whose owner's lease ran out) to a node, under a new token and a lease
+// starting now. The target must be live by the database clock at that
+// moment, so a node that just left is never given work.
+func (s *Store) TaskAssignIfUnowned(ctx context.Context, name, owner, ownerNode string, lease, ttl time.Duration) (bool, error) {
+	q := expand(s.d, `UPDATE {tasks} SET state = 'running', owner = ?, owner_node = ?, token = token + 1,
+  lease_until = {now+?}, since = {now}, handoff = 0
+WHERE name = ? AND (state = 'created' OR (state = 'running' AND (lease_until IS NULL OR lease_until < {now})))
+  AND EXISTS (SELECT 1 FROM {nodes} WHERE incarnation = ? AND state = 'up' AND last_seen > {now+?})`)
+	return s.fenced(ctx, "assign task "+strconv.Quote(name), q, owner, ownerNode, millis(lease), name, owner, -millis(ttl))
+}
+
+// TaskRequestHandoff asks a task's owner to release it (rebalancing). The
+// owner does the releasing: a task is never taken from a live owner.
+func (s *Store) TaskRequestHandoff(ctx context.Context, name string, token int64) (bool, error) {
+	q := expand(s.d, `UPDATE {tasks} SET handoff = 1 WHERE name = ? AND token = ? AND state = 'running'`)
+	return s.fenced(ctx, "request handoff of task "+strconv.Quote(name), q, name, token)
+}
+
+// TaskReleaseIfHeld gives a held task back to the farm, unowned.
+func (s *Store) TaskReleaseIfHeld(ctx context.Context, name string, token int64) (bool, error) {
+	q := expand(s.d, `UPDATE {tasks} SET state = 'created', owner = NULL, lease_until = NULL, handoff = 0
+WHERE name = ? AND token = ? AND state = 'running'`)
+	return s.fenced(ctx, "release task "+strconv.Quote(name), q, name, token)
+}
+
+// TasksReleaseAll gives back every task the owner holds (a graceful stop):
+// running ones to the farm, deleting ones as deleted.
+func (s *Store) TasksReleaseAll(ctx context.Context, owner string) (int64, error) {
+	q := expand(s.d, `UPDATE {tasks} SET
+  state = CASE WHEN state = 'deleting' THEN 'deleted' ELSE 'created' END,
+  deleted_at = CASE WHEN state = 'deleting' THEN {now} ELSE deleted_at END,
+  owner = NULL, lease_until = NULL, handoff = 0
+WHERE owner = ? AND state IN ('running', 'deleting')`)
+	var n int64
+	err := s.retry(ctx, func() error {
+		res, err := s.exec(ctx, q, owner)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("release tasks: %w", err)
+	}
+	return n, nil
+}
+
+// TaskRecordCall records one call's result, fenced by the token.
+func (s *Store) TaskRecordCall(ctx context.Context, name string, token int64, ok bool, status int, errText string) (bool, error) {
+	var st, et any
+	if status != 0 {
+		st = status
+	}
+	if errText != "" {
+		et = errText
+	}
+	okFlag := 0
+	if ok {
+		okFlag = 1
+	}
+	q := expand(s.d, `UPDATE {tasks} SET calls = calls + 1, last_call_at = {now}, last_status = ?, last_error = ?,
+  failures = CASE WHEN ? = 1 THEN 0 ELSE failures + 1 END
+WHERE name = ? AND token = ? AND state IN ('running', 'deleting')`)
+	return s.fenced(ctx, "record call of task "+strconv.Quote(name), q, st, et, okFlag, name, token)
+}
+
+// TaskRequestDelete asks for a task to be deleted. A task with no owner is
+// deleted at once; an owned one goes to deleting and its owner confirms.
+// It returns the state the task is now in.
+func (s *Store) TaskRequestDelete(ctx context.Context, name string) (string, error) {
+	q := expand(s.d, `UPDATE {tasks} SET
+  state = CASE WHEN owner IS NULL OR state = 'created' THEN 'deleted' ELSE 'deleting' END,
+  deleted_at = CASE WHEN owner IS NULL OR state = 'created' THEN {now} ELSE NULL END
+WHERE name = ? AND state IN ('created', 'running')`)
+	if _, err := s.fenced(ctx, "delete task "+strconv.Quote(name), q, name); err != nil {
+		return "", fmt.Errorf("delete task %q: %w", name, err)
+	}
+	t, err := s.TaskGet(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	return t.State, nil
+}
+
+// TaskMarkDeleted is the owner's confirmation that it stopped a deleting
+// task.
+func (s *Store) TaskMarkDeleted(ctx context.Context, name string, token int64) (bool, error) {
+	q := expand(s.d, `UPDATE {tasks} SET state = 'deleted', owner = NULL, lease_until = NULL, deleted_at = {now}
+WHERE name = ? AND token = ? AND state = 'deleting'`)
+	return s.fenced(ctx, "confirm deletion of task "+strconv.Quote(name), q, name, token)
+}
+
+// TasksFinishOrphanedDeletes completes deletes whose owner is gone.
+func (s *Store) TasksFinishOrphanedDeletes(ctx context.Context) (int64, error) {
+	q := expand(s.d, `UPDATE {tasks} SET state = 'deleted', owner = NULL, lease_until = NULL, deleted_at = {now}
+WHERE state = 'deleting' AND (owner IS NULL OR lease_until IS NULL OR lease_until < {now})`)
+	var n int64
+	err := s.retry(ctx, func() error {
+		res, err := s.exec(ctx, q)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("finish deletes of orphaned tasks: %w", err)
+	}
+	return n, nil
+}

@@ -105,7 +105,7 @@ func TestSchemaEnqueueStatus(t *testing.T) {
 
 	code, out, errOut := cli(t, "schema", "migrate", "-config", cfg)
 	require.Equal(t, 0, code, errOut)
-	require.Contains(t, out, "applied schema versions [1]")
+	require.Contains(t, out, "applied schema versions [1 ") // every version, from the first
 	code, out, _ = cli(t, "schema", "migrate", "-config", cfg)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "up to date")
@@ -147,4 +147,52 @@ func TestSchemaEnqueueStatus(t *testing.T) {
 	code, _, errOut = cli(t, "enqueue", "-endpoint", "/x", "-config", cfg)
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "newer")
+}
+
+func TestTaskVerbs(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, "database:\n  dsn: "+filepath.Join(dir, "farm.db")+"\n")
+	code, _, errOut := cli(t, "schema", "migrate", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+
+	for want, args := range map[string][]string{
+		"-name is required":      {"task", "add", "-endpoint", "/x", "-every", "1s"},
+		"-every is required":     {"task", "add", "-name", "a", "-endpoint", "/x"},
+		"-endpoint \"//evil/x\"": {"task", "add", "-name", "a", "-endpoint", "//evil/x", "-every", "1s"},
+		"unknown task verb":      {"task", "frob"},
+		"say `task add`":         {"task"},
+	} {
+		code, _, errOut := cli(t, append(args, "-config", cfg)...)
+		if args[len(args)-1] == "task" || args[1] == "frob" {
+			code, _, errOut = cli(t, args...)
+		}
+		require.Equal(t, 2, code, "%v: %s", args, errOut)
+		require.Contains(t, errOut, want, "%v", args)
+	}
+
+	code, out, errOut := cli(t, "task", "add", "-name", "feed", "-endpoint", "/feed", "-every", "5s", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, `task "feed" added`)
+	code, _, errOut = cli(t, "task", "add", "-name", "feed", "-endpoint", "/other", "-every", "5s", "-config", cfg)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, `a task named "feed" exists`)
+
+	code, out, errOut = cli(t, "task", "list", "-json", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	var tasks []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &tasks), out)
+	require.Len(t, tasks, 1)
+	require.Equal(t, "feed", tasks[0]["name"])
+	require.Equal(t, "created", tasks[0]["state"])
+	require.Equal(t, "5s", tasks[0]["every"])
+
+	code, out, _ = cli(t, "task", "delete", "-name", "feed", "-config", cfg)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "deleted")
+	code, out, _ = cli(t, "task", "list", "-config", cfg)
+	require.Equal(t, 0, code)
+	require.NotContains(t, out, "feed")
+	code, _, errOut = cli(t, "task", "delete", "-name", "nope", "-config", cfg)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "not found")
 }

@@ -23,6 +23,7 @@ import (
 // the call's own values: Call.Headers cannot override them.
 const (
 	HeaderJob            = "X-Slotpoller-Job"
+	HeaderTask           = "X-Slotpoller-Task"
 	HeaderNode           = "X-Slotpoller-Node"
 	HeaderToken          = "X-Slotpoller-Token"
 	HeaderAttempt        = "X-Slotpoller-Attempt"
@@ -228,9 +229,12 @@ func indexControl(s string) int {
 	return -1
 }
 
-// Call is one attempt to run a job.
+// Call is one attempt to run a job, or one call of an endless task.
 type Call struct {
 	JobID int64
+	// Task, when set, makes this a call of the endless task of that name:
+	// it carries X-Slotpoller-Task instead of X-Slotpoller-Job.
+	Task  string
 	Node  string // node name
 	Token int64  // fencing token of the claim
 	// Attempt is the attempt number, 1 for the first.
@@ -420,7 +424,11 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 	if key == "" {
 		key = "slotpoller-job-" + strconv.FormatInt(c.JobID, 10)
 	}
-	req.Header.Set(HeaderJob, strconv.FormatInt(c.JobID, 10))
+	if c.Task != "" {
+		req.Header.Set(HeaderTask, c.Task)
+	} else {
+		req.Header.Set(HeaderJob, strconv.FormatInt(c.JobID, 10))
+	}
 	req.Header.Set(HeaderNode, c.Node)
 	req.Header.Set(HeaderToken, strconv.FormatInt(c.Token, 10))
 	req.Header.Set(HeaderAttempt, strconv.Itoa(c.Attempt))

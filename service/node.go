@@ -44,7 +44,7 @@ type Node struct {
 	mu     sync.Mutex
 	store  *store.Store
 	runner *jobs.Runner
-	polls  int64
+	keeper *jobs.Keeper
 }
 
 // NewNode returns a node for a validated configuration. clk is the local
@@ -125,8 +125,17 @@ func (n *Node) Run(ctx context.Context) error {
 		Backoff: time.Duration(cfg.Jobs.Backoff), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
 		Clock: n.clock, Logger: log,
 	})
+	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)
+	keeper := jobs.NewKeeper(s, &jobs.Invoker{Base: base}, jobs.TaskOptions{
+		Node: cfg.Node.Name, Incarnation: reg.Incarnation(),
+		// A task's lease is the TTL: a dead owner's tasks free up when the
+		// registry counts the owner out.
+		Lease: ttl, Heartbeat: heartbeat, Margin: heartbeat / 2,
+		Timeout: time.Duration(cfg.Jobs.Timeout), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
+		MinHold: 10 * heartbeat, Clock: n.clock, Logger: log,
+	})
 	n.mu.Lock()
-	n.store, n.runner = s, runner
+	n.store, n.runner, n.keeper = s, runner, keeper
 	n.mu.Unlock()
 
 	if err := retry(ctx, n.clock, log, "check in to the node registry", func() error { return reg.Join(ctx) }); err != nil {
@@ -148,9 +157,17 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	// Job leases are renewed until the drain is over, not just until work
+	// ends: a call finishing during the drain must keep its lease.
+	renewing, stopRenewing := context.WithCancel(context.Background())
+	defer stopRenewing()
+	renewDone := make(chan struct{})
+	go func() { defer close(renewDone); _ = runner.RenewLeases(renewing) }()
+
+	renewTasks := make(chan struct{}, 1)
 	goRun(est.Run)
 	goRun(reg.Run)
-	goRun(runner.RenewLeases)
+	goRun(func(ctx context.Context) error { n.taskLoop(ctx, log, keeper, renewTasks); return nil })
 	if cfg.Clock.NTPServer != "" {
 		goRun(func(ctx context.Context) error { n.checkNTP(ctx, log); return nil })
 	}
@@ -160,21 +177,33 @@ func (n *Node) Run(ctx context.Context) error {
 		Widen:   func() bool { return reg.Membership().Backlog() },
 		Nudge:   nudge,
 	}
-	goRun(func(ctx context.Context) error { n.pollLoop(ctx, log, waiter, est, reg, runner); return nil })
+	goRun(func(ctx context.Context) error {
+		n.pollLoop(ctx, log, waiter, est, reg, runner, keeper, renewTasks)
+		return nil
+	})
 
 	<-work.Done()
 	cause := context.Cause(work)
 	wg.Wait()
 
-	// Graceful stop: no more polls; finish or give back in-flight calls;
-	// leave so the rotation closes over this node at once.
-	log.Info("stopping: draining calls in flight", "running", runner.Running(), "drain_timeout", cfg.Jobs.DrainTimeout)
-	runner.Drain(time.Duration(cfg.Jobs.DrainTimeout))
+	// Graceful stop. Leave first, so that no node gives this one work any
+	// more and the rotation closes over it; then hand the tasks back (the
+	// next slot owner re-assigns them); then finish or give back the jobs
+	// in flight, their leases still renewed.
 	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := reg.Leave(lctx); err != nil {
 		log.Error("could not leave the node registry; the others will count this node out after the TTL", "err", err)
 	}
+	if released, err := keeper.Release(lctx); err != nil {
+		log.Error("could not release tasks; they move when their leases end", "err", err)
+	} else if released > 0 {
+		log.Info("released tasks", "count", released)
+	}
+	log.Info("stopping: draining calls in flight", "running", runner.Running(), "drain_timeout", cfg.Jobs.DrainTimeout)
+	runner.Drain(time.Duration(cfg.Jobs.DrainTimeout))
+	stopRenewing()
+	<-renewDone
 	log.Info("stopped", "polls", runner.Stats().Polls)
 	if errors.Is(cause, context.Canceled) && ctx.Err() != nil {
 		return nil
@@ -182,7 +211,35 @@ func (n *Node) Run(ctx context.Context) error {
 	return cause
 }
 
-func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waiter, est *clocksync.Estimator, reg checkin.Registry, r *jobs.Runner) {
+// taskLoop renews the node's task leases at every heartbeat (one
+// statement), and at once when the poll loop assigned a task to this node.
+func (n *Node) taskLoop(ctx context.Context, log *slog.Logger, k *jobs.Keeper, now <-chan struct{}) {
+	heartbeat := time.Duration(n.cfg.Checkin.Heartbeat)
+	failing := false
+	for {
+		t := n.clock.NewTimer(heartbeat)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		case <-now:
+			t.Stop()
+		}
+		err := k.Renew(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			log.Error("could not renew task leases; tasks stop before their leases end", "err", err)
+			failing = true
+		case err == nil && failing:
+			log.Info("task leases renewed again")
+			failing = false
+		}
+	}
+}
+
+func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waiter, est *clocksync.Estimator,
+	reg checkin.Registry, r *jobs.Runner, k *jobs.Keeper, renewTasks chan<- struct{}) {
 	slot := time.Duration(n.cfg.Rotation.Slot)
 	hold := 3 * max(time.Duration(n.cfg.Checkin.Heartbeat), slot)
 	failing := false
@@ -226,6 +283,29 @@ func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waite
 		if res.Left > 0 {
 			if err := reg.SignalBacklog(ctx, hold); err != nil && ctx.Err() == nil {
 				log.Warn("could not signal backlog", "err", err)
+			}
+		}
+		if turn.Rank != 0 {
+			continue // tasks are balanced once per slot, by its owner
+		}
+		var members []jobs.Member
+		for _, mm := range m.Members {
+			members = append(members, jobs.Member{Name: mm.Name, Incarnation: mm.Incarnation, Capacity: mm.Capacity})
+		}
+		bal, err := k.Balance(ctx, members, time.Duration(n.cfg.Checkin.TTL))
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("task balancing failed; trying again next turn", "err", err)
+			}
+			continue
+		}
+		if bal.Assigned > 0 {
+			log.Debug("assigned tasks", "slot", turn.Slot, "count", bal.Assigned, "to_me", bal.AssignedToMe)
+		}
+		if bal.AssignedToMe > 0 {
+			select {
+			case renewTasks <- struct{}{}:
+			default:
 			}
 		}
 	}
@@ -317,6 +397,7 @@ func (n *Node) checkNTP(ctx context.Context, log *slog.Logger) {
 // Stats are a running node's counters (for benchmarks and, later, metrics).
 type Stats struct {
 	Jobs       jobs.Stats
+	Tasks      jobs.TaskStats
 	Statements int64
 }
 
@@ -327,6 +408,9 @@ func (n *Node) Stats() Stats {
 	var st Stats
 	if n.runner != nil {
 		st.Jobs = n.runner.Stats()
+	}
+	if n.keeper != nil {
+		st.Tasks = n.keeper.Stats()
 	}
 	if n.store != nil {
 		st.Statements = n.store.Statements()

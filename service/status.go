@@ -93,3 +93,58 @@ func (r StatusReport) WriteText(w io.Writer) error {
 	_, err := fmt.Fprintln(w)
 	return err
 }
+
+// TaskStatus is one task as `slotpoller task list` shows it.
+type TaskStatus struct {
+	Name       string     `json:"name"`
+	Endpoint   string     `json:"endpoint"`
+	Every      string     `json:"every"`
+	State      string     `json:"state"`
+	Owner      string     `json:"owner,omitempty"` // node name while held
+	Since      *time.Time `json:"since,omitempty"` // database time the owner took it
+	Token      int64      `json:"token"`
+	Calls      int64      `json:"calls"`
+	Failures   int        `json:"failures"` // consecutive failed calls
+	LastCallAt *time.Time `json:"last_call_at,omitempty"`
+	LastStatus int        `json:"last_status,omitempty"`
+	LastError  string     `json:"last_error,omitempty"`
+}
+
+// TaskReport turns task rows into what the CLI shows.
+func TaskReport(tasks []store.Task) []TaskStatus {
+	out := make([]TaskStatus, 0, len(tasks))
+	for _, t := range tasks {
+		ts := TaskStatus{Name: t.Name, Endpoint: t.Endpoint, Every: t.Every.String(), State: t.State, Token: t.Token,
+			Calls: t.Calls, Failures: t.Failures, LastCallAt: t.LastCallAt, LastStatus: t.LastStatus, LastError: t.LastError}
+		if t.Held {
+			ts.Owner, ts.Since = t.OwnerNode, t.Since
+		}
+		out = append(out, ts)
+	}
+	return out
+}
+
+// WriteTasks prints tasks for a person.
+func WriteTasks(w io.Writer, tasks []TaskStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tSTATE\tEVERY\tOWNER\tSINCE\tCALLS\tLAST RESULT")
+	for _, t := range tasks {
+		owner, since := "-", "-"
+		if t.Owner != "" {
+			owner = t.Owner
+		}
+		if t.Since != nil {
+			since = t.Since.Format(time.RFC3339)
+		}
+		last := "-"
+		switch {
+		case t.LastCallAt == nil:
+		case t.LastError == "":
+			last = fmt.Sprintf("ok %d", t.LastStatus)
+		default:
+			last = fmt.Sprintf("failed x%d: %s", t.Failures, t.LastError)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", t.Name, t.State, t.Every, owner, since, t.Calls, last)
+	}
+	return tw.Flush()
+}

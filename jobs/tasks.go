@@ -1,0 +1,450 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/clock"
+	"github.com/slotpoller/slotpoller/internal/store"
+)
+
+// Reasons a task worker stops, read back with context.Cause.
+var (
+	errTaskLost     = errors.New("task lost: the farm gave it to another node")
+	errTaskStopping = errors.New("task stopping")
+)
+
+// TaskOptions configure a Keeper.
+type TaskOptions struct {
+	Node        string
+	Incarnation string
+	// Lease is how long a task stays held without renewal: the TTL, so a
+	// dead owner's tasks free up when the registry counts the owner out.
+	Lease time.Duration
+	// Heartbeat is how often Renew runs; with Lease it sets how early a
+	// worker stops when renewals fail.
+	Heartbeat time.Duration
+	// Margin is kept between the last moment the lease is known to hold
+	// (on this node's monotonic clock) and any call: a call starts only
+	// while more than Margin of the lease is left, and must end by then.
+	Margin     time.Duration
+	Timeout    time.Duration // call deadline when the task has none
+	BackoffMax time.Duration // cap of a failing task's back-off
+	// MinHold is the hysteresis of rebalancing: a task held for less is
+	// never asked to move.
+	MinHold time.Duration
+	Clock   clock.Clock
+	Logger  *slog.Logger
+	Rand    func() float64
+}
+
+// Keeper holds this node's endless tasks: it learns at every heartbeat
+// which tasks are its own (one renewal statement), runs a worker for each,
+// stops workers whose task it lost, was asked to hand off or to delete,
+// and, in the node's slot, assigns unowned tasks over the farm.
+type Keeper struct {
+	store *store.Store
+	inv   *Invoker
+	opts  TaskOptions
+
+	base   context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	workers map[string]*taskWorker
+
+	calls, failures, lost, stale atomic.Int64
+}
+
+type taskWorker struct {
+	task   store.HeldTask
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+
+	mu         sync.Mutex
+	leaseUntil time.Time // local monotonic: send time of the last confirmation + lease
+}
+
+func (w *taskWorker) lease() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.leaseUntil
+}
+
+func (w *taskWorker) confirm(until time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if until.After(w.leaseUntil) {
+		w.leaseUntil = until
+	}
+}
+
+func (w *taskWorker) exited() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// NewKeeper returns a keeper; Release stops it.
+func NewKeeper(s *store.Store, inv *Invoker, opts TaskOptions) *Keeper {
+	if opts.Clock == nil {
+		opts.Clock = clock.Real()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	base, cancel := context.WithCancel(context.Background())
+	return &Keeper{store: s, inv: inv, opts: opts, base: base, cancel: cancel, workers: map[string]*taskWorker{}}
+}
+
+// TaskStats are the keeper's counters.
+type TaskStats struct {
+	Held             int
+	Calls, Failures  int64
+	Lost, StaleStops int64
+}
+
+// Stats returns the counters.
+func (k *Keeper) Stats() TaskStats {
+	k.mu.Lock()
+	held := len(k.workers)
+	k.mu.Unlock()
+	return TaskStats{Held: held, Calls: k.calls.Load(), Failures: k.failures.Load(), Lost: k.lost.Load(), StaleStops: k.stale.Load()}
+}
+
+// Held returns the names of the tasks this node is working, sorted.
+func (k *Keeper) Held() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]string, 0, len(k.workers))
+	for n, w := range k.workers {
+		if !w.exited() {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Renew renews every lease this node holds in one statement and brings the
+// workers in line with the answer. Call it at every heartbeat.
+func (k *Keeper) Renew(ctx context.Context) error {
+	sent := k.opts.Clock.Now()
+	held, err := k.store.TasksRenew(ctx, k.opts.Incarnation, k.opts.Lease)
+	if err != nil {
+		k.stopUnconfirmed()
+		return err
+	}
+	until := sent.Add(k.opts.Lease)
+	byName := make(map[string]store.HeldTask, len(held))
+	for _, h := range held {
+		byName[h.Name] = h
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for name, w := range k.workers {
+		h, ok := byName[name]
+		if !ok || h.Token != w.task.Token {
+			k.lost.Add(1)
+			k.opts.Logger.Warn("task lost: stopping its calls", "task", name, "token", w.task.Token)
+			w.cancel(errTaskLost)
+			delete(k.workers, name)
+			continue
+		}
+		if w.exited() {
+			delete(k.workers, name) // stopped on its own (lease unconfirmed); restarted below if still ours
+		}
+	}
+	for _, h := range held {
+		w := k.workers[h.Name]
+		switch {
+		case h.State == store.TaskDeleting:
+			k.stopThen(h, w, "delete", func(ctx context.Context) (bool, error) { return k.store.TaskMarkDeleted(ctx, h.Name, h.Token) })
+		case h.Handoff:
+			k.stopThen(h, w, "hand off", func(ctx context.Context) (bool, error) { return k.store.TaskReleaseIfHeld(ctx, h.Name, h.Token) })
+		case w != nil:
+			w.confirm(until)
+		default:
+			k.start(h, until)
+		}
+	}
+	return nil
+}
+
+// stopUnconfirmed stops, while there is still time, every worker whose
+// lease would run out before the next renewal could confirm it.
+func (k *Keeper) stopUnconfirmed() {
+	now := k.opts.Clock.Now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for name, w := range k.workers {
+		if !now.Add(k.opts.Heartbeat + k.opts.Margin).Before(w.lease()) {
+			k.opts.Logger.Warn("task lease cannot be confirmed: stopping its calls", "task", name)
+			w.cancel(errTaskStopping)
+			delete(k.workers, name)
+		}
+	}
+}
+
+// stopThen stops a worker (if any), waits for its call to end, then runs
+// the fenced write that gives the task up. Holds k.mu.
+func (k *Keeper) stopThen(h store.HeldTask, w *taskWorker, what string, write func(context.Context) (bool, error)) {
+	delete(k.workers, h.Name)
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		if w != nil {
+			w.cancel(errTaskStopping)
+			<-w.done
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), k.opts.Lease)
+		defer cancel()
+		ok, err := write(ctx)
+		switch {
+		case err != nil:
+			k.opts.Logger.Error("could not "+what+" task; it frees up when its lease ends", "task", h.Name, "err", err)
+		case ok:
+			k.opts.Logger.Info("task "+what+" done", "task", h.Name, "token", h.Token)
+		}
+	}()
+}
+
+func (k *Keeper) start(h store.HeldTask, until time.Time) {
+	ctx, cancel := context.WithCancelCause(k.base)
+	w := &taskWorker{task: h, cancel: cancel, done: make(chan struct{}), leaseUntil: until}
+	k.workers[h.Name] = w
+	k.opts.Logger.Info("task taken", "task", h.Name, "token", h.Token, "every", h.Every)
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		defer close(w.done)
+		defer cancel(nil)
+		k.work(ctx, w)
+	}()
+}
+
+// work calls the task's endpoint once per interval while the lease holds.
+func (k *Keeper) work(ctx context.Context, w *taskWorker) {
+	t := w.task
+	log := k.opts.Logger.With("task", t.Name, "token", t.Token)
+	failures := t.Failures
+	next := k.opts.Clock.Now()
+	for seq := 1; ; seq++ {
+		if err := clock.Sleep(ctx, k.opts.Clock, next.Sub(k.opts.Clock.Now())); err != nil {
+			return
+		}
+		// The lease is judged on this node's own monotonic clock: a node
+		// that froze or lost the database past its lease stops here, before
+		// it can call with a token the farm may have moved past.
+		now := k.opts.Clock.Now()
+		left := w.lease().Sub(now) - k.opts.Margin
+		if left <= 0 {
+			k.stale.Add(1)
+			log.Warn("lease not confirmed in time: no more calls until it is renewed")
+			return
+		}
+		timeout := t.Timeout
+		if timeout <= 0 {
+			timeout = k.opts.Timeout
+		}
+		timeout = min(timeout, left)
+		res := k.inv.Invoke(ctx, Call{Task: t.Name, Node: k.opts.Node, Token: t.Token, Attempt: failures + 1,
+			IdempotencyKey: fmt.Sprintf("slotpoller-task-%s-%d-%d", t.Name, t.Token, seq),
+			Method:         t.Method, Endpoint: t.Endpoint, Payload: t.Payload, Timeout: timeout})
+		if ctx.Err() != nil {
+			return
+		}
+		k.calls.Add(1)
+		ok := res.Verdict == Succeeded
+		wctx, cancel := context.WithTimeout(ctx, k.opts.Heartbeat)
+		recorded, err := k.store.TaskRecordCall(wctx, t.Name, t.Token, ok, res.Status, res.Err)
+		cancel()
+		if err == nil && !recorded {
+			log.Warn("task no longer ours: stopping its calls")
+			return
+		}
+		if err != nil {
+			log.Warn("could not record task call", "err", err)
+		}
+		if ok {
+			failures = 0
+			next = now.Add(t.Every)
+			continue
+		}
+		// A failing endpoint keeps its owner and backs off; it never
+		// moves the task.
+		failures++
+		k.failures.Add(1)
+		delay := Backoff(failures, t.Every, max(t.Every, k.opts.BackoffMax), k.opts.Rand)
+		log.Warn("task call failed; backing off", "status", res.Status, "error", res.Err, "failures", failures, "next_in", delay)
+		next = k.opts.Clock.Now().Add(delay)
+	}
+}
+
+// Member is a live node as the balancer sees it.
+type Member struct {
+	Name        string
+	Incarnation string
+	Capacity    int
+}
+
+// BalanceResult says what one balancing step did.
+type BalanceResult struct {
+	Assigned      int
+	AssignedToMe  int
+	HandoffAsked  string // task asked to move, if any
+	DeletesClosed int64
+}
+
+// Balance is the slot owner's task step: finish deletes whose owner is
+// gone, give every unowned task to the live node with the most room
+// (tasks per capacity), and, at most one at a time, ask an owner above its
+// share to hand a task off — only when the move strictly evens the farm
+// and only a task held for MinHold, so tasks do not flap.
+func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duration) (BalanceResult, error) {
+	var res BalanceResult
+	n, err := k.store.TasksFinishOrphanedDeletes(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.DeletesClosed = n
+	if len(members) == 0 {
+		return res, nil
+	}
+	tasks, err := k.store.Tasks(ctx, false)
+	if err != nil {
+		return res, err
+	}
+	load := map[string]int{}
+	for _, m := range members {
+		load[m.Incarnation] = 0
+	}
+	var unowned []store.Task
+	for _, t := range tasks {
+		switch {
+		case t.State == store.TaskCreated, t.State == store.TaskRunning && !t.Held:
+			unowned = append(unowned, t)
+		case t.Held:
+			if _, live := load[t.Owner]; live {
+				load[t.Owner]++
+			}
+		}
+	}
+	for _, t := range unowned {
+		m := emptiest(members, load)
+		ok, err := k.store.TaskAssignIfUnowned(ctx, t.Name, m.Incarnation, m.Name, k.opts.Lease, ttl)
+		if err != nil {
+			return res, err
+		}
+		if ok {
+			load[m.Incarnation]++
+			res.Assigned++
+			if m.Incarnation == k.opts.Incarnation {
+				res.AssignedToMe++
+			}
+		}
+	}
+	for _, t := range tasks {
+		if t.Handoff && t.Held {
+			return res, nil // one move at a time
+		}
+	}
+	from, to := fullest(members, load), emptiest(members, load)
+	// Move only if it strictly evens things out: load_from/cap_from >
+	// (load_to+1)/cap_to.
+	if from.Incarnation == to.Incarnation || load[from.Incarnation]*to.Capacity <= (load[to.Incarnation]+1)*from.Capacity {
+		return res, nil
+	}
+	var pick *store.Task
+	for i, t := range tasks {
+		if t.Owner == from.Incarnation && t.Held && t.State == store.TaskRunning && t.HeldFor >= k.opts.MinHold {
+			if pick == nil || t.HeldFor > pick.HeldFor {
+				pick = &tasks[i]
+			}
+		}
+	}
+	if pick == nil {
+		return res, nil
+	}
+	ok, err := k.store.TaskRequestHandoff(ctx, pick.Name, pick.Token)
+	if err != nil {
+		return res, err
+	}
+	if ok {
+		res.HandoffAsked = pick.Name
+		k.opts.Logger.Info("rebalancing: asked a node to hand a task off", "task", pick.Name, "from", from.Name, "towards", to.Name)
+	}
+	return res, nil
+}
+
+// emptiest is the member with the lowest load per capacity (ties: name).
+func emptiest(members []Member, load map[string]int) Member {
+	best := members[0]
+	for _, m := range members[1:] {
+		if load[m.Incarnation]*best.Capacity < load[best.Incarnation]*m.Capacity {
+			best = m
+		}
+	}
+	return best
+}
+
+// fullest is the member with the highest load per capacity (ties: name).
+func fullest(members []Member, load map[string]int) Member {
+	best := members[0]
+	for _, m := range members[1:] {
+		if load[m.Incarnation]*best.Capacity > load[best.Incarnation]*m.Capacity {
+			best = m
+		}
+	}
+	return best
+}
+
+// Release stops every worker, waits for their calls to end, and gives the
+// tasks back to the farm so they are re-owned within one slot. For a
+// graceful stop.
+func (k *Keeper) Release(ctx context.Context) (int64, error) {
+	k.mu.Lock()
+	for name, w := range k.workers {
+		w.cancel(errTaskStopping)
+		delete(k.workers, name)
+	}
+	k.mu.Unlock()
+	k.wg.Wait()
+	k.cancel()
+	return k.store.TasksReleaseAll(ctx, k.opts.Incarnation)
+}
+
+// AddTask validates and adds an endless task.
+func AddTask(ctx context.Context, s *store.Store, t store.NewTask) error {
+	if t.Name == "" || len(t.Name) > 200 {
+		return fmt.Errorf("add task: name must be 1 to 200 characters")
+	}
+	if err := ValidateEndpoint(t.Endpoint); err != nil {
+		return fmt.Errorf("add task %q: %w", t.Name, err)
+	}
+	if t.Method == "" {
+		t.Method = "POST"
+	}
+	switch t.Method {
+	case "GET", "POST", "PUT", "PATCH", "DELETE":
+	default:
+		return fmt.Errorf("add task %q: method %q is not one of GET, POST, PUT, PATCH, DELETE", t.Name, t.Method)
+	}
+	if t.Every < 10*time.Millisecond {
+		return fmt.Errorf("add task %q: every %v is too short (at least 10ms)", t.Name, t.Every)
+	}
+	if t.Timeout < 0 {
+		return fmt.Errorf("add task %q: timeout %v must not be negative", t.Name, t.Timeout)
+	}
+	return s.TaskInsert(ctx, t)
+}

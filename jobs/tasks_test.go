@@ -1,0 +1,322 @@
+package jobs_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/clock"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/stretchr/testify/require"
+)
+
+type taskCall struct {
+	task, node string
+	token      int64
+}
+
+// taskEndpoint reports every call on a channel; /fail answers 503.
+func taskEndpoint(t *testing.T) (*url.URL, chan taskCall) {
+	calls := make(chan taskCall, 100)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, _ := strconv.ParseInt(r.Header.Get("X-Slotpoller-Token"), 10, 64)
+		calls <- taskCall{r.Header.Get("X-Slotpoller-Task"), r.Header.Get("X-Slotpoller-Node"), tok}
+		if r.URL.Path == "/fail" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	return u, calls
+}
+
+func newKeeper(s *store.Store, base *url.URL, c clock.Clock, node string) *jobs.Keeper {
+	return jobs.NewKeeper(s, &jobs.Invoker{Base: base}, jobs.TaskOptions{Node: node, Incarnation: "inc-" + node,
+		Lease: 3 * time.Second, Heartbeat: time.Second, Margin: 500 * time.Millisecond, Timeout: 5 * time.Second,
+		BackoffMax: time.Minute, MinHold: 10 * time.Second, Clock: c, Rand: func() float64 { return 0 }})
+}
+
+func nextCall(t *testing.T, calls chan taskCall) taskCall {
+	t.Helper()
+	select {
+	case c := <-calls:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("no task call arrived")
+		return taskCall{}
+	}
+}
+
+func noCall(t *testing.T, calls chan taskCall) {
+	t.Helper()
+	select {
+	case c := <-calls:
+		t.Fatalf("unexpected task call %+v", c)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func assign(t *testing.T, s *store.Store, task, node string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: node, Incarnation: "inc-" + node, Capacity: 4, Free: 4}))
+	ok, err := s.TaskAssignIfUnowned(ctx, task, "inc-"+node, node, 3*time.Second, time.Hour)
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+func TestTaskIsCalledEveryIntervalWhileHeld(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		base, calls := taskEndpoint(t)
+		c := clock.NewFake(t0)
+		k := newKeeper(s, base, c, "node-a")
+		require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "feed", Endpoint: "/feed", Every: 2 * time.Second}))
+		assign(t, s, "feed", "node-a")
+
+		require.NoError(t, k.Renew(ctx))
+		require.Equal(t, []string{"feed"}, k.Held())
+		first := nextCall(t, calls)
+		require.Equal(t, taskCall{"feed", "node-a", 1}, first, "the first call comes at once, with the task's headers")
+		for range 3 {
+			// Heartbeats keep the lease; the task is called every 2s.
+			require.NoError(t, c.BlockUntil(ctx, 1))
+			c.Advance(time.Second)
+			require.NoError(t, k.Renew(ctx))
+			noCall(t, calls)
+			c.Advance(time.Second)
+			require.NoError(t, k.Renew(ctx))
+			require.Equal(t, "feed", nextCall(t, calls).task)
+		}
+		task, err := s.TaskGet(ctx, "feed")
+		require.NoError(t, err)
+		require.Equal(t, int64(4), task.Calls)
+		n, err := k.Release(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+	})
+}
+
+func TestFrozenOwnerDoesNotCallAfterItsLease(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	base, calls := taskEndpoint(t)
+	c := clock.NewFake(t0)
+	k := newKeeper(s, base, c, "node-a")
+	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "feed", Endpoint: "/feed", Every: time.Second}))
+	assign(t, s, "feed", "node-a")
+	require.NoError(t, k.Renew(ctx))
+	nextCall(t, calls)
+
+	// The node freezes (no heartbeats) for 5s; its 3s lease ran out on its
+	// own monotonic clock. When it wakes, the worker must not call.
+	require.NoError(t, c.BlockUntil(ctx, 1))
+	c.Advance(5 * time.Second)
+	noCall(t, calls)
+	require.Eventually(t, func() bool { return k.Stats().StaleStops == 1 }, 5*time.Second, 10*time.Millisecond)
+
+	// Meanwhile the farm gave the task to another node.
+	_, err := s.TasksRenew(ctx, "inc-node-a", -time.Second)
+	require.NoError(t, err)
+	assign(t, s, "feed", "node-b")
+	require.NoError(t, k.Renew(ctx))
+	require.Empty(t, k.Held(), "the woken node learns the task is gone")
+	noCall(t, calls)
+	require.Equal(t, int64(1), k.Stats().Lost)
+	_, err = k.Release(ctx)
+	require.NoError(t, err)
+}
+
+func TestUnreachableDatabaseStopsCallsBeforeTheLeaseEnds(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	base, calls := taskEndpoint(t)
+	c := clock.NewFake(t0)
+	k := newKeeper(s, base, c, "node-a")
+	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "feed", Endpoint: "/feed", Every: 10 * time.Second}))
+	assign(t, s, "feed", "node-a")
+	require.NoError(t, k.Renew(ctx))
+	nextCall(t, calls)
+	require.NoError(t, s.Close())
+
+	c.Advance(time.Second)
+	require.Error(t, k.Renew(ctx))
+	require.Equal(t, []string{"feed"}, k.Held(), "2s of lease left: keep the worker")
+	c.Advance(time.Second)
+	require.Error(t, k.Renew(ctx))
+	require.Empty(t, k.Held(), "1s left, less than a heartbeat and the margin: stop now")
+}
+
+func TestDeleteAndHandoffStopTheWorker(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		base, calls := taskEndpoint(t)
+		c := clock.NewFake(t0)
+		k := newKeeper(s, base, c, "node-a")
+		for _, n := range []string{"gone", "moving"} {
+			require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: n, Endpoint: "/" + n, Every: time.Second}))
+			assign(t, s, n, "node-a")
+		}
+		require.NoError(t, k.Renew(ctx))
+		nextCall(t, calls)
+		nextCall(t, calls)
+
+		state, err := s.TaskRequestDelete(ctx, "gone")
+		require.NoError(t, err)
+		require.Equal(t, store.TaskDeleting, state)
+		ok, err := s.TaskRequestHandoff(ctx, "moving", 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, k.Renew(ctx))
+		require.Empty(t, k.Held())
+		require.Eventually(t, func() bool {
+			g, _ := s.TaskGet(ctx, "gone")
+			m, _ := s.TaskGet(ctx, "moving")
+			return g.State == store.TaskDeleted && m.State == store.TaskCreated
+		}, 5*time.Second, 10*time.Millisecond)
+		c.Advance(5 * time.Second)
+		noCall(t, calls)
+		_, err = k.Release(ctx)
+		require.NoError(t, err)
+	})
+}
+
+func TestFailingTaskBacksOffAndKeepsItsOwner(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	base, calls := taskEndpoint(t)
+	c := clock.NewFake(t0)
+	k := newKeeper(s, base, c, "node-a")
+	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "flaky", Endpoint: "/fail", Every: time.Second}))
+	assign(t, s, "flaky", "node-a")
+	require.NoError(t, k.Renew(ctx))
+	nextCall(t, calls)
+	// Failures: next calls after 1s, then 2s, then 4s (jitter source 0
+	// gives the lower half: 0.5s, 1s, 2s).
+	var gaps []time.Duration
+	for range 3 {
+		require.NoError(t, c.BlockUntil(ctx, 1))
+		start := c.Now()
+		for {
+			c.Advance(100 * time.Millisecond)
+			require.NoError(t, k.Renew(ctx))
+			select {
+			case <-calls:
+			case <-time.After(20 * time.Millisecond):
+				continue
+			}
+			break
+		}
+		gaps = append(gaps, c.Now().Sub(start))
+		require.NoError(t, c.BlockUntil(ctx, 1))
+	}
+	require.Less(t, gaps[0], gaps[1])
+	require.Less(t, gaps[1], gaps[2], "back-off grows: %v", gaps)
+	task, err := s.TaskGet(ctx, "flaky")
+	require.NoError(t, err)
+	require.Equal(t, "node-a", task.OwnerNode, "its own errors never move a task")
+	require.Equal(t, int64(1), task.Token)
+	require.Equal(t, 4, task.Failures)
+	_, err = k.Release(ctx)
+	require.NoError(t, err)
+}
+
+func TestBalanceSpreadsAndRebalancesWithHysteresis(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		c := clock.NewFake(t0)
+		k := newKeeper(s, &url.URL{Scheme: "http", Host: "localhost"}, c, "node-a")
+		var members []jobs.Member
+		for _, n := range []string{"node-a", "node-b", "node-c"} {
+			require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: n, Incarnation: "inc-" + n, Capacity: 4, Free: 4}))
+			members = append(members, jobs.Member{Name: n, Incarnation: "inc-" + n, Capacity: 4})
+		}
+		for i := range 6 {
+			require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "t" + strconv.Itoa(i), Endpoint: "/t", Every: time.Second}))
+		}
+		res, err := k.Balance(ctx, members, time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, 6, res.Assigned)
+		require.Equal(t, 2, res.AssignedToMe)
+		require.Equal(t, map[string]int{"node-a": 2, "node-b": 2, "node-c": 2}, owners(t, s))
+
+		// A fourth node joins. Nothing moves before the tasks were held for
+		// MinHold (10s)...
+		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-d", Incarnation: "inc-node-d", Capacity: 4, Free: 4}))
+		members = append(members, jobs.Member{Name: "node-d", Incarnation: "inc-node-d", Capacity: 4})
+		res, err = k.Balance(ctx, members, time.Hour)
+		require.NoError(t, err)
+		require.Empty(t, res.HandoffAsked, "tasks held for less than MinHold stay put")
+
+		// ...so age them on the database clock, then one handoff at a time.
+		_, err = s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {tasks} SET since = {now+?}`), -60_000)
+		require.NoError(t, err)
+		res, err = k.Balance(ctx, members, time.Hour)
+		require.NoError(t, err)
+		require.NotEmpty(t, res.HandoffAsked)
+		res, err = k.Balance(ctx, members, time.Hour)
+		require.NoError(t, err)
+		require.Empty(t, res.HandoffAsked, "one move at a time")
+
+		// The owner releases it; the next balance gives it to node-d.
+		moved, err := s.Tasks(ctx, false)
+		require.NoError(t, err)
+		for _, m := range moved {
+			if m.Handoff {
+				ok, err := s.TaskReleaseIfHeld(ctx, m.Name, m.Token)
+				require.NoError(t, err)
+				require.True(t, ok)
+			}
+		}
+		res, err = k.Balance(ctx, members, time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Assigned)
+		got := owners(t, s)
+		require.Equal(t, 1, got["node-d"])
+		// Spread is now 2,2,1,1 (or similar): within one task, so nothing
+		// more moves however often the balancer runs.
+		_, err = s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {tasks} SET since = {now+?}`), -60_000)
+		require.NoError(t, err)
+		for range 3 {
+			res, err = k.Balance(ctx, members, time.Hour)
+			require.NoError(t, err)
+			require.Empty(t, res.HandoffAsked, "no flapping once within one task: %v", owners(t, s))
+		}
+	})
+}
+
+func owners(t *testing.T, s *store.Store) map[string]int {
+	tasks, err := s.Tasks(context.Background(), false)
+	require.NoError(t, err)
+	out := map[string]int{}
+	for _, task := range tasks {
+		if task.Held {
+			out[task.OwnerNode]++
+		}
+	}
+	return out
+}
+
+func TestAddTaskRefusesBadInput(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx := context.Background()
+	require.Error(t, jobs.AddTask(ctx, s, store.NewTask{Name: "", Endpoint: "/x", Every: time.Second}))
+	require.Error(t, jobs.AddTask(ctx, s, store.NewTask{Name: "a", Endpoint: "http://evil/x", Every: time.Second}))
+	require.Error(t, jobs.AddTask(ctx, s, store.NewTask{Name: "a", Endpoint: "/x", Every: time.Millisecond}))
+	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "a", Endpoint: "/x", Every: time.Second}))
+	require.ErrorIs(t, jobs.AddTask(ctx, s, store.NewTask{Name: "a", Endpoint: "/y", Every: time.Second}), store.ErrDuplicate)
+}

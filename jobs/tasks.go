@@ -340,18 +340,37 @@ func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duratio
 			}
 		}
 	}
+	refused := map[string]bool{} // members the database no longer counts live
 	for _, t := range unowned {
-		m := emptiest(members, load)
-		ok, err := k.store.TaskAssignIfUnowned(ctx, t.Name, m.Incarnation, m.Name, k.opts.Lease, ttl)
-		if err != nil {
-			return res, err
-		}
-		if ok {
-			load[m.Incarnation]++
-			res.Assigned++
-			if m.Incarnation == k.opts.Incarnation {
-				res.AssignedToMe++
+		for {
+			m, ok := emptiestExcept(members, load, refused)
+			if !ok {
+				break
 			}
+			ok, err := k.store.TaskAssignIfUnowned(ctx, t.Name, m.Incarnation, m.Name, k.opts.Lease, ttl)
+			if err != nil {
+				return res, err
+			}
+			if ok {
+				load[m.Incarnation]++
+				res.Assigned++
+				if m.Incarnation == k.opts.Incarnation {
+					res.AssignedToMe++
+				}
+				break
+			}
+			// Refused: the task was taken meanwhile, or this member just
+			// stopped being live (its membership entry is older than the
+			// database's view). Try the task with the next member only if
+			// it is still unowned.
+			cur, err := k.store.TaskGet(ctx, t.Name)
+			if err != nil {
+				return res, err
+			}
+			if cur.State != store.TaskCreated && !(cur.State == store.TaskRunning && !cur.Held) {
+				break
+			}
+			refused[m.Incarnation] = true
 		}
 	}
 	for _, t := range tasks {
@@ -389,13 +408,22 @@ func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duratio
 
 // emptiest is the member with the lowest load per capacity (ties: name).
 func emptiest(members []Member, load map[string]int) Member {
-	best := members[0]
-	for _, m := range members[1:] {
-		if load[m.Incarnation]*best.Capacity < load[best.Incarnation]*m.Capacity {
-			best = m
+	m, _ := emptiestExcept(members, load, nil)
+	return m
+}
+
+func emptiestExcept(members []Member, load map[string]int, skip map[string]bool) (Member, bool) {
+	var best Member
+	found := false
+	for _, m := range members {
+		if skip[m.Incarnation] {
+			continue
+		}
+		if !found || load[m.Incarnation]*best.Capacity < load[best.Incarnation]*m.Capacity {
+			best, found = m, true
 		}
 	}
-	return best
+	return best, found
 }
 
 // fullest is the member with the highest load per capacity (ties: name).

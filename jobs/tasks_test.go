@@ -320,3 +320,22 @@ func TestAddTaskRefusesBadInput(t *testing.T) {
 	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "a", Endpoint: "/x", Every: time.Second}))
 	require.ErrorIs(t, jobs.AddTask(ctx, s, store.NewTask{Name: "a", Endpoint: "/y", Every: time.Second}), store.ErrDuplicate)
 }
+
+func TestBalanceSkipsAMemberTheDatabaseNoLongerCountsLive(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx := context.Background()
+	k := newKeeper(s, &url.URL{Scheme: "http", Host: "localhost"}, clock.NewFake(t0), "node-a")
+	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-node-a", Capacity: 4}))
+	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-b", Incarnation: "inc-node-b", Capacity: 4}))
+	require.NoError(t, s.NodeLeave(ctx, "node-b", "inc-node-b")) // gone, but still in this node's cached membership
+	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "t1", Endpoint: "/t", Every: time.Second}))
+	require.NoError(t, s.TaskInsert(ctx, store.NewTask{Name: "t0", Endpoint: "/t", Method: "POST", Every: time.Second}))
+	// node-a already holds one task, so node-b looks emptiest.
+	ok, err := s.TaskAssignIfUnowned(ctx, "t0", "inc-node-a", "node-a", time.Minute, time.Hour)
+	require.NoError(t, err)
+	require.True(t, ok)
+	res, err := k.Balance(ctx, []jobs.Member{{"node-a", "inc-node-a", 4}, {"node-b", "inc-node-b", 4}}, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Assigned, "the task goes to the next member instead of waiting a slot")
+	require.Equal(t, map[string]int{"node-a": 2}, owners(t, s))
+}

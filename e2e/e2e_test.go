@@ -134,6 +134,14 @@ func startNode(t *testing.T, environ []string, name string) *node {
 		if t.Failed() {
 			t.Logf("--- log of node %s ---\n%s", name, n.output())
 		}
+		// SLOTPOLLER_E2E_LOGS=DIR keeps every node's log, to study a run.
+		if dir := os.Getenv("SLOTPOLLER_E2E_LOGS"); dir != "" {
+			f, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+			if err == nil {
+				_, _ = f.WriteString(n.output())
+				f.Close()
+			}
+		}
 	})
 	return n
 }
@@ -177,7 +185,7 @@ func liveNodes(t *testing.T, s *store.Store) int {
 
 func TestFarmRunsEachJobOnce(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
-		s, dsn := storetest.Open(t, driver)
+		s, db := storetest.OpenDB(t, driver)
 		ctx := context.Background()
 		rec := &recorder{}
 		srv := httptest.NewServer(http.HandlerFunc(rec.handler))
@@ -189,7 +197,8 @@ func TestFarmRunsEachJobOnce(t *testing.T) {
 			// One node reads its local clock as 7s fast, one as 4s slow:
 			// only the database clock may matter.
 			skew := []string{"7s", "-4s", "0s"}[i]
-			nodes = append(nodes, startNode(t, env(driver, dsn, name, srv.URL, "SLOTPOLLER_CLOCK_SKEW="+skew), name))
+			extra := append(db.ExtraEnv(), "SLOTPOLLER_CLOCK_SKEW="+skew)
+			nodes = append(nodes, startNode(t, env(driver, db.DSN, name, srv.URL, extra...), name))
 		}
 		waitFor(t, 30*time.Second, "3 live nodes", func() bool { return liveNodes(t, s) == 3 })
 

@@ -1,0 +1,86 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+// privatePostgres is a PostgreSQL server of the test's own, so that the
+// chaos suite can restart it without disturbing the tests of other packages
+// that share the machine's server.
+type privatePostgres struct {
+	t      *testing.T
+	bin    string
+	dir    string
+	port   int
+	asRoot bool
+}
+
+// startPrivatePostgres initialises and starts a throwaway cluster, or skips
+// the test saying why it cannot.
+func startPrivatePostgres(t *testing.T) *privatePostgres {
+	t.Helper()
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
+	if len(matches) == 0 {
+		t.Skip("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin): skipping the test that restarts PostgreSQL")
+	}
+	p := &privatePostgres{t: t, bin: filepath.Dir(matches[len(matches)-1]), asRoot: os.Geteuid() == 0}
+	dir, err := os.MkdirTemp("", "slotpoller-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.dir = dir
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if p.asRoot {
+		// PostgreSQL refuses to run as root.
+		if out, err := exec.Command("chown", "-R", "postgres:postgres", dir).CombinedOutput(); err != nil {
+			t.Skipf("cannot hand a data folder to the postgres user (%v: %s): skipping", err, out)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.port = ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	data := filepath.Join(dir, "data")
+	if out, err := p.run("initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"); err != nil {
+		t.Skipf("initdb failed (%v): %s", err, out)
+	}
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200", p.port, dir)
+	if out, err := p.run("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "start"); err != nil {
+		t.Fatalf("start private PostgreSQL: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _, _ = p.run("pg_ctl", "-D", data, "-m", "immediate", "-w", "stop") })
+	return p
+}
+
+func (p *privatePostgres) run(tool string, args ...string) ([]byte, error) {
+	path := filepath.Join(p.bin, tool)
+	var cmd *exec.Cmd
+	if p.asRoot {
+		cmd = exec.Command("runuser", append([]string{"-u", "postgres", "--", path}, args...)...)
+	} else {
+		cmd = exec.Command(path, args...)
+	}
+	return cmd.CombinedOutput()
+}
+
+// DSN is the connection string of the private server.
+func (p *privatePostgres) DSN() string {
+	return "postgres://postgres@127.0.0.1:" + strconv.Itoa(p.port) + "/postgres?sslmode=disable"
+}
+
+// Restart stops the server (fast: connections are cut) and starts it again.
+func (p *privatePostgres) Restart() {
+	// -l again: without a log file the server would hold this command's
+	// output open.
+	if out, err := p.run("pg_ctl", "-D", filepath.Join(p.dir, "data"), "-l", filepath.Join(p.dir, "log"), "-m", "fast", "-w", "restart"); err != nil {
+		p.t.Fatalf("restart private PostgreSQL: %v: %s", err, out)
+	}
+}

@@ -128,7 +128,7 @@ func loadConfig(path string) (service.Config, error) {
 func openStore(ctx context.Context, cfg service.Config) (*store.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	s, err := store.Open(ctx, cfg.Database.Driver, cfg.Database.DSN)
+	s, err := store.Open(ctx, cfg.Database.Driver, cfg.Database.DSN, store.WithSchema(cfg.Database.Schema))
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach the database (%s %s): %w", cfg.Database.Driver, service.MaskDSN(cfg.Database.DSN), err)
 	}

@@ -123,7 +123,7 @@ func Migrate(ctx context.Context, s *store.Store) ([]int, error) {
 			return nil, fmt.Errorf("migrate: take the migration lock: %w", err)
 		}
 	}
-	if err := execScript(ctx, tx, string(versionTable)); err != nil {
+	if err := execScript(ctx, tx, store.ExpandScript(d, string(versionTable))); err != nil {
 		return nil, fmt.Errorf("migrate: create schema version table: %w", err)
 	}
 	var cur int
@@ -135,7 +135,7 @@ func Migrate(ctx context.Context, s *store.Store) ([]int, error) {
 	}
 	var applied []int
 	for _, m := range ms[cur:] {
-		if err := execScript(ctx, tx, m.SQL); err != nil {
+		if err := execScript(ctx, tx, store.ExpandScript(d, m.SQL)); err != nil {
 			return nil, fmt.Errorf("migrate: version %d (%s): %w", m.Version, m.Description, err)
 		}
 		rec := store.Expand(d, `INSERT INTO {schema_version} (version, description, applied_at) VALUES (?, ?, {now})`)
@@ -150,9 +150,21 @@ func Migrate(ctx context.Context, s *store.Store) ([]int, error) {
 	return applied, nil
 }
 
-// execScript runs the statements of a migration file one by one. Statements
-// end with a semicolon at the end of a line; comments are dropped.
+// execScript runs the statements of a migration file one by one, each in a
+// batch of its own (which T-SQL needs for some DDL).
 func execScript(ctx context.Context, tx *sql.Tx, script string) error {
+	for _, stmt := range splitScript(script) {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// splitScript cuts a migration file into statements. Statements end with a
+// semicolon at the end of a line; comment lines are dropped.
+func splitScript(script string) []string {
+	var out []string
 	var stmt strings.Builder
 	for _, line := range strings.Split(script, "\n") {
 		trimmed := strings.TrimSpace(line)
@@ -162,15 +174,12 @@ func execScript(ctx context.Context, tx *sql.Tx, script string) error {
 		stmt.WriteString(line)
 		stmt.WriteByte('\n')
 		if strings.HasSuffix(trimmed, ";") {
-			if _, err := tx.ExecContext(ctx, stmt.String()); err != nil {
-				return err
-			}
+			out = append(out, stmt.String())
 			stmt.Reset()
 		}
 	}
 	if strings.TrimSpace(stmt.String()) != "" {
-		_, err := tx.ExecContext(ctx, stmt.String())
-		return err
+		out = append(out, stmt.String())
 	}
-	return nil
+	return out
 }

@@ -49,6 +49,9 @@ type Options struct {
 // Stats are the runner's counters since start.
 type Stats struct {
 	Polls, Claimed, Succeeded, Retried, Failed, Dead, Released, LeasesLost, Renewals int64
+	// Cancelled counts calls cut off because their lease was lost or could
+	// not be confirmed in time.
+	Cancelled int64
 }
 
 // Runner runs the jobs of one node.
@@ -61,10 +64,15 @@ type Runner struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	inflight map[int64]*inflight
+	// claimMu keeps a claim and a lease renewal from interleaving: a job
+	// the renewal finds held but not in flight is then truly orphaned (its
+	// claim committed but the answer never reached this node).
+	claimMu sync.Mutex
 
-	polls, claimed, succeeded, retried, failed, dead, released, leasesLost, renewals atomic.Int64
+	mu       sync.Mutex
+	inflight map[store.Held]*inflight // by job id and token: a re-claim is a new entry
+
+	polls, claimed, succeeded, retried, failed, dead, released, leasesLost, renewals, cancelled atomic.Int64
 }
 
 type inflight struct {
@@ -83,7 +91,7 @@ func NewRunner(s *store.Store, inv *Invoker, opts Options) *Runner {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	base, cancel := context.WithCancel(context.Background())
-	return &Runner{store: s, inv: inv, opts: opts, base: base, cancel: cancel, inflight: map[int64]*inflight{}}
+	return &Runner{store: s, inv: inv, opts: opts, base: base, cancel: cancel, inflight: map[store.Held]*inflight{}}
 }
 
 // Running returns how many calls are in flight.
@@ -99,7 +107,7 @@ func (r *Runner) Free() int { return max(0, r.opts.Capacity-r.Running()) }
 // Stats returns the counters.
 func (r *Runner) Stats() Stats {
 	return Stats{Polls: r.polls.Load(), Claimed: r.claimed.Load(), Succeeded: r.succeeded.Load(), Retried: r.retried.Load(),
-		Failed: r.failed.Load(), Dead: r.dead.Load(), Released: r.released.Load(), LeasesLost: r.leasesLost.Load(), Renewals: r.renewals.Load()}
+		Failed: r.failed.Load(), Dead: r.dead.Load(), Released: r.released.Load(), LeasesLost: r.leasesLost.Load(), Renewals: r.renewals.Load(), Cancelled: r.cancelled.Load()}
 }
 
 // FairShare is how many of the due jobs a poller takes: its capacity's
@@ -165,6 +173,8 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 		res.Left = load.Due
 		return res, nil
 	}
+	r.claimMu.Lock()
+	defer r.claimMu.Unlock()
 	sent := r.opts.Clock.Now()
 	claims, err := r.store.JobsClaim(ctx, r.opts.Incarnation, r.opts.Node, want, r.opts.Lease)
 	if err != nil {
@@ -181,8 +191,9 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 
 func (r *Runner) start(c store.Claim, claimedAt, leaseUntil time.Time) {
 	ctx, cancel := context.WithCancelCause(r.base)
+	key := store.Held{ID: c.ID, Token: c.Token}
 	r.mu.Lock()
-	r.inflight[c.ID] = &inflight{claim: c, cancel: cancel, claimedAt: claimedAt, leaseUntil: leaseUntil}
+	r.inflight[key] = &inflight{claim: c, cancel: cancel, claimedAt: claimedAt, leaseUntil: leaseUntil}
 	r.mu.Unlock()
 	r.wg.Add(1)
 	go func() {
@@ -190,7 +201,7 @@ func (r *Runner) start(c store.Claim, claimedAt, leaseUntil time.Time) {
 		defer cancel(nil)
 		r.run(ctx, c)
 		r.mu.Lock()
-		delete(r.inflight, c.ID)
+		delete(r.inflight, key)
 		r.mu.Unlock()
 	}()
 }
@@ -208,7 +219,9 @@ func (r *Runner) run(ctx context.Context, c store.Claim) {
 	// the job is long over, and a stop must still record what happened.
 	wctx, wcancel := context.WithTimeout(context.Background(), r.opts.Lease)
 	defer wcancel()
-	if cause := context.Cause(ctx); errors.Is(cause, errDraining) {
+	// A stop that cut the call off gives the job back unrun; a response that
+	// arrived (even as the stop came) is recorded as usual.
+	if cause := context.Cause(ctx); errors.Is(cause, errDraining) && res.Status == 0 && res.Verdict != Succeeded {
 		ok, err := r.store.JobReleaseIfRunning(wctx, c.ID, c.Token, "released unfinished: node "+r.opts.Node+" stopped")
 		if err != nil {
 			log.Error("could not release job on stop; it runs again when its lease expires", "err", err)
@@ -294,8 +307,11 @@ func (r *Runner) RenewOnce(ctx context.Context) {
 		return
 	}
 	tick := r.opts.Lease / 3
+	r.claimMu.Lock()
+	defer r.claimMu.Unlock()
 	sent := r.opts.Clock.Now()
-	rctx, cancel := context.WithTimeout(ctx, tick)
+	// Half a tick at most: the next check then comes within 1.5 ticks.
+	rctx, cancel := context.WithTimeout(ctx, tick/2)
 	held, err := r.store.JobsRenewLeases(rctx, r.opts.Incarnation, r.opts.Lease)
 	cancel()
 	now := r.opts.Clock.Now()
@@ -306,29 +322,46 @@ func (r *Runner) RenewOnce(ctx context.Context) {
 		still := make(map[store.Held]bool, len(held))
 		for _, h := range held {
 			still[h] = true
+			if r.inflight[h] == nil {
+				// Held but not in flight: a claim whose answer was lost.
+				// Give it back now rather than renew it for ever.
+				go r.releaseOrphan(h)
+			}
 		}
-		for _, f := range r.inflight {
+		for key, f := range r.inflight {
 			if !f.claimedAt.Before(sent) {
 				continue // claimed after the renewal was sent: not judged by it
 			}
-			if still[store.Held{ID: f.claim.ID, Token: f.claim.Token}] {
+			if still[key] {
 				f.leaseUntil = sent.Add(r.opts.Lease)
 				continue
 			}
 			r.opts.Logger.Warn("cancelling call: lease lost", "job", f.claim.ID, "token", f.claim.Token)
+			r.cancelled.Add(1)
 			f.cancel(errLeaseLost)
 		}
 		return
 	}
 	r.opts.Logger.Error("could not renew job leases", "err", err)
-	// The next chance to confirm is a tick away; cancel any call whose lease
-	// would run out before then, with a margin for the cancellation itself.
-	margin := tick / 2
+	// The next chance to confirm is at most 1.5 ticks away; cancel any call
+	// whose lease would run out before then, with half a tick to spare for
+	// the cancellation itself.
 	for _, f := range r.inflight {
-		if !now.Add(tick + margin).Before(f.leaseUntil) {
+		if !now.Add(2 * tick).Before(f.leaseUntil) {
 			r.opts.Logger.Warn("cancelling call: lease cannot be confirmed", "job", f.claim.ID, "lease_left", f.leaseUntil.Sub(now))
+			r.cancelled.Add(1)
 			f.cancel(errLeaseUnconfirmed)
 		}
+	}
+}
+
+func (r *Runner) releaseOrphan(h store.Held) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.Lease/3)
+	defer cancel()
+	ok, err := r.store.JobReleaseIfRunning(ctx, h.ID, h.Token, "released: the claim's answer never reached node "+r.opts.Node)
+	if err == nil && ok {
+		r.released.Add(1)
+		r.opts.Logger.Warn("released a job claimed but never started (its claim's answer was lost)", "job", h.ID, "token", h.Token)
 	}
 }
 
@@ -353,6 +386,14 @@ func (r *Runner) Drain(timeout time.Duration) {
 		<-done
 	}
 	r.cancel()
+	// No call is left: whatever this node still holds is an orphaned claim.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := r.store.JobsReleaseOwned(ctx, r.opts.Incarnation, "released unrun: node "+r.opts.Node+" stopped")
+	if err != nil {
+		r.opts.Logger.Error("could not release jobs at stop; they run again when their leases expire", "err", err)
+	}
+	r.released.Add(n)
 }
 
 // NewIdempotencyKey returns a key for a new job: random, so that it stays

@@ -263,13 +263,40 @@ func TestUnconfirmedLeaseCancelsInTime(t *testing.T) {
 	require.NoError(t, err)
 
 	require.NoError(t, s.Close()) // the database is gone
-	c.Advance(time.Second)
+	c.Advance(500 * time.Millisecond)
 	r.RenewOnce(ctx)
-	require.Equal(t, 1, r.Running(), "2s of a 3s lease left: wait for the next renewal")
+	require.Equal(t, int64(0), r.Stats().Cancelled, "2.5s of a 3s lease left: the next renewal can still confirm it")
 	c.Advance(600 * time.Millisecond)
 	r.RenewOnce(ctx)
+	require.Equal(t, int64(1), r.Stats().Cancelled, "1.9s left: the next check could come too late")
 	r.Wait() // the call was cancelled with time to spare before the lease ran out
 	require.Equal(t, 0, r.Running())
+}
+
+func TestOrphanedClaimIsReleasedNotRenewedForEver(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		rec := &seen{}
+		c := clock.NewFake(t0)
+		r := newRunner(t, s, endpoint(t, rec), c, 4)
+		enqueue(t, s, "/block", 3)
+		_, err := r.Poll(ctx, alone(4))
+		require.NoError(t, err)
+		// A claim under this node's incarnation whose answer never arrived
+		// (the connection dropped after the commit).
+		orphan := enqueue(t, s, "/ok", 3)
+		lost, err := s.JobsClaim(ctx, "inc-a", "node-a", 1, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, lost, 1)
+
+		c.Advance(time.Second)
+		r.RenewOnce(ctx)
+		require.Eventually(t, func() bool { return get(t, s, orphan).State == store.StateReady }, 5*time.Second, 10*time.Millisecond,
+			"the orphan goes back to the queue")
+		require.Equal(t, 1, r.Running(), "the tracked call is untouched")
+		r.Drain(0)
+	})
 }
 
 func TestRenewalsKeepLongCallsAlive(t *testing.T) {

@@ -86,6 +86,11 @@ func (w *Waiter) Wait(ctx context.Context) (Turn, error) {
 		}
 		sleep := w.Slot
 		db, errBound, ok := w.DB.Now()
+		// A guard band of half a slot or more would leave no moment that is
+		// surely inside the slot, and the node would never poll. Past a
+		// quarter slot the guard stops growing: polling a little early or
+		// late costs fairness, never safety (the claim is conditional).
+		errBound = min(errBound, w.Slot/4)
 		if ok {
 			turn, wait, now := w.next(db, errBound, w.Members())
 			if now {

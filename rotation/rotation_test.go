@@ -271,3 +271,22 @@ func TestNoEstimateNoPoll(t *testing.T) {
 type noEstimate struct{}
 
 func (noEstimate) Now() (time.Time, time.Duration, bool) { return time.Time{}, 0, false }
+
+func TestHugeOffsetErrorStillPolls(t *testing.T) {
+	start := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+	c := clock.NewFake(start)
+	// An error bound larger than the slot (a far database, a tiny slot).
+	w := &Waiter{Clock: c, DB: fakeDB{c, 0, 3 * L}, Slot: L, Me: "a", Members: func() []string { return []string{"a", "b"} }}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	advancing, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		for c.BlockUntil(advancing, 1) == nil && c.Now().Sub(start) < 20*L {
+			c.Advance(50 * time.Millisecond)
+		}
+	}()
+	turn, err := w.Wait(ctx)
+	require.NoError(t, err, "a node with a large offset error never got a turn")
+	require.Equal(t, "a", Owner(turn.Slot, []string{"a", "b"}))
+}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slotpoller/slotpoller/internal/store"
 	"gopkg.in/yaml.v3"
 )
 
@@ -33,14 +34,20 @@ type Config struct {
 
 // DatabaseConfig says which database the farm shares.
 type DatabaseConfig struct {
-	// Driver is sqlite (the default) or postgres.
+	// Driver is sqlite (the default), postgres or sqlserver.
 	Driver string `yaml:"driver"`
 	// DSN is the connection string. For sqlite it defaults to the file
 	// slotpoller.db beside the config file (or in the working directory when
 	// there is no config file), as an absolute path; a relative sqlite path is
-	// taken relative to the same folder. postgres has no default. It may hold a
-	// password: show it only through MaskDSN or Config.Redacted.
+	// taken relative to the same folder. postgres and sqlserver have no
+	// default. It may hold a password: show it only through MaskDSN or
+	// Config.Redacted.
 	DSN string `yaml:"dsn"`
+	// Schema is the SQL Server schema that holds slotpoller's tables; default
+	// slotpoller. Only sqlserver uses it. A letter or _, then up to 127
+	// letters, digits or _ (it is written into statements, so nothing that
+	// would need quoting is accepted).
+	Schema string `yaml:"schema"`
 	// Migrate applies schema migrations at start; default true.
 	Migrate bool `yaml:"migrate"`
 }
@@ -133,7 +140,7 @@ const (
 // recomputed from the final heartbeat when nothing sets it).
 func DefaultConfig() Config {
 	return Config{
-		Database: DatabaseConfig{Driver: "sqlite", Migrate: true},
+		Database: DatabaseConfig{Driver: "sqlite", Schema: store.DefaultSQLServerSchema, Migrate: true},
 		Node:     NodeConfig{Capacity: 16},
 		Jobs: JobsConfig{
 			BaseURL:      "http://localhost",
@@ -311,13 +318,13 @@ func (c Config) problems() []problem {
 
 	// database
 	switch c.Database.Driver {
-	case "sqlite", "postgres":
-	case "sqlserver", "mssql":
-		bad("database.driver", c.Database.Driver, "SQL Server is not supported by this build yet; use sqlite or postgres")
+	case "sqlite", "postgres", "sqlserver":
+	case "mssql":
+		bad("database.driver", c.Database.Driver, "write sqlserver for SQL Server")
 	case "":
-		bad("database.driver", c.Database.Driver, "must be set to sqlite or postgres")
+		bad("database.driver", c.Database.Driver, "must be set to sqlite, postgres or sqlserver")
 	default:
-		bad("database.driver", c.Database.Driver, "must be one of sqlite, postgres")
+		bad("database.driver", c.Database.Driver, "must be one of sqlite, postgres, sqlserver")
 	}
 	dsn := c.Database.DSN
 	masked := MaskDSN(dsn)
@@ -328,6 +335,8 @@ func (c Config) problems() []problem {
 			bad(dsnKey, masked, "the sqlite driver needs a database file path")
 		case scheme == "postgres" || scheme == "postgresql":
 			bad(dsnKey, masked, "is a postgres DSN but database.driver is sqlite; set database.driver to postgres")
+		case scheme == "sqlserver":
+			bad(dsnKey, masked, "is a sqlserver DSN but database.driver is sqlite; set database.driver to sqlserver")
 		case scheme != "":
 			bad(dsnKey, masked, "must be a file path or a file: URI for the sqlite driver")
 		}
@@ -338,6 +347,16 @@ func (c Config) problems() []problem {
 		case scheme != "" && scheme != "postgres" && scheme != "postgresql":
 			bad(dsnKey, masked, "must be a postgres:// URL or key=value pairs for the postgres driver")
 		}
+	case "sqlserver":
+		switch scheme := dsnScheme(dsn); {
+		case strings.TrimSpace(dsn) == "":
+			bad(dsnKey, masked, "the sqlserver driver has no default DSN; set database.dsn or %s explicitly (e.g. sqlserver://user:password@host:1433?database=farm)", envName("database", "dsn"))
+		case scheme != "" && scheme != "sqlserver":
+			bad(dsnKey, masked, "must be a sqlserver:// URL or ADO key=value pairs (server=...;user id=...) for the sqlserver driver")
+		}
+	}
+	if !store.ValidSchemaName(c.Database.Schema) {
+		bad("database.schema", c.Database.Schema, "must be a letter or _ followed by up to 127 letters, digits or _ (the SQL Server schema that holds slotpoller's tables)")
 	}
 
 	// node

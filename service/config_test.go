@@ -3,6 +3,7 @@ package service
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,7 @@ func TestLoadFileOverrides(t *testing.T) {
 database:
   driver: postgres
   dsn: postgres://slot:pw@db:5432/slotpoller
+  schema: farm_jobs
   migrate: false
 node:
   name: web-01
@@ -87,7 +89,7 @@ log:
 	cfg, err := Load(path, true, nil)
 	require.NoError(t, err)
 	require.Equal(t, Config{
-		Database: DatabaseConfig{Driver: "postgres", DSN: "postgres://slot:pw@db:5432/slotpoller", Migrate: false},
+		Database: DatabaseConfig{Driver: "postgres", DSN: "postgres://slot:pw@db:5432/slotpoller", Schema: "farm_jobs", Migrate: false},
 		Node:     NodeConfig{Name: "web-01", Capacity: 4},
 		Jobs: JobsConfig{
 			BaseURL:      "https://127.0.0.1:8443/jobs/",
@@ -166,6 +168,7 @@ func TestLoadEnvSetsEveryKey(t *testing.T) {
 	cfg, err := Load("", false, []string{
 		"SLOTPOLLER_DATABASE_DRIVER=sqlite",
 		"SLOTPOLLER_DATABASE_DSN=" + dbPath,
+		"SLOTPOLLER_DATABASE_SCHEMA=sp1",
 		"SLOTPOLLER_DATABASE_MIGRATE=0",
 		"SLOTPOLLER_NODE_NAME=n1",
 		"SLOTPOLLER_NODE_CAPACITY=7",
@@ -189,7 +192,7 @@ func TestLoadEnvSetsEveryKey(t *testing.T) {
 	require.NoError(t, err)
 	s := Duration(time.Second)
 	require.Equal(t, Config{
-		Database: DatabaseConfig{Driver: "sqlite", DSN: dbPath, Migrate: false},
+		Database: DatabaseConfig{Driver: "sqlite", DSN: dbPath, Schema: "sp1", Migrate: false},
 		Node:     NodeConfig{Name: "n1", Capacity: 7},
 		Jobs: JobsConfig{BaseURL: "http://h", Timeout: 2 * s, Lease: 3 * s, MaxAttempts: 2,
 			Backoff: 4 * s, BackoffMax: 5 * s, DrainTimeout: 6 * s},
@@ -313,12 +316,57 @@ func TestLoadReportsAllParseErrorsTogether(t *testing.T) {
 
 func TestLoadBadDriver(t *testing.T) {
 	_, err := Load("", false, []string{"SLOTPOLLER_DATABASE_DRIVER=mysql"})
-	require.ErrorContains(t, err, `config: database.driver = "mysql": must be one of sqlite, postgres`)
+	require.ErrorContains(t, err, `config: database.driver = "mysql": must be one of sqlite, postgres, sqlserver`)
 	require.ErrorContains(t, err, "SLOTPOLLER_DATABASE_DRIVER", "names where the value came from")
 
-	_, err = Load(writeConfig(t, "database:\n  driver: sqlserver\n  dsn: sqlserver://sa:pw@h?database=x\n"), true, nil)
-	require.ErrorContains(t, err, `database.driver = "sqlserver"`)
-	require.ErrorContains(t, err, "not supported by this build yet")
+	_, err = Load(writeConfig(t, "database:\n  driver: mssql\n  dsn: sqlserver://sa:pw@h?database=x\n"), true, nil)
+	require.ErrorContains(t, err, `database.driver = "mssql": write sqlserver for SQL Server`)
+}
+
+func TestLoadSQLServer(t *testing.T) {
+	cfg, err := Load(writeConfig(t, "database:\n  driver: sqlserver\n  dsn: sqlserver://sa:pw@h:1433?database=farm\n"), true, nil)
+	require.NoError(t, err)
+	require.Equal(t, "sqlserver", cfg.Database.Driver)
+	require.Equal(t, "sqlserver://sa:pw@h:1433?database=farm", cfg.Database.DSN, "a sqlserver DSN is used as it is")
+	require.Equal(t, "slotpoller", cfg.Database.Schema, "the default schema")
+
+	cfg, err = Load("", false, []string{
+		"SLOTPOLLER_DATABASE_DRIVER=sqlserver",
+		"SLOTPOLLER_DATABASE_DSN=server=db;user id=svc;password=pw;database=farm",
+		"SLOTPOLLER_DATABASE_SCHEMA=farm_jobs",
+	})
+	require.NoError(t, err)
+	require.Equal(t, "farm_jobs", cfg.Database.Schema)
+
+	_, err = Load("", false, []string{"SLOTPOLLER_DATABASE_DRIVER=sqlserver"})
+	require.ErrorContains(t, err, "database.dsn")
+	require.ErrorContains(t, err, "no default DSN")
+	require.ErrorContains(t, err, "SLOTPOLLER_DATABASE_DSN")
+
+	_, err = Load("", false, []string{"SLOTPOLLER_DATABASE_DRIVER=sqlserver", "SLOTPOLLER_DATABASE_DSN=postgres://u:pw@h/farm"})
+	require.ErrorContains(t, err, "must be a sqlserver:// URL")
+
+	_, err = Load("", false, []string{"SLOTPOLLER_DATABASE_DSN=sqlserver://u:pw@h?database=farm"})
+	require.ErrorContains(t, err, "is a sqlserver DSN but database.driver is sqlite")
+}
+
+func TestValidateSchema(t *testing.T) {
+	for _, ok := range []string{"slotpoller", "_x", "Farm_Jobs_2", strings.Repeat("s", 128)} {
+		c := DefaultConfig()
+		c.Database.Driver, c.Database.DSN, c.Node.Name = "sqlserver", "sqlserver://h?database=farm", "n"
+		c.Database.Schema = ok
+		require.NoError(t, c.Validate(), ok)
+	}
+	for _, bad := range []string{"", "2fast", "farm-jobs", "farm jobs", "dbo].[x", "x'; DROP TABLE t; --", "sch\u00e9ma", strings.Repeat("s", 129)} {
+		c := DefaultConfig()
+		c.Database.Driver, c.Database.DSN, c.Node.Name = "sqlserver", "sqlserver://h?database=farm", "n"
+		c.Database.Schema = bad
+		require.ErrorContains(t, c.Validate(), "config: database.schema = "+strconv.Quote(bad)+": must be a letter or _", bad)
+	}
+	// It names where the value came from.
+	_, err := Load("", false, []string{"SLOTPOLLER_DATABASE_SCHEMA=a.b"})
+	require.ErrorContains(t, err, `database.schema = "a.b"`)
+	require.ErrorContains(t, err, "SLOTPOLLER_DATABASE_SCHEMA")
 }
 
 func TestLoadPostgresNeedsExplicitDSN(t *testing.T) {
@@ -458,7 +506,8 @@ func TestValidateNeverShowsDSNPassword(t *testing.T) {
 	for _, tc := range []struct{ driver, dsn, want string }{
 		{"postgres", "mysql://app:" + secret + "@db:3306/farm", "must be a postgres:// URL"},
 		{"sqlite", "postgres://app:" + secret + "@db:5432/farm", "is a postgres DSN but database.driver is sqlite"},
-		{"sqlserver", "sqlserver://sa:" + secret + "@db?database=farm", "not supported"},
+		{"sqlserver", "mysql://sa:" + secret + "@db?database=farm", "must be a sqlserver:// URL"},
+		{"sqlite", "sqlserver://sa:" + secret + "@db?database=farm", "is a sqlserver DSN"},
 	} {
 		c := DefaultConfig()
 		c.Node.Name = "n"

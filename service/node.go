@@ -321,7 +321,7 @@ func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, err
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		var err error
-		s, err = store.Open(octx, n.cfg.Database.Driver, n.cfg.Database.DSN)
+		s, err = store.Open(octx, n.cfg.Database.Driver, n.cfg.Database.DSN, store.WithSchema(n.cfg.Database.Schema))
 		if err != nil {
 			return err
 		}

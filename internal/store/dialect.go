@@ -22,7 +22,8 @@ import (
 
 // Dialect is what one database does differently.
 type Dialect interface {
-	// Name is the config value of database.driver: sqlite, postgres.
+	// Name is the config value of database.driver: sqlite, postgres,
+	// sqlserver.
 	Name() string
 	// Placeholder returns the n-th (1-based) bind parameter.
 	Placeholder(n int) string
@@ -31,10 +32,11 @@ type Dialect interface {
 	// ClockResolution is the tick of the database clock as Now reads it.
 	ClockResolution() time.Duration
 	// NowPlusMillis is an SQL expression for the database's current time
-	// plus a bind parameter (written as ?) in milliseconds.
+	// plus a bind parameter (written as ?) in milliseconds; a dialect with
+	// numbered placeholders may use the parameter again as {again}.
 	NowPlusMillis() string
 	// Table returns the qualified name of one of slotpoller's tables
-	// ("nodes", "jobs", "schema_version").
+	// ("nodes", "jobs", "schema_version", "tasks").
 	Table(name string) string
 	// TimeArg converts a time to the value a time column takes.
 	TimeArg(t time.Time) any
@@ -66,6 +68,9 @@ type Dialect interface {
 //	{nodes} etc. table names
 //	{returning c} / {output c}  the clauses that hand back written rows
 //	?            bind parameters, numbered in order
+//	{again}      the last ? once more (only a dialect whose placeholders
+//	             are numbered may write it: SQL Server's {now+?} uses its
+//	             parameter twice)
 func expand(d Dialect, q string) string {
 	q = clauseMarker.ReplaceAllStringFunc(q, func(m string) string {
 		sub := clauseMarker.FindStringSubmatch(m)
@@ -74,15 +79,17 @@ func expand(d Dialect, q string) string {
 		}
 		return d.Output(sub[2])
 	})
-	r := strings.NewReplacer(
-		"{now+?}", d.NowPlusMillis(),
-		"{now}", d.Now(),
-		"{nodes}", d.Table("nodes"),
-		"{jobs}", d.Table("jobs"),
-		"{schema_version}", d.Table("schema_version"),
-		"{tasks}", d.Table("tasks"),
-	)
+	r := strings.NewReplacer(append([]string{"{now+?}", d.NowPlusMillis(), "{now}", d.Now()}, tableMarkers(d)...)...)
 	return rebind(d, r.Replace(q))
+}
+
+// tableMarkers pairs each table marker with the dialect's name for it.
+func tableMarkers(d Dialect) []string {
+	var pairs []string
+	for _, t := range []string{"nodes", "jobs", "schema_version", "tasks"} {
+		pairs = append(pairs, "{"+t+"}", d.Table(t))
+	}
+	return pairs
 }
 
 var clauseMarker = regexp.MustCompile(`\{(returning|output) ([^}]+)\}`)
@@ -92,20 +99,40 @@ var clauseMarker = regexp.MustCompile(`\{(returning|output) ([^}]+)\}`)
 func rebind(d Dialect, q string) string {
 	var b strings.Builder
 	n := 0
-	for _, c := range q {
-		if c == '?' {
+	for i := 0; i < len(q); {
+		switch {
+		case q[i] == '?':
 			n++
 			b.WriteString(d.Placeholder(n))
-			continue
+			i++
+		case strings.HasPrefix(q[i:], againMarker):
+			b.WriteString(d.Placeholder(n))
+			i += len(againMarker)
+		default:
+			b.WriteByte(q[i])
+			i++
 		}
-		b.WriteRune(c)
 	}
 	return b.String()
 }
 
+const againMarker = "{again}"
+
 // Expand exposes the statement expansion for the migrator and for tests of
 // generated SQL.
 func Expand(d Dialect, q string) string { return expand(d, q) }
+
+// ExpandScript replaces the table markers ({jobs}, {nodes}, ...) of a
+// migration script, and {schema} with the bare name of the dialect's schema
+// where it has one (SQL Server). A script has no parameters, so its text is
+// otherwise left as it is.
+func ExpandScript(d Dialect, script string) string {
+	pairs := tableMarkers(d)
+	if s, ok := d.(interface{ Schema() string }); ok {
+		pairs = append(pairs, "{schema}", s.Schema())
+	}
+	return strings.NewReplacer(pairs...).Replace(script)
+}
 
 // dbTime scans a time column whichever way the driver returns it: time.Time
 // (PostgreSQL, SQL Server) or integer Unix milliseconds (SQLite).

@@ -367,3 +367,25 @@ WHERE owner = ? AND state = 'running' {returning id, token}`)
 	}
 	return held, nil
 }
+
+// JobsReleaseOwned gives back, unrun, every job an owner still holds: at
+// the end of a graceful stop, when no call of the owner is left, anything
+// still held is a claim whose answer was lost.
+func (s *Store) JobsReleaseOwned(ctx context.Context, owner, reason string) (int64, error) {
+	q := expand(s.d, `UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now},
+  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?
+WHERE owner = ? AND state = 'running'`)
+	var n int64
+	err := s.retry(ctx, func() error {
+		res, err := s.exec(ctx, q, reason, owner)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("release jobs of a stopping node: %w", err)
+	}
+	return n, nil
+}

@@ -59,11 +59,15 @@ func (SQLite) UniqueViolation(err error) bool {
 // processes sharing one file need: WAL so readers don't block the writer, a
 // busy timeout so a writer waits for the lock instead of failing, and
 // IMMEDIATE transactions so a transaction takes the write lock when it
-// begins rather than failing to upgrade halfway.
+// begins rather than failing to upgrade halfway. A plain path is taken
+// literally (a '#', '%' or '?' in a folder name is escaped); a "file:" URI
+// is passed on as written, with the settings added unless it sets them.
 func sqliteDSN(dsn string) string {
-	path, query, _ := strings.Cut(dsn, "?")
-	if !strings.HasPrefix(path, "file:") {
-		path = "file:" + path
+	path, query := dsn, ""
+	if strings.HasPrefix(dsn, "file:") {
+		path, query, _ = strings.Cut(dsn, "?")
+	} else {
+		path = "file:" + strings.NewReplacer("%", "%25", "#", "%23", "?", "%3F").Replace(dsn)
 	}
 	var params []string
 	if query != "" {

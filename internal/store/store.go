@@ -11,8 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
-	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
+	_ "github.com/jackc/pgx/v5/stdlib"  // registers the "pgx" database/sql driver
+	_ "github.com/microsoft/go-mssqldb" // registers the "sqlserver" database/sql driver
+	_ "modernc.org/sqlite"              // registers the "sqlite" database/sql driver
 )
 
 // ErrDuplicate is returned when a unique key is already taken.
@@ -35,16 +36,40 @@ func DialectFor(driver string) (Dialect, error) {
 		return SQLite{}, nil
 	case "postgres":
 		return Postgres{}, nil
+	case "sqlserver":
+		return SQLServer{}, nil
 	}
-	return nil, fmt.Errorf("database driver %q is not supported (use sqlite or postgres)", driver)
+	return nil, fmt.Errorf("database driver %q is not supported (use sqlite, postgres or sqlserver)", driver)
 }
+
+// Option adjusts Open.
+type Option func(*options)
+
+type options struct {
+	schema string
+}
+
+// WithSchema names the SQL Server schema that holds slotpoller's tables
+// (database.schema; "" for the default, slotpoller). The other databases
+// ignore it: SQLite has no schemas, and PostgreSQL takes its search_path
+// from the DSN.
+func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
 
 // Open connects to the database and checks that it answers. Errors never
 // carry the DSN's password.
-func Open(ctx context.Context, driver, dsn string) (*Store, error) {
+func Open(ctx context.Context, driver, dsn string, opts ...Option) (*Store, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	d, err := DialectFor(driver)
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := d.(SQLServer); ok {
+		if d, err = NewSQLServer(o.schema); err != nil {
+			return nil, err
+		}
 	}
 	var db *sql.DB
 	switch d.(type) {
@@ -57,6 +82,13 @@ func Open(ctx context.Context, driver, dsn string) (*Store, error) {
 		db, err = sql.Open("pgx", dsn)
 		db.SetMaxOpenConns(8)
 		db.SetConnMaxIdleTime(time.Minute)
+	case SQLServer:
+		// The "sqlserver" driver name makes go-mssqldb bind @p1..@pN.
+		db, err = sql.Open("sqlserver", dsn)
+		if err == nil {
+			db.SetMaxOpenConns(8)
+			db.SetConnMaxIdleTime(time.Minute)
+		}
 	}
 	if err != nil {
 		return nil, scrub(fmt.Errorf("open %s database: %w", driver, err), dsn)
@@ -65,25 +97,59 @@ func Open(ctx context.Context, driver, dsn string) (*Store, error) {
 		db.Close()
 		return nil, scrub(fmt.Errorf("connect to %s database: %w", driver, err), dsn)
 	}
-	return &Store{db: db, d: d}, nil
+	return New(db, d), nil
 }
+
+// New wraps a connection pool the caller opened (a go-mssqldb connector
+// with Azure AD authentication, say, or a test's recording driver) as a
+// store of dialect d.
+func New(db *sql.DB, d Dialect) *Store { return &Store{db: db, d: d} }
 
 // scrub removes the DSN's password from an error message: drivers quote
 // connection strings in their errors, and an operator's log is no place for
 // a password.
 func scrub(err error, dsn string) error {
-	pw := dsnPassword(dsn)
-	if err == nil || pw == "" || !strings.Contains(err.Error(), pw) {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, pw := range dsnPasswords(dsn) {
+		if pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+	}
+	if msg == err.Error() {
 		return err
 	}
-	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+	return errors.New(msg)
 }
 
-var kvPassword = regexp.MustCompile(`(?i)(?:^|[\s;])password\s*=\s*('[^']*'|[^\s;]*)`)
+// dsnPasswords returns the password as it appears in the DSN and as the
+// driver decodes it: an error may quote either.
+func dsnPasswords(dsn string) []string {
+	pw := dsnPassword(dsn)
+	out := []string{pw}
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if raw, _, ok := strings.Cut(strings.TrimPrefix(u.User.String(), u.User.Username()+":"), "@"); ok || raw != "" {
+			out = append(out, raw)
+		}
+	}
+	if dec, err := url.QueryUnescape(pw); err == nil {
+		out = append(out, dec)
+	}
+	return out
+}
+
+var kvPassword = regexp.MustCompile(`(?i)(?:^|[\s;])(?:password|pwd)\s*=\s*('[^']*'|[^\s;]*)`)
 
 func dsnPassword(dsn string) string {
 	if u, err := url.Parse(dsn); err == nil && u.User != nil {
 		if pw, ok := u.User.Password(); ok {
+			return pw
+		}
+	}
+	if u, err := url.Parse(dsn); err == nil {
+		if pw := u.Query().Get("password"); pw != "" {
 			return pw
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -247,11 +249,21 @@ func TestUniqueKeyAndAbsoluteRunAt(t *testing.T) {
 		j, err := s.JobGet(ctx, id)
 		require.NoError(t, err)
 		require.True(t, at.Equal(j.RunAt), "run_at %v, want %v", j.RunAt, at)
-		_, err = s.JobGet(ctx, id+100)
+
+		// A time in another zone is the same instant (SQL Server: not the
+		// same wall time, which a datetimeoffset parameter would give).
+		local := time.Date(2030, 5, 6, 9, 8, 9, 0, time.FixedZone("CEST", 2*3600))
+		id2, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/u2", Method: "GET", RunAt: &local, MaxAttempts: 1, IdempotencyKey: "k3"})
+		require.NoError(t, err)
+		j, err = s.JobGet(ctx, id2)
+		require.NoError(t, err)
+		require.True(t, at.Equal(j.RunAt), "run_at %v, want %v", j.RunAt, at)
+
+		_, err = s.JobGet(ctx, id2+100)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		counts, err := s.JobCounts(ctx)
 		require.NoError(t, err)
-		require.Equal(t, map[string]int{"ready": 1}, counts)
+		require.Equal(t, map[string]int{"ready": 2}, counts)
 	})
 }
 
@@ -259,7 +271,7 @@ func TestUniqueKeyAndAbsoluteRunAt(t *testing.T) {
 // believe a slot is theirs): each job goes to exactly one of them.
 func TestConcurrentClaimsGiveEachJobOnce(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
-		s, dsn := storetest.Open(t, driver)
+		s, db := storetest.OpenDB(t, driver)
 		ctx := context.Background()
 		const jobs = 200
 		for i := range jobs {
@@ -274,7 +286,7 @@ func TestConcurrentClaimsGiveEachJobOnce(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				// Separate pools, as separate nodes have.
-				other, err := store.Open(ctx, driver, dsn)
+				other, err := db.Open(ctx)
 				if err != nil {
 					t.Error(err)
 					return
@@ -330,7 +342,7 @@ func TestMigrations(t *testing.T) {
 
 func TestConcurrentMigrations(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
-		dsn := storetest.DSN(t, driver)
+		db := storetest.New(t, driver)
 		ctx := context.Background()
 		var wg sync.WaitGroup
 		errs := make(chan error, 4)
@@ -338,7 +350,7 @@ func TestConcurrentMigrations(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s, err := store.Open(ctx, driver, dsn)
+				s, err := db.Open(ctx)
 				if err != nil {
 					errs <- err
 					return
@@ -353,7 +365,7 @@ func TestConcurrentMigrations(t *testing.T) {
 		for err := range errs {
 			require.NoError(t, err)
 		}
-		s, err := store.Open(ctx, driver, dsn)
+		s, err := db.Open(ctx)
 		require.NoError(t, err)
 		defer s.Close()
 		require.NoError(t, install.Check(ctx, s))
@@ -366,7 +378,42 @@ func TestOpenErrorsHidePassword(t *testing.T) {
 	_, err := store.Open(ctx, "postgres", "postgres://slot:s3cretpw@127.0.0.1:1/farm?connect_timeout=2")
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "s3cretpw")
+	_, err = store.Open(ctx, "sqlserver", "sqlserver://slot:s3cretpw@127.0.0.1:1?database=farm&dial+timeout=2")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cretpw")
+	_, err = store.Open(ctx, "sqlserver", "server=127.0.0.1;port=1;user id=slot;password=s3cretpw;database=farm;dial timeout=2")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cretpw")
 	_, err = store.Open(ctx, "oracle", "x")
 	require.ErrorContains(t, err, "oracle")
 	require.False(t, errors.Is(err, store.ErrNotFound))
+}
+
+func TestSQLitePathsAreTakenLiterally(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a#b", "c%41d")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	ctx := context.Background()
+	s, err := store.Open(ctx, "sqlite", filepath.Join(dir, "farm.db"))
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = install.Migrate(ctx, s)
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(dir, "farm.db"))
+	require.NoError(t, err, "the database file is where the path says, not cut at '#'")
+}
+
+func TestOpenErrorsHidePasswordInAnyForm(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, dsn := range []string{
+		"postgres://slot:p%40ss-w0rd-x@127.0.0.1:1/farm?connect_timeout=1",
+		"postgres://slot@127.0.0.1:1/farm?password=qu3ry-secret&connect_timeout=1&sslmode=bogus",
+		"host=127.0.0.1 port=1 user=slot password=kv-s3cret connect_timeout=1",
+	} {
+		_, err := store.Open(ctx, "postgres", dsn)
+		require.Error(t, err)
+		for _, secret := range []string{"p%40ss-w0rd-x", "p@ss-w0rd-x", "qu3ry-secret", "kv-s3cret"} {
+			require.NotContains(t, err.Error(), secret)
+		}
+	}
 }

@@ -1,7 +1,7 @@
 // Package storetest gives tests real, freshly migrated databases: SQLite in
-// a temporary file always, and PostgreSQL when SLOTPOLLER_TEST_POSTGRES_DSN
-// is set, each test in a schema of its own so packages can run in parallel
-// against one server.
+// a temporary file always, PostgreSQL when SLOTPOLLER_TEST_POSTGRES_DSN is
+// set and SQL Server when SLOTPOLLER_TEST_SQLSERVER_DSN is set, each test in
+// a schema of its own so packages can run in parallel against one server.
 package storetest
 
 import (
@@ -22,15 +22,22 @@ import (
 // PostgresEnv names the variable holding the PostgreSQL test DSN.
 const PostgresEnv = "SLOTPOLLER_TEST_POSTGRES_DSN"
 
+// SQLServerEnv names the variable holding the SQL Server test DSN, a
+// go-mssqldb DSN of a database the login may create schemas and tables in.
+const SQLServerEnv = "SLOTPOLLER_TEST_SQLSERVER_DSN"
+
 // Drivers are the databases every conformance test runs on.
-var Drivers = []string{"sqlite", "postgres"}
+var Drivers = []string{"sqlite", "postgres", "sqlserver"}
 
 // Each runs fn once per database driver as a subtest.
 func Each(t *testing.T, fn func(t *testing.T, driver string)) {
 	for _, d := range Drivers {
 		t.Run(d, func(t *testing.T) {
-			if d == "postgres" {
+			switch d {
+			case "postgres":
 				RequirePostgres(t)
+			case "sqlserver":
+				RequireSQLServer(t)
 			}
 			fn(t, d)
 		})
@@ -46,13 +53,88 @@ func RequirePostgres(t testing.TB) string {
 	return dsn
 }
 
+// RequireSQLServer skips the test, saying why, when no SQL Server is configured.
+func RequireSQLServer(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv(SQLServerEnv)
+	if dsn == "" {
+		t.Skipf("%s is not set: skipping the SQL Server test (set it to e.g. sqlserver://sa:PASSWORD@127.0.0.1:1433?database=test)", SQLServerEnv)
+	}
+	return dsn
+}
+
+// DB is a new empty database for one test: what a store or a node process
+// needs to reach it.
+type DB struct {
+	Driver string
+	DSN    string
+	// Schema is the SQL Server schema that holds the test's tables ("" for
+	// the other databases, whose DSN says it all).
+	Schema string
+}
+
+// Open connects a new store to the database, as another node would.
+func (db DB) Open(ctx context.Context) (*store.Store, error) {
+	return store.Open(ctx, db.Driver, db.DSN, store.WithSchema(db.Schema))
+}
+
+// ExtraEnv is what a slotpoller process needs besides
+// SLOTPOLLER_DATABASE_DRIVER and _DSN to reach the database.
+func (db DB) ExtraEnv() []string {
+	if db.Schema == "" {
+		return nil
+	}
+	return []string{"SLOTPOLLER_DATABASE_SCHEMA=" + db.Schema}
+}
+
+// New returns a new empty database of the driver, removed when the test
+// ends. On SQL Server it is a schema sp_test_<random> that the first
+// migration creates.
+func New(t testing.TB, driver string) DB {
+	t.Helper()
+	if driver == "sqlserver" {
+		dsn := RequireSQLServer(t)
+		return DB{Driver: driver, DSN: dsn, Schema: sqlServerSchema(t, dsn)}
+	}
+	return DB{Driver: driver, DSN: DSN(t, driver)}
+}
+
+// sqlServerSchema names a schema for the test and drops it, with whatever
+// tables it holds, when the test ends.
+func sqlServerSchema(t testing.TB, dsn string) string {
+	t.Helper()
+	schema := "sp_test_" + randomHex(6)
+	t.Cleanup(func() {
+		db, err := sql.Open("sqlserver", dsn)
+		if err != nil {
+			t.Errorf("drop test schema %s: %v", schema, err)
+			return
+		}
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// The name is ours (sp_test_ and hex), so it needs no quoting.
+		_, err = db.ExecContext(ctx, `DECLARE @drop nvarchar(max) = N'';
+SELECT @drop = @drop + N'DROP TABLE [`+schema+`].' + QUOTENAME(name) + N'; ' FROM sys.tables WHERE schema_id = SCHEMA_ID(N'`+schema+`');
+EXEC sp_executesql @drop;
+IF SCHEMA_ID(N'`+schema+`') IS NOT NULL EXEC(N'DROP SCHEMA [`+schema+`]');`)
+		if err != nil {
+			t.Errorf("drop test schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
 // DSN returns a DSN for a new empty database of the driver, removed when
-// the test ends.
+// the test ends. For SQL Server a DSN is not enough (the test's tables are
+// in a schema of their own): use New.
 func DSN(t testing.TB, driver string) string {
 	t.Helper()
 	switch driver {
 	case "sqlite":
 		return filepath.Join(t.TempDir(), "slotpoller.db")
+	case "sqlserver":
+		t.Fatalf("storetest.DSN: a SQL Server test database is a DSN and a schema; use storetest.New")
 	case "postgres":
 		base := RequirePostgres(t)
 		schema := "sp_test_" + randomHex(6)
@@ -71,18 +153,27 @@ func DSN(t testing.TB, driver string) string {
 	return ""
 }
 
-// Open returns a migrated store on a new empty database.
+// Open returns a migrated store on a new empty database, and its DSN. For
+// SQL Server the DSN alone does not reach the test's tables: a test that
+// connects again uses OpenDB.
 func Open(t testing.TB, driver string) (*store.Store, string) {
 	t.Helper()
-	dsn := DSN(t, driver)
+	s, db := OpenDB(t, driver)
+	return s, db.DSN
+}
+
+// OpenDB returns a migrated store on a new empty database, and the database.
+func OpenDB(t testing.TB, driver string) (*store.Store, DB) {
+	t.Helper()
+	db := New(t, driver)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := store.Open(ctx, driver, dsn)
+	s, err := db.Open(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	_, err = install.Migrate(ctx, s)
 	require.NoError(t, err)
-	return s, dsn
+	return s, db
 }
 
 func randomHex(n int) string {

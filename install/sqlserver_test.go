@@ -1,0 +1,75 @@
+package install_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// What Migrate sends to SQL Server, checked without a server (recorded by
+// storetest.Trace). Whether SQL Server accepts it is for the conformance
+// suite with SLOTPOLLER_TEST_SQLSERVER_DSN set.
+
+func TestSQLServerMigrateSends(t *testing.T) {
+	d, err := store.NewSQLServer("farm_jobs")
+	require.NoError(t, err)
+	s, tr := storetest.NewTrace(t, d, func(c storetest.Call) storetest.Reply {
+		if strings.HasPrefix(c.Query, "SELECT COALESCE(MAX(version), 0)") {
+			return storetest.Reply{Columns: []string{""}, Rows: [][]any{{int64(0)}}}
+		}
+		return storetest.Reply{Affected: 0}
+	})
+	applied, err := install.Migrate(context.Background(), s)
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 2}, applied)
+
+	calls := tr.Calls()
+	for _, c := range calls {
+		require.True(t, c.InTx, "every statement runs in the migration's transaction:\n%s", c.Query)
+		require.NotContains(t, c.Query, "{", "every marker is expanded:\n%s", c.Query)
+		require.NotContains(t, c.Query, "--", "comments are dropped:\n%s", c.Query)
+		require.NotRegexp(t, `(?i)\bslotpoller_|\bMERGE\b|\bLIMIT\b|\bRETURNING\b|\bIF\s+NOT\s+EXISTS\b|\bTIMESTAMPTZ\b|\bTEXT\b|\bBYTEA\b|\bBLOB\b|\bBOOLEAN\b`, c.Query)
+	}
+	q := func(i int) string { return strings.TrimSpace(calls[i].Query) }
+
+	// The lock first, checked: sp_getapplock reports failure by its return code.
+	require.Contains(t, q(0), "EXEC @lock = sp_getapplock @Resource = N'slotpoller-migrate', @LockMode = N'Exclusive', @LockOwner = N'Transaction'")
+	require.Contains(t, q(0), "IF @lock < 0 RAISERROR(")
+	// The schema, created if missing, alone in its batch.
+	require.Equal(t, "IF SCHEMA_ID(N'farm_jobs') IS NULL EXEC(N'CREATE SCHEMA [farm_jobs]');", q(1))
+	require.True(t, strings.HasPrefix(q(2), "IF OBJECT_ID(N'[farm_jobs].[schema_version]', N'U') IS NULL\nCREATE TABLE [farm_jobs].[schema_version] ("), q(2))
+	require.Equal(t, "SELECT COALESCE(MAX(version), 0) FROM [farm_jobs].[schema_version]", q(3))
+
+	var creates, indexes []string
+	var versions [][]any
+	for _, c := range calls[4:] {
+		switch {
+		case strings.HasPrefix(c.Query, "CREATE TABLE"):
+			creates = append(creates, strings.Fields(c.Query)[2])
+		case strings.Contains(c.Query, "INDEX"):
+			indexes = append(indexes, strings.TrimSpace(c.Query))
+		case strings.HasPrefix(c.Query, "INSERT INTO [farm_jobs].[schema_version]"):
+			require.Equal(t, "INSERT INTO [farm_jobs].[schema_version] (version, description, applied_at) VALUES (@p1, @p2, SYSUTCDATETIME())", c.Query)
+			versions = append(versions, c.Args)
+		default:
+			t.Errorf("unexpected statement:\n%s", c.Query)
+		}
+	}
+	require.Equal(t, []string{"[farm_jobs].[nodes]", "[farm_jobs].[jobs]", "[farm_jobs].[tasks]"}, creates)
+	require.Equal(t, [][]any{{1, "init"}, {2, "tasks"}}, versions)
+	require.Equal(t, []string{
+		// Unique among the jobs that have a key (a plain unique index would allow one NULL).
+		"CREATE UNIQUE NONCLUSTERED INDEX jobs_unique_key ON [farm_jobs].[jobs] (unique_key) WHERE unique_key IS NOT NULL;",
+		// The claim's seek, in claim order.
+		"CREATE NONCLUSTERED INDEX jobs_due ON [farm_jobs].[jobs] (state, run_at, id);",
+		// Expired leases and an owner's renewal.
+		"CREATE NONCLUSTERED INDEX jobs_lease ON [farm_jobs].[jobs] (state, lease_until) INCLUDE (owner);",
+		"CREATE NONCLUSTERED INDEX tasks_owner ON [farm_jobs].[tasks] (owner);",
+		"CREATE NONCLUSTERED INDEX tasks_state ON [farm_jobs].[tasks] (state);",
+	}, indexes)
+}

@@ -1,0 +1,174 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/golang-sql/civil"
+	mssql "github.com/microsoft/go-mssqldb"
+)
+
+// DefaultSQLServerSchema is the SQL Server schema that holds slotpoller's
+// tables unless database.schema names another.
+const DefaultSQLServerSchema = "slotpoller"
+
+// schemaName is what a schema name may be: a regular identifier that needs
+// no quoting, so that it can be written into statements (between brackets,
+// and inside the N'...' of SCHEMA_ID) without any way to escape them.
+var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
+// ValidSchemaName reports whether name can be a SQL Server schema for
+// slotpoller: a letter or _, then up to 127 letters, digits or _.
+func ValidSchemaName(name string) bool { return schemaName.MatchString(name) }
+
+// SQLServer is the SQL Server dialect (github.com/microsoft/go-mssqldb,
+// driver "sqlserver", which binds @p1..@pN). The tables live in a schema of
+// their own; every time is a datetime2 in UTC on the database clock,
+// SYSUTCDATETIME().
+//
+// It works the same on SQL Server 2016+ and Azure SQL, with
+// READ_COMMITTED_SNAPSHOT on or off: the statements take the locks they
+// need (UPDLOCK on the claim; an UPDATE always reads its target rows under
+// update locks) rather than relying on the isolation level.
+type SQLServer struct {
+	schema string // "" means DefaultSQLServerSchema
+}
+
+// NewSQLServer returns the SQL Server dialect for the tables in schema
+// ("" for the default).
+func NewSQLServer(schema string) (SQLServer, error) {
+	if schema != "" && !ValidSchemaName(schema) {
+		return SQLServer{}, fmt.Errorf("SQL Server schema %q is not a plain identifier (a letter or _, then up to 127 letters, digits or _)", schema)
+	}
+	return SQLServer{schema: schema}, nil
+}
+
+// Schema is the name of the schema that holds the tables.
+func (d SQLServer) Schema() string {
+	if d.schema == "" {
+		return DefaultSQLServerSchema
+	}
+	return d.schema
+}
+
+func (SQLServer) Name() string             { return "sqlserver" }
+func (SQLServer) Placeholder(n int) string { return fmt.Sprintf("@p%d", n) }
+func (SQLServer) Now() string              { return "SYSUTCDATETIME()" }
+
+// ClockResolution: SYSUTCDATETIME() is a datetime2(7), but on Windows it
+// reads GetSystemTimeAsFileTime, which advances with the system timer: 1 ms
+// where the timer runs at 1 ms, up to 15.6 ms at Windows' default (on Linux
+// it is finer). 1 ms is the common case; at 15.6 ms the error bound is
+// understated by at most 8 ms, small beside a slot.
+func (SQLServer) ClockResolution() time.Duration { return time.Millisecond }
+
+// NowPlusMillis adds the milliseconds in two steps, whole days then the
+// rest, because DATEADD takes an int: a single DATEADD(millisecond, ...)
+// overflows past 24.8 days, and a job may well be due in a month. The one
+// parameter is used twice ({again}); it is a bigint (go-mssqldb sends Go
+// integers as bigint), hence the casts.
+func (SQLServer) NowPlusMillis() string { return sqlServerPlusMillis("?", "{again}") }
+
+func sqlServerPlusMillis(p, again string) string {
+	return "DATEADD(millisecond, CAST(" + p + " % 86400000 AS int), DATEADD(day, CAST(" + again + " / 86400000 AS int), SYSUTCDATETIME()))"
+}
+
+// Table quotes the table's name with the schema's: the schema name was
+// checked to be a plain identifier, so brackets cannot be escaped.
+func (d SQLServer) Table(name string) string { return "[" + d.Schema() + "].[" + name + "]" }
+
+// TimeArg sends a time as a civil.DateTime, which go-mssqldb binds as a
+// datetime2(7): exactly the columns' type. A time.Time would travel as a
+// datetimeoffset, and SQL Server converts datetimeoffset to datetime2 by
+// dropping the offset, keeping the local wall time (10:00+02:00 would be
+// stored as 10:00, two hours late), and compared with a datetime2 column it
+// makes SQL Server convert the column's side. In UTC the wall time is the
+// instant, so the value is converted to UTC first.
+func (SQLServer) TimeArg(t time.Time) any { return civil.DateTimeOf(t.UTC()) }
+
+// MigrationLock takes an application lock that the transaction holds until
+// it ends. sp_getapplock reports failure (timeout, deadlock victim) by its
+// return code, not by an error, so the code is checked and turned into one.
+func (SQLServer) MigrationLock() string {
+	return `DECLARE @lock int;
+EXEC @lock = sp_getapplock @Resource = N'slotpoller-migrate', @LockMode = N'Exclusive', @LockOwner = N'Transaction';
+IF @lock < 0 RAISERROR(N'slotpoller: could not take the migration lock (sp_getapplock returned %d)', 16, 1, @lock);`
+}
+
+func (SQLServer) Returning(string) string { return "" }
+
+// Output is the OUTPUT clause, placed before VALUES in an INSERT and before
+// WHERE in an UPDATE; the rows it returns are read with a query.
+func (SQLServer) Output(cols string) string { return "OUTPUT " + qualified("inserted", cols) }
+
+// ClaimJobs picks the due jobs in order in a CTE (TOP with ORDER BY: an
+// UPDATE TOP alone takes any n rows, not the oldest) and updates them,
+// handing the claimed rows back through OUTPUT.
+//
+// UPDLOCK makes the pick a locking read of the latest committed rows, even
+// under READ_COMMITTED_SNAPSHOT, and holds the rows until the update;
+// READPAST skips the rows another poller has locked instead of queueing
+// behind it; ROWLOCK keeps the locks on rows, not pages, so that pollers do
+// not block each other on neighbours. Correctness does not rest on
+// READPAST: the UPDATE re-checks state = 'ready' on the row it writes, under
+// its own exclusive lock, so a server that blocked instead of skipping would
+// find the row taken once the other claim commits and leave it.
+//
+// FORCESEEK keeps the pick a seek on jobs_due (state, run_at, id), which
+// hands the rows over in claim order, even where statistics would tempt the
+// optimizer to scan a small table and sort it (locking every row it reads,
+// the road to the deadlocks Hangfire's users met). Every poller takes its
+// locks in the same order, so concurrent claims do not deadlock on each
+// other.
+//
+// Parameters are numbered by hand to keep the order every dialect shares:
+// owner, owner_node, lease ms, limit.
+func (d SQLServer) ClaimJobs() string {
+	return expand(d, `WITH picked AS (
+  SELECT TOP (@p4) id FROM {jobs} WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+  WHERE state = 'ready' AND run_at <= {now}
+  ORDER BY run_at, id)
+UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
+  attempt = j.attempt + 1, started_at = {now},
+  lease_until = `+sqlServerPlusMillis("@p3", "@p3")+`
+`+d.Output(claimedColumns)+`
+FROM {jobs} AS j WITH (ROWLOCK) INNER JOIN picked ON j.id = picked.id
+WHERE j.state = 'ready'`)
+}
+
+// SQL Server error numbers slotpoller acts on.
+const (
+	mssqlDeadlockVictim = 1205 // chosen as deadlock victim; the statement was rolled back
+	mssqlLockTimeout    = 1222 // lock request time out period exceeded (SET LOCK_TIMEOUT)
+	mssqlDuplicateKey   = 2627 // violation of a PRIMARY KEY or UNIQUE constraint
+	mssqlDuplicateIndex = 2601 // duplicate key row in a unique index
+)
+
+// Retryable: a deadlock victim's statement was rolled back whole, and a
+// lock timeout changed nothing, so both can simply be sent again.
+func (SQLServer) Retryable(err error) bool {
+	return mssqlErrorIs(err, mssqlDeadlockVictim, mssqlLockTimeout)
+}
+
+func (SQLServer) UniqueViolation(err error) bool {
+	return mssqlErrorIs(err, mssqlDuplicateKey, mssqlDuplicateIndex)
+}
+
+// mssqlErrorIs reports whether err, or any of the server errors it carries
+// (one statement can raise several), has one of the numbers.
+func mssqlErrorIs(err error, numbers ...int32) bool {
+	var e mssql.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	for _, x := range append([]mssql.Error{e}, e.All...) {
+		for _, n := range numbers {
+			if x.Number == n {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,467 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-sql/civil"
+	mssql "github.com/microsoft/go-mssqldb"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// The T-SQL every store operation sends, checked without a server: the
+// statements are recorded by storetest.Trace (which answers from a script)
+// and read. Whether SQL Server accepts and executes them as intended is for
+// the conformance suite with SLOTPOLLER_TEST_SQLSERVER_DSN set.
+
+var update = flag.Bool("update", false, "rewrite testdata/sqlserver.sql from the statements sent")
+
+// op is one store operation and the statements it should send.
+type op struct {
+	name    string
+	respond func(storetest.Call) storetest.Reply // nil: Exec affects 1 row, Query returns no rows
+	run     func(ctx context.Context, s *store.Store) error
+	sends   int // statements
+}
+
+func duplicate(number int32) error {
+	return mssql.Error{Number: number, Class: 14, Message: "Cannot insert duplicate key"}
+}
+
+// answer replies err to the statements that start with prefix and rows
+// affected to the other Execs.
+func answer(prefix string, err error, affected int64) func(storetest.Call) storetest.Reply {
+	return func(c storetest.Call) storetest.Reply {
+		if strings.HasPrefix(strings.TrimSpace(c.Query), prefix) {
+			return storetest.Reply{Err: err, Affected: affected}
+		}
+		return storetest.Reply{Affected: 1}
+	}
+}
+
+// The arguments carry MARK so that a value written into a statement would
+// show.
+var (
+	mNode = store.NodeState{Name: "node-MARK", Incarnation: "inc-MARK", Capacity: 4, Free: 3, Offset: time.Millisecond, OffsetError: time.Microsecond}
+	mJob  = store.NewJob{Endpoint: "/jobs/MARK?x='1'", Method: "POST", Payload: []byte("payload MARK"), Delay: 31 * 24 * time.Hour,
+		MaxAttempts: 3, Timeout: time.Second, UniqueKey: "unique-MARK", IdempotencyKey: "idem-MARK"}
+	mTask = store.NewTask{Name: "task-MARK", Endpoint: "/tasks/MARK", Method: "POST", Payload: []byte("MARK"), Every: time.Second, Timeout: time.Second}
+)
+
+func sqlServerOps() []op {
+	at := time.Date(2030, 5, 6, 9, 8, 9, 123456700, time.FixedZone("CEST", 2*3600))
+	atJob := mJob
+	atJob.RunAt, atJob.UniqueKey = &at, ""
+	return []op{
+		{name: "Now", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.Now(ctx); return err }},
+		{name: "NodeCheckIn (row exists)", sends: 1, run: func(ctx context.Context, s *store.Store) error { return s.NodeCheckIn(ctx, mNode) }},
+		{name: "NodeCheckIn (new node)", sends: 2, respond: answer("UPDATE", nil, 0),
+			run: func(ctx context.Context, s *store.Store) error { return s.NodeCheckIn(ctx, mNode) }},
+		{name: "NodeHeartbeat", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.NodeHeartbeat(ctx, mNode); return err }},
+		{name: "NodeSignalBacklog", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			return s.NodeSignalBacklog(ctx, mNode.Name, mNode.Incarnation, 5*time.Second)
+		}},
+		{name: "NodeLeave", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			return s.NodeLeave(ctx, mNode.Name, mNode.Incarnation)
+		}},
+		{name: "Nodes", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, _, err := s.Nodes(ctx, 3*time.Second); return err }},
+		{name: "JobInsert (delay)", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobInsert(ctx, mJob); return err }},
+		{name: "JobInsert (run at)", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobInsert(ctx, atJob); return err }},
+		{name: "JobInsert (unique key taken)", sends: 2, respond: answer("INSERT", duplicate(2601), 0),
+			run: func(ctx context.Context, s *store.Store) error { _, err := s.JobInsert(ctx, mJob); return err }},
+		{name: "JobsReclaimExpired", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobsReclaimExpired(ctx); return err }},
+		{name: "JobsLoad", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsLoad(ctx, -500*time.Millisecond)
+			return err
+		}},
+		{name: "JobsClaim", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsClaim(ctx, "inc-MARK", "node-MARK", 7, 15*time.Second)
+			return err
+		}},
+		{name: "JobRenewLeaseIfRunning", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobRenewLeaseIfRunning(ctx, 41, 42, 15*time.Second)
+			return err
+		}},
+		{name: "JobFinishIfRunning (done)", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobFinishIfRunning(ctx, 41, 42, store.Outcome{State: store.StateDone, Status: 204})
+			return err
+		}},
+		{name: "JobFinishIfRunning (retry)", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobFinishIfRunning(ctx, 41, 42, store.Outcome{State: store.StateReady, RetryAfter: time.Minute, Status: 503, Error: "MARK 503"})
+			return err
+		}},
+		{name: "JobReleaseIfRunning", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobReleaseIfRunning(ctx, 41, 42, "stopping MARK")
+			return err
+		}},
+		{name: "JobsReleaseOwned", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsReleaseOwned(ctx, "inc-MARK", "stopping MARK")
+			return err
+		}},
+		{name: "JobGet", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobGet(ctx, 41); return err }},
+		{name: "JobsList", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsList(ctx, store.StateReady, 10)
+			return err
+		}},
+		{name: "JobCounts", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobCounts(ctx); return err }},
+		{name: "JobsRenewLeases", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsRenewLeases(ctx, "inc-MARK", 15*time.Second)
+			return err
+		}},
+		{name: "TaskInsert (new)", sends: 1, run: func(ctx context.Context, s *store.Store) error { return s.TaskInsert(ctx, mTask) }},
+		{name: "TaskInsert (name of a deleted task)", sends: 2, respond: answer("INSERT", duplicate(2627), 0),
+			run: func(ctx context.Context, s *store.Store) error { return s.TaskInsert(ctx, mTask) }},
+		{name: "TasksRenew", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.TasksRenew(ctx, "inc-MARK", 15*time.Second)
+			return err
+		}},
+		{name: "Tasks", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.Tasks(ctx, true); return err }},
+		{name: "TaskGet", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.TaskGet(ctx, "task-MARK"); return err }},
+		{name: "TaskAssignIfUnowned", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.TaskAssignIfUnowned(ctx, "task-MARK", "inc-MARK", "node-MARK", 15*time.Second, 3*time.Second)
+			return err
+		}},
+		{name: "TaskRequestHandoff", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.TaskRequestHandoff(ctx, "task-MARK", 42)
+			return err
+		}},
+		{name: "TaskReleaseIfHeld", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.TaskReleaseIfHeld(ctx, "task-MARK", 42)
+			return err
+		}},
+		{name: "TasksReleaseAll", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.TasksReleaseAll(ctx, "inc-MARK")
+			return err
+		}},
+		{name: "TaskRecordCall", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.TaskRecordCall(ctx, "task-MARK", 42, false, 500, "MARK failed")
+			return err
+		}},
+		{name: "TaskRequestDelete", sends: 2, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.TaskRequestDelete(ctx, "task-MARK")
+			return err
+		}},
+		{name: "TaskMarkDeleted", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.TaskMarkDeleted(ctx, "task-MARK", 42)
+			return err
+		}},
+		{name: "TasksFinishOrphanedDeletes", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.TasksFinishOrphanedDeletes(ctx)
+			return err
+		}},
+	}
+}
+
+// noSQL are the store's methods that send nothing.
+var noSQL = map[string]bool{"Close": true, "DB": true, "Dialect": true, "Statements": true}
+
+// Every operation of the store is in the list above: a new one must say
+// what it sends to SQL Server.
+func TestSQLServerStatementsCoverEveryOperation(t *testing.T) {
+	covered := map[string]bool{}
+	for _, o := range sqlServerOps() {
+		covered[strings.Fields(o.name)[0]] = true
+	}
+	st := reflect.TypeFor[*store.Store]()
+	for i := range st.NumMethod() {
+		name := st.Method(i).Name
+		if !noSQL[name] && !covered[name] {
+			t.Errorf("Store.%s is not in sqlServerOps: add it, so that its T-SQL is checked", name)
+		}
+	}
+}
+
+// The only literals a statement may hold: fixed state names, and the empty
+// string.
+var allowedLiterals = map[string]bool{"": true, "up": true, "left": true,
+	store.StateReady: true, store.StateRunning: true, store.StateDone: true, store.StateFailed: true,
+	store.StateDead: true, store.StateCancelled: true, store.StateMissed: true,
+	store.TaskCreated: true, store.TaskDeleting: true, store.TaskDeleted: true} // TaskRunning is StateRunning
+
+var (
+	placeholderRE = regexp.MustCompile(`@p(\d+)`)
+	literalRE     = regexp.MustCompile(`N?'((?:[^']|'')*)'`)
+	forbiddenRE   = regexp.MustCompile(`(?i)\bLIMIT\b|\bRETURNING\b|\bMERGE\b|\|\||\bON\s+CONFLICT\b|\bFOR\s+UPDATE\b|\bSKIP\s+LOCKED\b|` +
+		`\bclock_timestamp\b|\bunixepoch\b|\binterval\b|::|\bTRUE\b|\bFALSE\b|\bILIKE\b|"|\{|\}|\bslotpoller_|` +
+		`\bGETDATE\b|\bGETUTCDATE\b|\bSYSDATETIME\b|\bSYSDATETIMEOFFSET\b|\bCURRENT_TIMESTAMP\b|\bNOW\s*\(`)
+	dateAddRE = regexp.MustCompile(`DATEADD\(millisecond, CAST\((@p\d+) % 86400000 AS int\), DATEADD\(day, CAST\((@p\d+) / 86400000 AS int\), SYSUTCDATETIME\(\)\)\)`)
+)
+
+func TestSQLServerStatements(t *testing.T) {
+	d, err := store.NewSQLServer("sp_unit")
+	require.NoError(t, err)
+	var golden strings.Builder
+	golden.WriteString("-- The T-SQL each store operation sends (schema sp_unit), with its parameters' Go types.\n")
+	golden.WriteString("-- Generated by: go test ./internal/store -run TestSQLServerStatements -update\n")
+	for _, o := range sqlServerOps() {
+		t.Run(o.name, func(t *testing.T) {
+			s, tr := storetest.NewTrace(t, d, o.respond)
+			_ = o.run(context.Background(), s) // the scripted answers make some fail; the statements are what counts
+			calls := tr.Calls()
+			require.Len(t, calls, o.sends, "statements sent")
+			fmt.Fprintf(&golden, "\n-- %s\n", o.name)
+			for _, c := range calls {
+				checkTSQL(t, c)
+				types := make([]string, len(c.Args))
+				for i, a := range c.Args {
+					types[i] = fmt.Sprintf("@p%d %T", i+1, a)
+				}
+				if len(types) > 0 {
+					fmt.Fprintf(&golden, "-- %s\n", strings.Join(types, ", "))
+				}
+				fmt.Fprintf(&golden, "%s;\n", strings.TrimSpace(c.Query))
+			}
+		})
+	}
+	path := filepath.Join("testdata", "sqlserver.sql")
+	if *update {
+		require.NoError(t, os.MkdirAll("testdata", 0o755))
+		require.NoError(t, os.WriteFile(path, []byte(golden.String()), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test ./internal/store -run TestSQLServerStatements -update to write it")
+	require.Equal(t, string(want), golden.String(),
+		"the T-SQL sent changed: read the diff, then run go test ./internal/store -run TestSQLServerStatements -update")
+}
+
+// checkTSQL checks one statement as SQL Server would receive it.
+func checkTSQL(t *testing.T, c storetest.Call) {
+	t.Helper()
+	q := c.Query
+	require.NotContains(t, q, "?", "every placeholder is numbered:\n%s", q)
+	if m := forbiddenRE.FindString(q); m != "" {
+		t.Errorf("%q is not T-SQL slotpoller may send:\n%s", m, q)
+	}
+
+	// @p1..@pN, each argument used and none missing.
+	used := map[int]bool{}
+	for _, m := range placeholderRE.FindAllStringSubmatch(q, -1) {
+		n, _ := strconv.Atoi(m[1])
+		used[n] = true
+	}
+	for n := range used {
+		require.True(t, n >= 1 && n <= len(c.Args), "@p%d with %d arguments:\n%s", n, len(c.Args), q)
+	}
+	require.Len(t, used, len(c.Args), "every argument is bound:\n%s", q)
+
+	// Values travel as parameters: the statement holds no literal but
+	// fixed state names, and no argument's text.
+	for _, m := range literalRE.FindAllStringSubmatch(q, -1) {
+		require.True(t, allowedLiterals[m[1]], "literal %s in:\n%s", m[0], q)
+	}
+	for i, a := range c.Args {
+		switch v := a.(type) {
+		case string:
+			if !allowedLiterals[v] {
+				require.NotContains(t, q, v, "argument @p%d is written into the statement", i+1)
+			}
+		case []byte:
+			require.NotContains(t, q, string(v), "argument @p%d is written into the statement", i+1)
+		case int64, int, nil, civil.DateTime:
+		default:
+			t.Errorf("argument @p%d is a %T: go-mssqldb would bind it as a type the columns do not have", i+1, a)
+		}
+	}
+
+	// Database time is SYSUTCDATETIME(); an offset from it is added in
+	// whole days and the remaining milliseconds of one bigint parameter.
+	adds := dateAddRE.FindAllStringSubmatch(q, -1)
+	for _, m := range adds {
+		require.Equal(t, m[1], m[2], "both halves of a DATEADD use the same parameter:\n%s", q)
+	}
+	require.Equal(t, 2*len(adds), strings.Count(q, "DATEADD("), "every DATEADD is the split form:\n%s", q)
+
+	// Written rows come back through OUTPUT, read with a query, and the
+	// clause sits before VALUES or WHERE.
+	word := strings.Fields(q)[0]
+	if strings.Contains(q, "OUTPUT") {
+		require.False(t, c.Exec, "a statement with OUTPUT is read as a query:\n%s", q)
+		require.Contains(t, q, "OUTPUT inserted.", q)
+		out := strings.Index(q, "OUTPUT")
+		if i := strings.Index(q, "VALUES"); i >= 0 {
+			require.Less(t, out, i, "OUTPUT before VALUES:\n%s", q)
+		}
+		if i := strings.LastIndex(q, "WHERE"); i >= 0 {
+			require.Less(t, out, i, "OUTPUT before WHERE:\n%s", q)
+		}
+	} else if word == "UPDATE" || word == "INSERT" {
+		require.True(t, c.Exec, "a write without OUTPUT is sent with Exec, which counts its rows:\n%s", q)
+	}
+	if word != "SELECT" || strings.Contains(q, "FROM") {
+		require.Contains(t, q, "[sp_unit].[", "tables are in the configured schema:\n%s", q)
+	}
+}
+
+func TestSQLServerClaim(t *testing.T) {
+	d, err := store.NewSQLServer("sp_unit")
+	require.NoError(t, err)
+	s, tr := storetest.NewTrace(t, d, func(c storetest.Call) storetest.Reply {
+		cols := strings.Split("id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at", ", ")
+		runAt := time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)
+		return storetest.Reply{Columns: cols, Rows: [][]any{
+			{int64(7), int64(1), int64(1), int64(3), "/a", "POST", []byte("p"), "k7", int64(1500), runAt},
+			{int64(9), int64(4), int64(2), int64(3), "/b", "GET", nil, "k9", int64(0), runAt},
+		}}
+	})
+	claims, err := s.JobsClaim(context.Background(), "inc-a", "node-a", 7, 15*time.Second)
+	require.NoError(t, err)
+	require.Len(t, claims, 2)
+	require.Equal(t, int64(9), claims[1].ID)
+	require.Equal(t, 1500*time.Millisecond, claims[0].Timeout)
+
+	calls := tr.Calls()
+	require.Len(t, calls, 1)
+	q := calls[0].Query
+	require.Equal(t, []any{"inc-a", "node-a", int64(15000), 7}, calls[0].Args, "owner, owner_node, lease ms, limit")
+	for _, want := range []string{
+		"SELECT TOP (@p4) id FROM [sp_unit].[jobs] WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)",
+		"WHERE state = 'ready' AND run_at <= SYSUTCDATETIME()",
+		"ORDER BY run_at, id)",
+		"owner = @p1, owner_node = @p2, token = j.token + 1",
+		"lease_until = DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME()))",
+		"OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, " +
+			"inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at",
+		"FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN picked ON j.id = picked.id",
+		// One winner without READPAST: the update re-checks the row it writes.
+		"WHERE j.state = 'ready'",
+	} {
+		require.Contains(t, q, want)
+	}
+}
+
+// An absolute run time is bound as a datetime2 (civil.DateTime) holding the
+// UTC wall time, never as a time.Time (a datetimeoffset, whose conversion
+// to datetime2 would keep the local wall time).
+func TestSQLServerTimeArg(t *testing.T) {
+	at := time.Date(2030, 5, 6, 9, 8, 9, 123456700, time.FixedZone("CEST", 2*3600))
+	v := store.SQLServer{}.TimeArg(at)
+	require.Equal(t, civil.DateTime{Date: civil.Date{Year: 2030, Month: 5, Day: 6}, Time: civil.Time{Hour: 7, Minute: 8, Second: 9, Nanosecond: 123456700}}, v)
+}
+
+// The split DATEADD covers any duration: the remainder always fits an int,
+// and so does the day count of the longest time.Duration.
+func TestSQLServerMillisSplit(t *testing.T) {
+	for _, d := range []time.Duration{0, time.Millisecond, -3 * time.Second, 25 * 24 * time.Hour, -400 * 24 * time.Hour, math.MaxInt64, math.MinInt64} {
+		ms := d.Milliseconds()
+		days, rest := ms/86400000, ms%86400000 // T-SQL's / and % truncate toward zero, as Go's do
+		require.Equal(t, ms, days*86400000+rest)
+		require.Less(t, math.Abs(float64(rest)), float64(math.MaxInt32))
+		require.Less(t, math.Abs(float64(days)), float64(math.MaxInt32))
+	}
+}
+
+func TestSQLServerErrors(t *testing.T) {
+	d := store.SQLServer{}
+	deadlock := mssql.Error{Number: 1205, Message: "Transaction (Process ID 52) was deadlocked on lock resources with another process and has been chosen as the deadlock victim. Rerun the transaction."}
+	require.True(t, d.Retryable(deadlock))
+	require.True(t, d.Retryable(fmt.Errorf("claim jobs: %w", deadlock)), "wrapped")
+	require.True(t, d.Retryable(mssql.Error{Number: 1222}), "lock timeout")
+	require.True(t, d.Retryable(mssql.Error{Number: 3621, All: []mssql.Error{{Number: 1205}, {Number: 3621}}}), "anywhere in the statement's errors")
+	require.False(t, d.Retryable(mssql.Error{Number: 208}), "invalid object name")
+	require.False(t, d.Retryable(errors.New("deadlock")))
+	require.False(t, d.Retryable(nil))
+
+	require.True(t, d.UniqueViolation(duplicate(2627)), "PRIMARY KEY / UNIQUE constraint")
+	require.True(t, d.UniqueViolation(fmt.Errorf("x: %w", duplicate(2601))), "unique index")
+	require.False(t, d.UniqueViolation(deadlock))
+	require.False(t, d.UniqueViolation(nil))
+}
+
+// Deadlock victims and lock timeouts are sent again with backoff; other
+// errors are not.
+func TestSQLServerRetriesDeadlockVictims(t *testing.T) {
+	failures := []error{mssql.Error{Number: 1205}, mssql.Error{Number: 1222}}
+	s, tr := storetest.NewTrace(t, store.SQLServer{}, func(storetest.Call) storetest.Reply {
+		if len(failures) > 0 {
+			err := failures[0]
+			failures = failures[1:]
+			return storetest.Reply{Err: err}
+		}
+		return storetest.Reply{Affected: 1}
+	})
+	ok, err := s.JobRenewLeaseIfRunning(context.Background(), 1, 1, time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Len(t, tr.Calls(), 3)
+
+	failures = []error{mssql.Error{Number: 547}} // a constraint conflict is not transient
+	_, err = s.JobRenewLeaseIfRunning(context.Background(), 1, 1, time.Second)
+	require.Error(t, err)
+	require.Len(t, tr.Calls(), 1)
+}
+
+func TestSQLServerSchemaNames(t *testing.T) {
+	for _, ok := range []string{"slotpoller", "_x", "A1_b", strings.Repeat("a", 128)} {
+		d, err := store.NewSQLServer(ok)
+		require.NoError(t, err, ok)
+		require.Equal(t, "["+ok+"].[jobs]", d.Table("jobs"))
+	}
+	for _, bad := range []string{"1a", "a-b", "a b", "a]", "a'", "a;", "dbo.x", "é", strings.Repeat("a", 129)} {
+		_, err := store.NewSQLServer(bad)
+		require.Error(t, err, bad)
+	}
+	require.Equal(t, "[slotpoller].[nodes]", store.SQLServer{}.Table("nodes"), "the zero value uses the default schema")
+
+	// Open checks the name before it connects.
+	_, err := store.Open(context.Background(), "sqlserver", "sqlserver://u:pw@127.0.0.1:1?database=x", store.WithSchema("x];DROP TABLE y;--"))
+	require.ErrorContains(t, err, "not a plain identifier")
+}
+
+func TestExpandScript(t *testing.T) {
+	d, err := store.NewSQLServer("farm")
+	require.NoError(t, err)
+	require.Equal(t, "IF SCHEMA_ID(N'farm') IS NULL EXEC(N'CREATE SCHEMA [farm]'); CREATE TABLE [farm].[jobs] (x INT); SELECT ?",
+		store.ExpandScript(d, "IF SCHEMA_ID(N'{schema}') IS NULL EXEC(N'CREATE SCHEMA [{schema}]'); CREATE TABLE {jobs} (x INT); SELECT ?"))
+	require.Equal(t, "CREATE TABLE slotpoller_jobs (x INT); {schema}", store.ExpandScript(store.SQLite{}, "CREATE TABLE {jobs} (x INT); {schema}"),
+		"a dialect without schemas leaves {schema} alone")
+}
+
+// The other dialects bind the same arguments the same way: their
+// placeholders match the argument count too.
+func TestPlaceholdersMatchArguments(t *testing.T) {
+	dollar := regexp.MustCompile(`\$(\d+)`)
+	for _, d := range []store.Dialect{store.SQLite{}, store.Postgres{}} {
+		for _, o := range sqlServerOps() {
+			t.Run(d.Name()+"/"+o.name, func(t *testing.T) {
+				s, tr := storetest.NewTrace(t, d, nil) // the scripted errors are SQL Server's: default answers
+
+				_ = o.run(context.Background(), s)
+				for _, c := range tr.Calls() {
+					require.NotContains(t, c.Query, "{", c.Query)
+					if d.Name() == "sqlite" {
+						require.Equal(t, len(c.Args), strings.Count(c.Query, "?"), c.Query)
+						continue
+					}
+					used := map[string]bool{}
+					for _, m := range dollar.FindAllStringSubmatch(c.Query, -1) {
+						used[m[1]] = true
+					}
+					nums := make([]int, 0, len(used))
+					for k := range used {
+						n, _ := strconv.Atoi(k)
+						nums = append(nums, n)
+					}
+					sort.Ints(nums)
+					for i, n := range nums {
+						require.Equal(t, i+1, n, c.Query)
+					}
+					require.Len(t, nums, len(c.Args), c.Query)
+				}
+			})
+		}
+	}
+}

@@ -78,8 +78,12 @@ func Status(ctx context.Context, s *store.Store) (current, latest int, err error
 	latest = Latest(s.Dialect())
 	q := store.Expand(s.Dialect(), `SELECT COALESCE(MAX(version), 0) FROM {schema_version}`)
 	if err := s.DB().QueryRowContext(ctx, q).Scan(&current); err != nil {
-		// A database that was never migrated has no version table.
-		return 0, latest, nil
+		if s.Dialect().UndefinedTable(err) {
+			return 0, latest, nil // never migrated: no version table yet
+		}
+		// Anything else (a dropped connection, a missing permission) is
+		// not "version 0": say what it is, so a node retries it.
+		return 0, latest, fmt.Errorf("read schema version: %w", err)
 	}
 	return current, latest, nil
 }

@@ -47,6 +47,9 @@ type Dialect interface {
 	// Retryable reports whether err is a transient conflict (busy database,
 	// deadlock victim, serialization failure) worth retrying.
 	Retryable(err error) bool
+	// UndefinedTable reports whether err says a table does not exist (a
+	// database never migrated).
+	UndefinedTable(err error) bool
 	// UniqueViolation reports whether err is a duplicate-key error.
 	UniqueViolation(err error) bool
 	// Returning is the clause that hands back the columns of the rows an

@@ -58,6 +58,11 @@ func (Postgres) Retryable(err error) bool {
 	return false
 }
 
+func (Postgres) UndefinedTable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
+}
+
 func (Postgres) UniqueViolation(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505"

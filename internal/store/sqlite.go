@@ -46,6 +46,12 @@ func (SQLite) Retryable(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "database is locked")
 }
 
+// UndefinedTable: SQLite reports a missing table only in its message
+// (SQLITE_ERROR is the generic code).
+func (SQLite) UndefinedTable(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such table")
+}
+
 func (SQLite) UniqueViolation(err error) bool {
 	var se *sqlite.Error
 	if errors.As(err, &se) {

@@ -144,6 +144,7 @@ const (
 	mssqlLockTimeout    = 1222 // lock request time out period exceeded (SET LOCK_TIMEOUT)
 	mssqlDuplicateKey   = 2627 // violation of a PRIMARY KEY or UNIQUE constraint
 	mssqlDuplicateIndex = 2601 // duplicate key row in a unique index
+	mssqlInvalidObject  = 208  // invalid object name: the table does not exist
 )
 
 // Retryable: a deadlock victim's statement was rolled back whole, and a
@@ -155,6 +156,8 @@ func (SQLServer) Retryable(err error) bool {
 func (SQLServer) UniqueViolation(err error) bool {
 	return mssqlErrorIs(err, mssqlDuplicateKey, mssqlDuplicateIndex)
 }
+
+func (SQLServer) UndefinedTable(err error) bool { return mssqlErrorIs(err, mssqlInvalidObject) }
 
 // mssqlErrorIs reports whether err, or any of the server errors it carries
 // (one statement can raise several), has one of the numbers.

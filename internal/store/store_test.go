@@ -417,3 +417,21 @@ func TestOpenErrorsHidePasswordInAnyForm(t *testing.T) {
 		}
 	}
 }
+
+func TestSchemaStatusTellsMissingFromBroken(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		ctx := context.Background()
+		s, err := store.Open(ctx, driver, storetest.DSN(t, driver))
+		require.NoError(t, err)
+		cur, latest, err := install.Status(ctx, s)
+		require.NoError(t, err, "a database never migrated is version 0, not an error")
+		require.Equal(t, 0, cur)
+		require.Positive(t, latest)
+		require.ErrorIs(t, install.Check(ctx, s), install.ErrSchemaBehind)
+
+		require.NoError(t, s.Close())
+		_, _, err = install.Status(ctx, s)
+		require.Error(t, err, "a broken connection is not version 0")
+		require.NotErrorIs(t, install.Check(ctx, s), install.ErrSchemaBehind, "so a node retries instead of giving up")
+	})
+}

@@ -26,7 +26,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	})
 	applied, err := install.Migrate(context.Background(), s)
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2}, applied)
+	require.Equal(t, []int{1, 2, 3}, applied)
 
 	calls := tr.Calls()
 	for _, c := range calls {
@@ -45,10 +45,12 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	require.True(t, strings.HasPrefix(q(2), "IF OBJECT_ID(N'[farm_jobs].[schema_version]', N'U') IS NULL\nCREATE TABLE [farm_jobs].[schema_version] ("), q(2))
 	require.Equal(t, "SELECT COALESCE(MAX(version), 0) FROM [farm_jobs].[schema_version]", q(3))
 
-	var creates, indexes []string
+	var creates, indexes, alters []string
 	var versions [][]any
 	for _, c := range calls[4:] {
 		switch {
+		case strings.HasPrefix(c.Query, "ALTER TABLE"):
+			alters = append(alters, strings.Fields(c.Query)[2])
 		case strings.HasPrefix(c.Query, "CREATE TABLE"):
 			creates = append(creates, strings.Fields(c.Query)[2])
 		case strings.Contains(c.Query, "INDEX"):
@@ -60,8 +62,9 @@ func TestSQLServerMigrateSends(t *testing.T) {
 			t.Errorf("unexpected statement:\n%s", c.Query)
 		}
 	}
-	require.Equal(t, []string{"[farm_jobs].[nodes]", "[farm_jobs].[jobs]", "[farm_jobs].[tasks]"}, creates)
-	require.Equal(t, [][]any{{1, "init"}, {2, "tasks"}}, versions)
+	require.Equal(t, []string{"[farm_jobs].[nodes]", "[farm_jobs].[jobs]", "[farm_jobs].[tasks]", "[farm_jobs].[schedules]"}, creates)
+	require.Equal(t, [][]any{{1, "init"}, {2, "tasks"}, {3, "schedules"}}, versions)
+	require.Equal(t, []string{"[farm_jobs].[jobs]"}, alters, "schedules add their columns to jobs")
 	require.Equal(t, []string{
 		// Unique among the jobs that have a key (a plain unique index would allow one NULL).
 		"CREATE UNIQUE NONCLUSTERED INDEX jobs_unique_key ON [farm_jobs].[jobs] (unique_key) WHERE unique_key IS NOT NULL;",
@@ -71,5 +74,8 @@ func TestSQLServerMigrateSends(t *testing.T) {
 		"CREATE NONCLUSTERED INDEX jobs_lease ON [farm_jobs].[jobs] (state, lease_until) INCLUDE (owner);",
 		"CREATE NONCLUSTERED INDEX tasks_owner ON [farm_jobs].[tasks] (owner);",
 		"CREATE NONCLUSTERED INDEX tasks_state ON [farm_jobs].[tasks] (state);",
+		// Due schedules, and a schedule's occurrences.
+		"CREATE NONCLUSTERED INDEX schedules_next ON [farm_jobs].[schedules] (enabled, next_fire_at);",
+		"CREATE NONCLUSTERED INDEX jobs_schedule ON [farm_jobs].[jobs] (schedule, state) WHERE schedule IS NOT NULL;",
 	}, indexes)
 }

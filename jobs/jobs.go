@@ -162,7 +162,7 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	if n > 0 {
 		r.opts.Logger.Info("reclaimed jobs whose lease expired", "count", n)
 	}
-	load, err := r.store.JobsLoad(ctx, turn.NextPoll-turn.StartWindow)
+	load, err := r.store.JobsLoad(ctx, turn.NextPoll, turn.StartWindow)
 	if err != nil {
 		return res, err
 	}

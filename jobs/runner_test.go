@@ -309,6 +309,10 @@ func TestRenewalsKeepLongCallsAlive(t *testing.T) {
 		id := enqueue(t, s, "/block", 3)
 		_, err := r.Poll(ctx, alone(4))
 		require.NoError(t, err)
+		// Shorten the lease so that a renewal visibly moves it, even on a
+		// millisecond clock.
+		_, err = s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {jobs} SET lease_until = {now+?} WHERE id = ?`), 500, id)
+		require.NoError(t, err)
 		before := get(t, s, id).LeaseUntil
 		for range 5 {
 			c.Advance(time.Second)

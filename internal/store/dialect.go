@@ -36,7 +36,7 @@ type Dialect interface {
 	// numbered placeholders may use the parameter again as {again}.
 	NowPlusMillis() string
 	// Table returns the qualified name of one of slotpoller's tables
-	// ("nodes", "jobs", "schema_version", "tasks").
+	// ("nodes", "jobs", "schema_version", "tasks", "schedules").
 	Table(name string) string
 	// TimeArg converts a time to the value a time column takes.
 	TimeArg(t time.Time) any
@@ -89,7 +89,7 @@ func expand(d Dialect, q string) string {
 // tableMarkers pairs each table marker with the dialect's name for it.
 func tableMarkers(d Dialect) []string {
 	var pairs []string
-	for _, t := range []string{"nodes", "jobs", "schema_version", "tasks"} {
+	for _, t := range []string{"nodes", "jobs", "schema_version", "tasks", "schedules"} {
 		pairs = append(pairs, "{"+t+"}", d.Table(t))
 	}
 	return pairs

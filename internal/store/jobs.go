@@ -33,6 +33,14 @@ type NewJob struct {
 	Timeout        time.Duration // 0: the node's default
 	UniqueKey      string        // "" for none
 	IdempotencyKey string        // sent on every attempt
+
+	// An occurrence of a schedule carries its schedule, its fire time, the
+	// time by which it must have started (or it is missed), and whether it
+	// must wait while another occurrence of its schedule runs.
+	Schedule     string
+	ScheduledFor *time.Time
+	StartBy      *time.Time
+	Exclusive    bool
 }
 
 // Job is a row of the queue.
@@ -57,6 +65,8 @@ type Job struct {
 	Finished       *time.Time
 	LastStatus     int
 	LastError      string
+	Schedule       string
+	ScheduledFor   *time.Time
 }
 
 // Claim is a job this node now holds under Token until its lease ends.
@@ -70,11 +80,23 @@ type Claim struct {
 	Payload        []byte
 	IdempotencyKey string
 	Timeout        time.Duration
-	RunAt          time.Time // when it was due
+	RunAt          time.Time  // when it was due
+	ScheduledFor   *time.Time // the occurrence's fire time, for a schedule's job
 }
 
 // claimedColumns are the columns a claim hands back, in Claim's order.
-const claimedColumns = "id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at"
+const claimedColumns = "id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for"
+
+// claimable is the condition, beyond ready and due, for claiming job
+// alias j: an occurrence of a schedule that forbids overlap waits while an
+// occurrence of the same schedule runs, or an earlier one still waits (so
+// even one claim statement takes at most one of them).
+func claimable(j string) string {
+	return `(` + j + `.exclusive = 0 OR (
+    NOT EXISTS (SELECT 1 FROM {jobs} r WHERE r.schedule = ` + j + `.schedule AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM {jobs} e WHERE e.schedule = ` + j + `.schedule AND e.state = 'ready'
+      AND e.scheduled_for < ` + j + `.scheduled_for)))`
+}
 
 // qualified prefixes each column of a list with a table name.
 func qualified(table, cols string) string {
@@ -96,13 +118,27 @@ func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
 	if j.UniqueKey != "" {
 		unique = j.UniqueKey
 	}
+	var schedule, scheduledFor, startBy any
+	exclusive := 0
+	if j.Schedule != "" {
+		schedule = j.Schedule
+	}
+	if j.ScheduledFor != nil {
+		scheduledFor = s.d.TimeArg(*j.ScheduledFor)
+	}
+	if j.StartBy != nil {
+		startBy = s.d.TimeArg(*j.StartBy)
+	}
+	if j.Exclusive {
+		exclusive = 1
+	}
 	q := expand(s.d, `INSERT INTO {jobs} (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at) {output id}
-VALUES (?, ?, ?, 'ready', `+runAt+`, 0, ?, ?, ?, ?, 0, {now}) {returning id}`)
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) {output id}
+VALUES (?, ?, ?, 'ready', `+runAt+`, 0, ?, ?, ?, ?, 0, {now}, ?, ?, ?, ?) {returning id}`)
 	var id int64
 	err := s.retry(ctx, func() error {
 		return s.queryRow(ctx, q, j.Endpoint, j.Method, j.Payload, runArg, j.MaxAttempts, millis(j.Timeout),
-			unique, j.IdempotencyKey).Scan(&id)
+			unique, j.IdempotencyKey, schedule, scheduledFor, startBy, exclusive).Scan(&id)
 	})
 	if err != nil && s.d.UniqueViolation(err) {
 		var existing int64
@@ -119,16 +155,21 @@ VALUES (?, ?, ?, 'ready', `+runAt+`, 0, ?, ?, ?, ?, 0, {now}) {returning id}`)
 
 // JobsReclaimExpired returns running jobs whose lease ran out (their node
 // died or froze) to the queue, due now; a job that has used all its attempts
-// becomes dead instead. It returns how many rows it changed.
+// becomes dead instead. In the same statement, a schedule's occurrence that
+// was not started by its start_by (run time plus tolerance) becomes missed.
+// It returns how many rows it changed.
 func (s *Store) JobsReclaimExpired(ctx context.Context) (int64, error) {
 	q := expand(s.d, `UPDATE {jobs} SET
-  state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
-  finished_at = CASE WHEN attempt >= max_attempts THEN {now} ELSE NULL END,
-  owner = NULL, lease_until = NULL, run_at = {now}, last_error = ?
-WHERE state = 'running' AND lease_until < {now}`)
+  state = CASE WHEN state = 'ready' THEN 'missed' WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
+  finished_at = CASE WHEN state = 'ready' OR attempt >= max_attempts THEN {now} ELSE NULL END,
+  run_at = CASE WHEN state = 'ready' THEN run_at ELSE {now} END,
+  last_error = CASE WHEN state = 'ready' THEN ? ELSE ? END,
+  owner = NULL, lease_until = NULL
+WHERE (state = 'running' AND lease_until < {now}) OR (state = 'ready' AND start_by < {now})`)
 	var n int64
 	err := s.retry(ctx, func() error {
-		res, err := s.exec(ctx, q, "lease expired: the node running it stopped renewing (crashed, froze or lost the database)")
+		res, err := s.exec(ctx, q, "missed: not started within its tolerance",
+			"lease expired: the node running it stopped renewing (crashed, froze or lost the database)")
 		if err != nil {
 			return err
 		}
@@ -148,18 +189,20 @@ type QueueLoad struct {
 	Running int // held by any node
 }
 
-// JobsLoad counts due and running jobs, and the due jobs whose run time is
-// before now+urgentCutoff on the database clock (a negative cutoff reaches
-// into the past): jobs that would miss their start window if this poller
-// left them to the next one.
-func (s *Store) JobsLoad(ctx context.Context, urgentCutoff time.Duration) (QueueLoad, error) {
+// JobsLoad counts due and running jobs, and the due jobs that are urgent:
+// those that would miss their start window if left to a poll nextPoll from
+// now. A job's start window ends at its start_by (a schedule's tolerance),
+// or, for a one-off job, window after its run time.
+func (s *Store) JobsLoad(ctx context.Context, nextPoll, window time.Duration) (QueueLoad, error) {
 	q := expand(s.d, `SELECT
   COALESCE(SUM(CASE WHEN state = 'ready' THEN 1 ELSE 0 END), 0),
-  COALESCE(SUM(CASE WHEN state = 'ready' AND run_at < {now+?} THEN 1 ELSE 0 END), 0),
+  COALESCE(SUM(CASE WHEN state = 'ready' AND ((start_by IS NULL AND run_at <= {now+?}) OR start_by <= {now+?}) THEN 1 ELSE 0 END), 0),
   COALESCE(SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END), 0)
 FROM {jobs} WHERE (state = 'ready' AND run_at <= {now}) OR state = 'running'`)
 	var l QueueLoad
-	err := s.retry(ctx, func() error { return s.queryRow(ctx, q, millis(urgentCutoff)).Scan(&l.Due, &l.Urgent, &l.Running) })
+	err := s.retry(ctx, func() error {
+		return s.queryRow(ctx, q, millis(nextPoll-window), millis(nextPoll)).Scan(&l.Due, &l.Urgent, &l.Running)
+	})
 	if err != nil {
 		return l, fmt.Errorf("count due jobs: %w", err)
 	}
@@ -184,12 +227,12 @@ func (s *Store) JobsClaim(ctx context.Context, owner, ownerNode string, limit in
 		for rows.Next() {
 			var c Claim
 			var timeoutMS int64
-			var runAt dbTime
+			var runAt, scheduledFor dbTime
 			if err := rows.Scan(&c.ID, &c.Token, &c.Attempt, &c.MaxAttempts, &c.Endpoint, &c.Method, &c.Payload,
-				&c.IdempotencyKey, &timeoutMS, &runAt); err != nil {
+				&c.IdempotencyKey, &timeoutMS, &runAt, &scheduledFor); err != nil {
 				return err
 			}
-			c.Timeout, c.RunAt = time.Duration(timeoutMS)*time.Millisecond, runAt.T
+			c.Timeout, c.RunAt, c.ScheduledFor = time.Duration(timeoutMS)*time.Millisecond, runAt.T, scheduledFor.ptr()
 			claims = append(claims, c)
 		}
 		return rows.Err()
@@ -263,16 +306,17 @@ func (s *Store) fenced(ctx context.Context, what string, q string, args ...any) 
 }
 
 const jobColumns = `id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error`
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for`
 
 func scanJob(sc interface{ Scan(...any) error }) (Job, error) {
 	var j Job
-	var runAt, lease, created, started, finished dbTime
+	var runAt, lease, created, started, finished, scheduledFor dbTime
 	var timeoutMS int64
-	var unique, owner, ownerNode, lastErr sql.NullString
+	var unique, owner, ownerNode, lastErr, schedule sql.NullString
 	var status sql.NullInt64
 	err := sc.Scan(&j.ID, &j.Endpoint, &j.Method, &j.Payload, &j.State, &runAt, &j.Attempt, &j.MaxAttempts, &timeoutMS,
-		&unique, &j.IdempotencyKey, &owner, &ownerNode, &j.Token, &lease, &created, &started, &finished, &status, &lastErr)
+		&unique, &j.IdempotencyKey, &owner, &ownerNode, &j.Token, &lease, &created, &started, &finished, &status, &lastErr,
+		&schedule, &scheduledFor)
 	if err != nil {
 		return j, err
 	}
@@ -280,6 +324,7 @@ func scanJob(sc interface{ Scan(...any) error }) (Job, error) {
 	j.UniqueKey, j.Owner, j.OwnerNode, j.LastError = unique.String, owner.String, ownerNode.String, lastErr.String
 	j.LeaseUntil, j.Created, j.Started, j.Finished = lease.ptr(), created.T, started.ptr(), finished.ptr()
 	j.LastStatus = int(status.Int64)
+	j.Schedule, j.ScheduledFor = schedule.String, scheduledFor.ptr()
 	return j, nil
 }
 

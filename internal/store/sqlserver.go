@@ -127,11 +127,11 @@ func (SQLServer) Output(cols string) string { return "OUTPUT " + qualified("inse
 // owner, owner_node, lease ms, limit.
 func (d SQLServer) ClaimJobs() string {
 	return expand(d, `WITH picked AS (
-  SELECT TOP (@p4) id FROM {jobs} WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
-  WHERE state = 'ready' AND run_at <= {now}
-  ORDER BY run_at, id)
+  SELECT TOP (@p4) c.id FROM {jobs} AS c WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+  WHERE c.state = 'ready' AND c.run_at <= {now} AND `+claimable("c")+`
+  ORDER BY c.run_at, c.id)
 UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
-  attempt = j.attempt + 1, started_at = {now},
+  attempt = j.attempt + 1, started_at = {now}, start_by = NULL,
   lease_until = `+sqlServerPlusMillis("@p3", "@p3")+`
 `+d.Output(claimedColumns)+`
 FROM {jobs} AS j WITH (ROWLOCK) INNER JOIN picked ON j.id = picked.id

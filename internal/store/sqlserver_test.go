@@ -59,6 +59,9 @@ var (
 	mNode = store.NodeState{Name: "node-MARK", Incarnation: "inc-MARK", Capacity: 4, Free: 3, Offset: time.Millisecond, OffsetError: time.Microsecond}
 	mJob  = store.NewJob{Endpoint: "/jobs/MARK?x='1'", Method: "POST", Payload: []byte("payload MARK"), Delay: 31 * 24 * time.Hour,
 		MaxAttempts: 3, Timeout: time.Second, UniqueKey: "unique-MARK", IdempotencyKey: "idem-MARK"}
+	mSchedule = store.Schedule{Name: "schedule-MARK", Cron: "0 2 * * *", TimeZone: "Europe/Berlin", Endpoint: "/jobs/MARK",
+		Method: "POST", Payload: []byte("MARK"), MaxAttempts: 3, Tolerance: time.Minute, Misfire: store.MisfireOnce,
+		Overlap: store.OverlapForbid, Enabled: true, Source: store.SourceCommand}
 	mTask = store.NewTask{Name: "task-MARK", Endpoint: "/tasks/MARK", Method: "POST", Payload: []byte("MARK"), Every: time.Second, Timeout: time.Second}
 )
 
@@ -85,7 +88,7 @@ func sqlServerOps() []op {
 			run: func(ctx context.Context, s *store.Store) error { _, err := s.JobInsert(ctx, mJob); return err }},
 		{name: "JobsReclaimExpired", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobsReclaimExpired(ctx); return err }},
 		{name: "JobsLoad", sends: 1, run: func(ctx context.Context, s *store.Store) error {
-			_, err := s.JobsLoad(ctx, -500*time.Millisecond)
+			_, err := s.JobsLoad(ctx, 0, 500*time.Millisecond)
 			return err
 		}},
 		{name: "JobsClaim", sends: 1, run: func(ctx context.Context, s *store.Store) error {
@@ -161,6 +164,46 @@ func sqlServerOps() []op {
 		}},
 		{name: "TasksFinishOrphanedDeletes", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			_, err := s.TasksFinishOrphanedDeletes(ctx)
+			return err
+		}},
+		{name: "ScheduleInsert", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			return s.ScheduleInsert(ctx, mSchedule, at)
+		}},
+		{name: "ScheduleUpdate", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.ScheduleUpdate(ctx, mSchedule, &at)
+			return err
+		}},
+		{name: "ScheduleGet", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.ScheduleGet(ctx, "schedule-MARK")
+			return err
+		}},
+		{name: "Schedules", sends: 2, run: func(ctx context.Context, s *store.Store) error {
+			_, _, err := s.Schedules(ctx)
+			return err
+		}},
+		{name: "SchedulesDue", sends: 2, run: func(ctx context.Context, s *store.Store) error {
+			_, _, err := s.SchedulesDue(ctx, 2*time.Second)
+			return err
+		}},
+		{name: "ScheduleAdvance", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.ScheduleAdvance(ctx, "schedule-MARK", 7, at, &at, 3)
+			return err
+		}},
+		{name: "ScheduleSetEnabled", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.ScheduleSetEnabled(ctx, "schedule-MARK", true, &at)
+			return err
+		}},
+		{name: "ScheduleDelete", sends: 2, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.ScheduleDelete(ctx, "schedule-MARK")
+			return err
+		}},
+		{name: "ScheduleOutcomes", sends: 2, respond: func(c storetest.Call) storetest.Reply {
+			if strings.HasPrefix(c.Query, "SELECT COALESCE") {
+				return storetest.Reply{Columns: []string{"missed", "n"}, Rows: [][]any{{int64(0), int64(0)}}}
+			}
+			return storetest.Reply{}
+		}, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.ScheduleOutcomes(ctx, "schedule-MARK")
 			return err
 		}},
 	}
@@ -310,11 +353,11 @@ func TestSQLServerClaim(t *testing.T) {
 	d, err := store.NewSQLServer("sp_unit")
 	require.NoError(t, err)
 	s, tr := storetest.NewTrace(t, d, func(c storetest.Call) storetest.Reply {
-		cols := strings.Split("id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at", ", ")
+		cols := strings.Split("id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for", ", ")
 		runAt := time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)
 		return storetest.Reply{Columns: cols, Rows: [][]any{
-			{int64(7), int64(1), int64(1), int64(3), "/a", "POST", []byte("p"), "k7", int64(1500), runAt},
-			{int64(9), int64(4), int64(2), int64(3), "/b", "GET", nil, "k9", int64(0), runAt},
+			{int64(7), int64(1), int64(1), int64(3), "/a", "POST", []byte("p"), "k7", int64(1500), runAt, nil},
+			{int64(9), int64(4), int64(2), int64(3), "/b", "GET", nil, "k9", int64(0), runAt, runAt},
 		}}
 	})
 	claims, err := s.JobsClaim(context.Background(), "inc-a", "node-a", 7, 15*time.Second)
@@ -328,13 +371,13 @@ func TestSQLServerClaim(t *testing.T) {
 	q := calls[0].Query
 	require.Equal(t, []any{"inc-a", "node-a", int64(15000), 7}, calls[0].Args, "owner, owner_node, lease ms, limit")
 	for _, want := range []string{
-		"SELECT TOP (@p4) id FROM [sp_unit].[jobs] WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)",
-		"WHERE state = 'ready' AND run_at <= SYSUTCDATETIME()",
-		"ORDER BY run_at, id)",
+		"SELECT TOP (@p4) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)",
+		"WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME()",
+		"ORDER BY c.run_at, c.id)",
 		"owner = @p1, owner_node = @p2, token = j.token + 1",
 		"lease_until = DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME()))",
 		"OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, " +
-			"inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at",
+			"inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for",
 		"FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN picked ON j.id = picked.id",
 		// One winner without READPAST: the update re-checks the row it writes.
 		"WHERE j.state = 'ready'",

@@ -121,10 +121,10 @@ func TestClaimLifecycle(t *testing.T) {
 		due := enqueue(t, s, "/due", 0)
 		enqueue(t, s, "/later", time.Hour)
 
-		load, err := s.JobsLoad(ctx, time.Hour)
+		load, err := s.JobsLoad(ctx, time.Hour, 0)
 		require.NoError(t, err)
 		require.Equal(t, store.QueueLoad{Due: 1, Urgent: 1, Running: 0}, load)
-		load, err = s.JobsLoad(ctx, -time.Hour)
+		load, err = s.JobsLoad(ctx, 0, time.Hour)
 		require.NoError(t, err)
 		require.Equal(t, store.QueueLoad{Due: 1, Urgent: 0, Running: 0}, load, "not due an hour ago: not urgent")
 

@@ -42,51 +42,56 @@ SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, sta
 FROM [sp_unit].[nodes];
 
 -- JobInsert (delay)
--- @p1 string, @p2 string, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 string, @p8 string
+-- @p1 string, @p2 string, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 string, @p8 string, @p9 <nil>, @p10 <nil>, @p11 <nil>, @p12 int
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at) OUTPUT inserted.id
-VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME());
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id
+VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12);
 
 -- JobInsert (run at)
--- @p1 string, @p2 string, @p3 []uint8, @p4 civil.DateTime, @p5 int, @p6 int64, @p7 <nil>, @p8 string
+-- @p1 string, @p2 string, @p3 []uint8, @p4 civil.DateTime, @p5 int, @p6 int64, @p7 <nil>, @p8 string, @p9 <nil>, @p10 <nil>, @p11 <nil>, @p12 int
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at) OUTPUT inserted.id
-VALUES (@p1, @p2, @p3, 'ready', @p4, 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME());
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id
+VALUES (@p1, @p2, @p3, 'ready', @p4, 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12);
 
 -- JobInsert (unique key taken)
--- @p1 string, @p2 string, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 string, @p8 string
+-- @p1 string, @p2 string, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 string, @p8 string, @p9 <nil>, @p10 <nil>, @p11 <nil>, @p12 int
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at) OUTPUT inserted.id
-VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME());
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id
+VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12);
 -- @p1 string
 SELECT id FROM [sp_unit].[jobs] WHERE unique_key = @p1;
 
 -- JobsReclaimExpired
--- @p1 string
+-- @p1 string, @p2 string
 UPDATE [sp_unit].[jobs] SET
-  state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
-  finished_at = CASE WHEN attempt >= max_attempts THEN SYSUTCDATETIME() ELSE NULL END,
-  owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(), last_error = @p1
-WHERE state = 'running' AND lease_until < SYSUTCDATETIME();
+  state = CASE WHEN state = 'ready' THEN 'missed' WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
+  finished_at = CASE WHEN state = 'ready' OR attempt >= max_attempts THEN SYSUTCDATETIME() ELSE NULL END,
+  run_at = CASE WHEN state = 'ready' THEN run_at ELSE SYSUTCDATETIME() END,
+  last_error = CASE WHEN state = 'ready' THEN @p1 ELSE @p2 END,
+  owner = NULL, lease_until = NULL
+WHERE (state = 'running' AND lease_until < SYSUTCDATETIME()) OR (state = 'ready' AND start_by < SYSUTCDATETIME());
 
 -- JobsLoad
--- @p1 int64
+-- @p1 int64, @p2 int64
 SELECT
   COALESCE(SUM(CASE WHEN state = 'ready' THEN 1 ELSE 0 END), 0),
-  COALESCE(SUM(CASE WHEN state = 'ready' AND run_at < DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END), 0),
+  COALESCE(SUM(CASE WHEN state = 'ready' AND ((start_by IS NULL AND run_at <= DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))) OR start_by <= DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END), 0),
   COALESCE(SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END), 0)
 FROM [sp_unit].[jobs] WHERE (state = 'ready' AND run_at <= SYSUTCDATETIME()) OR state = 'running';
 
 -- JobsClaim
 -- @p1 string, @p2 string, @p3 int64, @p4 int
 WITH picked AS (
-  SELECT TOP (@p4) id FROM [sp_unit].[jobs] WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
-  WHERE state = 'ready' AND run_at <= SYSUTCDATETIME()
-  ORDER BY run_at, id)
+  SELECT TOP (@p4) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
+  WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND (c.exclusive = 0 OR (
+    NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = c.schedule AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = c.schedule AND e.state = 'ready'
+      AND e.scheduled_for < c.scheduled_for)))
+  ORDER BY c.run_at, c.id)
 UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
-  attempt = j.attempt + 1, started_at = SYSUTCDATETIME(),
+  attempt = j.attempt + 1, started_at = SYSUTCDATETIME(), start_by = NULL,
   lease_until = DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME()))
-OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at
+OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for
 FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN picked ON j.id = picked.id
 WHERE j.state = 'ready';
 
@@ -119,12 +124,12 @@ WHERE owner = @p2 AND state = 'running';
 -- JobGet
 -- @p1 int64
 SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error FROM [sp_unit].[jobs] WHERE id = @p1;
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for FROM [sp_unit].[jobs] WHERE id = @p1;
 
 -- JobsList
 -- @p1 string, @p2 string
 SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error FROM [sp_unit].[jobs] WHERE (@p1 = '' OR state = @p2) ORDER BY id DESC;
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for FROM [sp_unit].[jobs] WHERE (@p1 = '' OR state = @p2) ORDER BY id DESC;
 
 -- JobCounts
 SELECT state, COUNT(*) FROM [sp_unit].[jobs] GROUP BY state;
@@ -216,3 +221,50 @@ WHERE name = @p1 AND token = @p2 AND state = 'deleting';
 -- TasksFinishOrphanedDeletes
 UPDATE [sp_unit].[tasks] SET state = 'deleted', owner = NULL, lease_until = NULL, deleted_at = SYSUTCDATETIME()
 WHERE state = 'deleting' AND (owner IS NULL OR lease_until IS NULL OR lease_until < SYSUTCDATETIME());
+
+-- ScheduleInsert
+-- @p1 string, @p2 int64, @p3 string, @p4 string, @p5 string, @p6 string, @p7 []uint8, @p8 int64, @p9 int, @p10 int64, @p11 string, @p12 string, @p13 int, @p14 civil.DateTime, @p15 string
+INSERT INTO [sp_unit].[schedules] (name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, max_attempts, tolerance_ms, misfire, overlap, enabled, next_fire_at, missed, version, source, created_at, updated_at)
+VALUES (@p1, @p2, @p3, @p4, @p5, @p6, @p7, @p8, @p9, @p10, @p11, @p12, @p13, @p14, 0, 0, @p15, SYSUTCDATETIME(), SYSUTCDATETIME());
+
+-- ScheduleUpdate
+-- @p1 int64, @p2 string, @p3 string, @p4 string, @p5 string, @p6 []uint8, @p7 int64, @p8 int, @p9 int64, @p10 string, @p11 string, @p12 int, @p13 string, @p14 civil.DateTime, @p15 string
+UPDATE [sp_unit].[schedules] SET every_ms = @p1, cron = @p2, time_zone = @p3, endpoint = @p4, method = @p5, payload = @p6,
+  timeout_ms = @p7, max_attempts = @p8, tolerance_ms = @p9, misfire = @p10, overlap = @p11, enabled = @p12, source = @p13,
+  version = version + 1, updated_at = SYSUTCDATETIME(), next_fire_at = @p14 WHERE name = @p15;
+
+-- ScheduleGet
+-- @p1 string
+SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, max_attempts, tolerance_ms, misfire, overlap, enabled, source, next_fire_at, missed, last_fire_at, version FROM [sp_unit].[schedules] WHERE name = @p1;
+
+-- Schedules
+SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, max_attempts, tolerance_ms, misfire, overlap, enabled, source, next_fire_at, missed, last_fire_at, version, SYSUTCDATETIME() FROM [sp_unit].[schedules]  ORDER BY name;
+SELECT SYSUTCDATETIME();
+
+-- SchedulesDue
+-- @p1 int64
+SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, max_attempts, tolerance_ms, misfire, overlap, enabled, source, next_fire_at, missed, last_fire_at, version, SYSUTCDATETIME() FROM [sp_unit].[schedules] WHERE enabled = 1 AND next_fire_at <= DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY name;
+SELECT SYSUTCDATETIME();
+
+-- ScheduleAdvance
+-- @p1 civil.DateTime, @p2 civil.DateTime, @p3 int64, @p4 string, @p5 int64
+UPDATE [sp_unit].[schedules] SET next_fire_at = @p1, last_fire_at = COALESCE(@p2, last_fire_at),
+  missed = missed + @p3, version = version + 1 WHERE name = @p4 AND version = @p5;
+
+-- ScheduleSetEnabled
+-- @p1 int, @p2 civil.DateTime, @p3 string
+UPDATE [sp_unit].[schedules] SET enabled = @p1, version = version + 1, updated_at = SYSUTCDATETIME(), next_fire_at = @p2 WHERE name = @p3;
+
+-- ScheduleDelete
+-- @p1 string, @p2 string
+UPDATE [sp_unit].[jobs] SET state = 'cancelled', finished_at = SYSUTCDATETIME(), last_error = @p1
+WHERE schedule = @p2 AND state = 'ready';
+-- @p1 string
+DELETE FROM [sp_unit].[schedules] WHERE name = @p1;
+
+-- ScheduleOutcomes
+-- @p1 string
+SELECT COALESCE(SUM(CASE WHEN state = 'missed' THEN 1 ELSE 0 END), 0), COUNT(*) FROM [sp_unit].[jobs] WHERE schedule = @p1;
+-- @p1 string, @p2 string
+SELECT state, last_status, last_error FROM [sp_unit].[jobs] WHERE schedule = @p1 AND scheduled_for = (
+  SELECT MAX(scheduled_for) FROM [sp_unit].[jobs] WHERE schedule = @p2 AND state NOT IN ('ready', 'running'));

@@ -1,0 +1,31 @@
+-- Recurring schedules; their occurrences are jobs under a unique key.
+CREATE TABLE slotpoller_schedules (
+  name         TEXT        NOT NULL PRIMARY KEY,
+  every_ms     BIGINT      NOT NULL DEFAULT 0,
+  cron         TEXT        NOT NULL DEFAULT '',
+  time_zone    TEXT        NOT NULL DEFAULT '',
+  endpoint     TEXT        NOT NULL,
+  method       TEXT        NOT NULL,
+  payload      BYTEA,
+  timeout_ms   BIGINT      NOT NULL DEFAULT 0,
+  max_attempts INTEGER     NOT NULL,
+  tolerance_ms BIGINT      NOT NULL,
+  misfire      TEXT        NOT NULL,
+  overlap      TEXT        NOT NULL,
+  enabled      INTEGER     NOT NULL,
+  next_fire_at TIMESTAMPTZ,
+  missed       BIGINT      NOT NULL DEFAULT 0,
+  version      BIGINT      NOT NULL DEFAULT 0,
+  last_fire_at TIMESTAMPTZ,
+  source       TEXT        NOT NULL,
+  created_at   TIMESTAMPTZ NOT NULL,
+  updated_at   TIMESTAMPTZ NOT NULL
+);
+
+CREATE INDEX slotpoller_schedules_next ON slotpoller_schedules (next_fire_at) WHERE enabled = 1;
+
+ALTER TABLE slotpoller_jobs ADD COLUMN schedule TEXT;
+ALTER TABLE slotpoller_jobs ADD COLUMN scheduled_for TIMESTAMPTZ;
+ALTER TABLE slotpoller_jobs ADD COLUMN start_by TIMESTAMPTZ;
+ALTER TABLE slotpoller_jobs ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX slotpoller_jobs_schedule ON slotpoller_jobs (schedule, state) WHERE schedule IS NOT NULL;

@@ -1,0 +1,232 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Misfire policies and overlap rules of a schedule.
+const (
+	MisfireOnce    = "once" // after an outage the latest missed occurrence runs once
+	MisfireSkip    = "skip" // missed occurrences are recorded as missed
+	MisfireAll     = "all"  // every missed occurrence runs
+	OverlapForbid  = "forbid"
+	OverlapAllow   = "allow"
+	SourceConfig   = "config"
+	SourceCommand  = "cli"
+	scheduleFields = `every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, max_attempts, tolerance_ms, misfire, overlap`
+)
+
+// Schedule is a recurring schedule's definition and progress.
+type Schedule struct {
+	Name        string
+	Every       time.Duration
+	Cron        string
+	TimeZone    string
+	Endpoint    string
+	Method      string
+	Payload     []byte
+	Timeout     time.Duration
+	MaxAttempts int
+	Tolerance   time.Duration
+	Misfire     string
+	Overlap     string
+	Enabled     bool
+	Source      string
+
+	NextFireAt *time.Time // the first occurrence not yet materialized
+	Missed     int64      // occurrences skipped by the misfire policy
+	LastFireAt *time.Time
+	Version    int64 // bumped by every change; guards concurrent advances
+}
+
+func (s *Store) scheduleArgs(sc Schedule) []any {
+	return []any{millis(sc.Every), sc.Cron, sc.TimeZone, sc.Endpoint, sc.Method, sc.Payload, millis(sc.Timeout),
+		sc.MaxAttempts, millis(sc.Tolerance), sc.Misfire, sc.Overlap}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ScheduleInsert adds a schedule whose first occurrence is next.
+func (s *Store) ScheduleInsert(ctx context.Context, sc Schedule, next time.Time) error {
+	q := expand(s.d, `INSERT INTO {schedules} (name, `+scheduleFields+`, enabled, next_fire_at, missed, version, source, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, {now}, {now})`)
+	args := append([]any{sc.Name}, s.scheduleArgs(sc)...)
+	args = append(args, boolInt(sc.Enabled), s.d.TimeArg(next), sc.Source)
+	err := s.retry(ctx, func() error { _, err := s.exec(ctx, q, args...); return err })
+	if err != nil && s.d.UniqueViolation(err) {
+		return fmt.Errorf("add schedule: a schedule named %q exists: %w", sc.Name, ErrDuplicate)
+	}
+	if err != nil {
+		return fmt.Errorf("add schedule %q: %w", sc.Name, err)
+	}
+	return nil
+}
+
+// ScheduleUpdate rewrites a schedule's definition; a non-nil next moves its
+// next occurrence (when the timing changed).
+func (s *Store) ScheduleUpdate(ctx context.Context, sc Schedule, next *time.Time) (bool, error) {
+	q := `UPDATE {schedules} SET every_ms = ?, cron = ?, time_zone = ?, endpoint = ?, method = ?, payload = ?,
+  timeout_ms = ?, max_attempts = ?, tolerance_ms = ?, misfire = ?, overlap = ?, enabled = ?, source = ?,
+  version = version + 1, updated_at = {now}`
+	args := append(s.scheduleArgs(sc), boolInt(sc.Enabled), sc.Source)
+	if next != nil {
+		q += `, next_fire_at = ?`
+		args = append(args, s.d.TimeArg(*next))
+	}
+	args = append(args, sc.Name)
+	return s.fenced(ctx, "update schedule "+strconv.Quote(sc.Name), expand(s.d, q+` WHERE name = ?`), args...)
+}
+
+const scheduleColumns = `name, ` + scheduleFields + `, enabled, source, next_fire_at, missed, last_fire_at, version`
+
+func scanSchedule(sc interface{ Scan(...any) error }) (Schedule, error) {
+	var r Schedule
+	var everyMS, timeoutMS, toleranceMS int64
+	var enabled int
+	var next, last dbTime
+	err := sc.Scan(&r.Name, &everyMS, &r.Cron, &r.TimeZone, &r.Endpoint, &r.Method, &r.Payload, &timeoutMS, &r.MaxAttempts,
+		&toleranceMS, &r.Misfire, &r.Overlap, &enabled, &r.Source, &next, &r.Missed, &last, &r.Version)
+	r.Every, r.Timeout, r.Tolerance = time.Duration(everyMS)*time.Millisecond, time.Duration(timeoutMS)*time.Millisecond, time.Duration(toleranceMS)*time.Millisecond
+	r.Enabled, r.NextFireAt, r.LastFireAt = enabled == 1, next.ptr(), last.ptr()
+	return r, err
+}
+
+// ScheduleGet reads one schedule.
+func (s *Store) ScheduleGet(ctx context.Context, name string) (Schedule, error) {
+	r, err := scanSchedule(s.queryRow(ctx, expand(s.d, `SELECT `+scheduleColumns+` FROM {schedules} WHERE name = ?`), name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, fmt.Errorf("schedule %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return r, fmt.Errorf("read schedule %q: %w", name, err)
+	}
+	return r, nil
+}
+
+func (s *Store) schedules(ctx context.Context, what, where string, args ...any) ([]Schedule, time.Time, error) {
+	q := expand(s.d, `SELECT `+scheduleColumns+`, {now} FROM {schedules} `+where+` ORDER BY name`)
+	var out []Schedule
+	var now dbTime
+	err := s.retry(ctx, func() error {
+		out = out[:0]
+		rows, err := s.query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r Schedule
+			var everyMS, timeoutMS, toleranceMS int64
+			var enabled int
+			var next, last dbTime
+			if err := rows.Scan(&r.Name, &everyMS, &r.Cron, &r.TimeZone, &r.Endpoint, &r.Method, &r.Payload, &timeoutMS,
+				&r.MaxAttempts, &toleranceMS, &r.Misfire, &r.Overlap, &enabled, &r.Source, &next, &r.Missed, &last, &r.Version, &now); err != nil {
+				return err
+			}
+			r.Every, r.Timeout, r.Tolerance = time.Duration(everyMS)*time.Millisecond, time.Duration(timeoutMS)*time.Millisecond, time.Duration(toleranceMS)*time.Millisecond
+			r.Enabled, r.NextFireAt, r.LastFireAt = enabled == 1, next.ptr(), last.ptr()
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if !now.Valid {
+		if now.T, err = s.Now(ctx); err != nil {
+			return nil, time.Time{}, err
+		}
+	}
+	return out, now.T, nil
+}
+
+// Schedules reads every schedule and the database time.
+func (s *Store) Schedules(ctx context.Context) ([]Schedule, time.Time, error) {
+	return s.schedules(ctx, "read schedules", "")
+}
+
+// SchedulesDue reads the enabled schedules whose next occurrence falls
+// before now+lookahead on the database clock, and the database time.
+func (s *Store) SchedulesDue(ctx context.Context, lookahead time.Duration) ([]Schedule, time.Time, error) {
+	return s.schedules(ctx, "read due schedules", `WHERE enabled = 1 AND next_fire_at <= {now+?}`, millis(lookahead))
+}
+
+// ScheduleAdvance moves a schedule past the occurrences just materialized,
+// if nobody else did since it was read (version): two slot owners racing
+// cannot both advance it, and the occurrences themselves exist once by
+// their unique keys.
+func (s *Store) ScheduleAdvance(ctx context.Context, name string, version int64, next time.Time, lastFire *time.Time, missed int64) (bool, error) {
+	var last any
+	if lastFire != nil {
+		last = s.d.TimeArg(*lastFire)
+	}
+	q := expand(s.d, `UPDATE {schedules} SET next_fire_at = ?, last_fire_at = COALESCE(?, last_fire_at),
+  missed = missed + ?, version = version + 1 WHERE name = ? AND version = ?`)
+	return s.fenced(ctx, "advance schedule "+strconv.Quote(name), q, s.d.TimeArg(next), last, missed, name, version)
+}
+
+// ScheduleSetEnabled pauses or resumes a schedule; resuming starts again at
+// next, the first occurrence after now (a pause is not a misfire).
+func (s *Store) ScheduleSetEnabled(ctx context.Context, name string, enabled bool, next *time.Time) (bool, error) {
+	q := `UPDATE {schedules} SET enabled = ?, version = version + 1, updated_at = {now}`
+	args := []any{boolInt(enabled)}
+	if next != nil {
+		q += `, next_fire_at = ?`
+		args = append(args, s.d.TimeArg(*next))
+	}
+	args = append(args, name)
+	return s.fenced(ctx, "pause or resume schedule "+strconv.Quote(name), expand(s.d, q+` WHERE name = ?`), args...)
+}
+
+// ScheduleDelete removes a schedule and cancels its occurrences that have
+// not started.
+func (s *Store) ScheduleDelete(ctx context.Context, name string) (bool, error) {
+	cancel := expand(s.d, `UPDATE {jobs} SET state = 'cancelled', finished_at = {now}, last_error = ?
+WHERE schedule = ? AND state = 'ready'`)
+	if err := s.retry(ctx, func() error {
+		_, err := s.exec(ctx, cancel, "cancelled: its schedule was removed", name)
+		return err
+	}); err != nil {
+		return false, fmt.Errorf("cancel occurrences of schedule %q: %w", name, err)
+	}
+	return s.fenced(ctx, "remove schedule "+strconv.Quote(name), expand(s.d, `DELETE FROM {schedules} WHERE name = ?`), name)
+}
+
+// ScheduleOutcome is what became of a schedule's occurrences.
+type ScheduleOutcome struct {
+	LastState   string // of the latest occurrence that is no longer waiting
+	LastStatus  int
+	LastError   string
+	MissedJobs  int64 // occurrences that were materialized but not started in time
+	Occurrences int64
+}
+
+// ScheduleOutcomes reads the latest result and the missed count of a
+// schedule's occurrences.
+func (s *Store) ScheduleOutcomes(ctx context.Context, name string) (ScheduleOutcome, error) {
+	var o ScheduleOutcome
+	q := expand(s.d, `SELECT COALESCE(SUM(CASE WHEN state = 'missed' THEN 1 ELSE 0 END), 0), COUNT(*) FROM {jobs} WHERE schedule = ?`)
+	if err := s.queryRow(ctx, q, name).Scan(&o.MissedJobs, &o.Occurrences); err != nil {
+		return o, fmt.Errorf("read occurrences of schedule %q: %w", name, err)
+	}
+	last := expand(s.d, `SELECT state, last_status, last_error FROM {jobs} WHERE schedule = ? AND scheduled_for = (
+  SELECT MAX(scheduled_for) FROM {jobs} WHERE schedule = ? AND state NOT IN ('ready', 'running'))`)
+	var status sql.NullInt64
+	var errText sql.NullString
+	err := s.queryRow(ctx, last, name, name).Scan(&o.LastState, &status, &errText)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return o, fmt.Errorf("read last occurrence of schedule %q: %w", name, err)
+	}
+	o.LastStatus, o.LastError = int(status.Int64), errText.String
+	return o, nil
+}

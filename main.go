@@ -5,6 +5,7 @@
 //	slotpoller enqueue -endpoint PATH [-in DURATION | -at RFC3339] [-payload TEXT] [-max-attempts N] ...
 //	slotpoller status [-json] [-config PATH]
 //	slotpoller task add|list|delete ...
+//	slotpoller schedule add|list|remove|pause|resume ...
 //	slotpoller schema migrate|status [-config PATH]
 package main
 
@@ -36,6 +37,11 @@ Usage:
                                                 add an endless task, called once per interval by one node
   slotpoller task list [-json]                  tasks with owner, since, calls, last result
   slotpoller task delete -name NAME [-wait D]   stop a task; its owner stops calling within an interval and a heartbeat
+  slotpoller schedule add -name NAME (-every D | -cron EXPR [-tz ZONE]) -endpoint PATH
+                       [-tolerance D] [-misfire once|skip|all] [-overlap forbid|allow]
+                                                add a recurring schedule: each occurrence runs once
+  slotpoller schedule list [-json]              next fire time, last result, missed count
+  slotpoller schedule remove|pause|resume -name NAME
   slotpoller schema migrate [-config PATH]      create or upgrade the database schema
   slotpoller schema status [-config PATH]       show the schema version
   slotpoller version
@@ -69,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdSchema(rest, stdout, stderr)
 	case "task":
 		err = cmdTask(rest, stdout, stderr)
+	case "schedule":
+		err = cmdSchedule(rest, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "slotpoller", version)
 	case "help", "-h", "-help", "--help":
@@ -380,4 +388,104 @@ func withSchema(cfgPath string, f func(context.Context, service.Config, *store.S
 		}
 		return f(ctx, cfg, s)
 	})
+}
+
+func cmdSchedule(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"say `schedule add`, `list`, `remove`, `pause` or `resume`"}
+	}
+	sub, args := args[0], args[1:]
+	fs, cfgPath := newFlags("schedule "+sub, stderr)
+	switch sub {
+	case "add":
+		name := fs.String("name", "", "unique name of the schedule (required)")
+		every := fs.Duration("every", 0, "fire every interval, on the grid of its multiples (e.g. 10m fires at :00, :10, ...)")
+		cronExpr := fs.String("cron", "", "fire on a cron expression: 5 fields, or 6 with seconds first")
+		tz := fs.String("tz", "", "IANA time zone of -cron (default UTC)")
+		endpoint := fs.String("endpoint", "", "path of the endpoint on the node's base URL (required)")
+		method := fs.String("method", "POST", "HTTP method")
+		payload := fs.String("payload", "", "request body of every occurrence")
+		tolerance := fs.Duration("tolerance", 5*time.Minute, "how late an occurrence may still start")
+		misfire := fs.String("misfire", store.MisfireOnce, "after an outage: once (the latest missed runs once), skip (record missed), all (run each)")
+		overlap := fs.String("overlap", store.OverlapForbid, "forbid: an occurrence waits while the previous one runs; allow")
+		maxAttempts := fs.Int("max-attempts", 0, "attempts per occurrence (default jobs.max_attempts)")
+		timeout := fs.Duration("timeout", 0, "deadline of one call (default jobs.timeout)")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		switch {
+		case *name == "":
+			return usageError{"-name is required"}
+		case *endpoint == "":
+			return usageError{"-endpoint is required"}
+		case (*every == 0) == (*cronExpr == ""):
+			return usageError{"give -every or -cron, one of them"}
+		}
+		return withSchema(*cfgPath, func(ctx context.Context, cfg service.Config, s *store.Store) error {
+			attempts := *maxAttempts
+			if attempts == 0 {
+				attempts = cfg.Jobs.MaxAttempts
+			}
+			sc := store.Schedule{Name: *name, Every: *every, Cron: *cronExpr, TimeZone: *tz, Endpoint: *endpoint,
+				Method: *method, Payload: []byte(*payload), Timeout: *timeout, MaxAttempts: attempts, Tolerance: *tolerance,
+				Misfire: *misfire, Overlap: *overlap, Enabled: true, Source: store.SourceCommand}
+			if err := jobs.AddSchedule(ctx, s, sc); err != nil {
+				return err
+			}
+			added, err := s.ScheduleGet(ctx, *name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "schedule %q added; first occurrence %s\n", *name, added.NextFireAt.Format(time.RFC3339))
+			return nil
+		})
+	case "list":
+		asJSON := fs.Bool("json", false, "print JSON")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		return withSchema(*cfgPath, func(ctx context.Context, _ service.Config, s *store.Store) error {
+			rep, err := service.ScheduleReport(ctx, s)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			return service.WriteSchedules(stdout, rep)
+		})
+	case "remove", "pause", "resume":
+		name := fs.String("name", "", "name of the schedule (required)")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		if *name == "" {
+			return usageError{"-name is required"}
+		}
+		return withSchema(*cfgPath, func(ctx context.Context, _ service.Config, s *store.Store) error {
+			var ok bool
+			var err error
+			switch sub {
+			case "remove":
+				ok, err = s.ScheduleDelete(ctx, *name)
+			case "pause":
+				ok, err = s.ScheduleSetEnabled(ctx, *name, false, nil)
+			default:
+				err = jobs.ResumeSchedule(ctx, s, *name)
+				ok = err == nil
+			}
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("schedule %q: %w", *name, store.ErrNotFound)
+			}
+			done := map[string]string{"remove": "removed", "pause": "paused", "resume": "resumed"}[sub]
+			fmt.Fprintf(stdout, "schedule %q %s\n", *name, done)
+			return nil
+		})
+	}
+	return usageError{fmt.Sprintf("unknown schedule verb %q: say add, list, remove, pause or resume", sub)}
 }

@@ -196,3 +196,52 @@ func TestTaskVerbs(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "not found")
 }
+
+func TestScheduleVerbs(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, "database:\n  dsn: "+filepath.Join(dir, "farm.db")+"\n")
+	code, _, errOut := cli(t, "schema", "migrate", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+
+	code, _, errOut = cli(t, "schedule", "add", "-name", "x", "-every", "1s", "-cron", "* * * * *", "-endpoint", "/x", "-config", cfg)
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "-every or -cron")
+	code, _, errOut = cli(t, "schedule", "add", "-name", "x", "-cron", "61 * * * *", "-endpoint", "/x", "-config", cfg)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "minute")
+	code, _, errOut = cli(t, "schedule", "add", "-name", "x", "-every", "1m", "-endpoint", "/x", "-misfire", "later", "-config", cfg)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "misfire")
+
+	code, out, errOut := cli(t, "schedule", "add", "-name", "nightly", "-cron", "0 2 * * 1-5", "-tz", "Europe/Berlin",
+		"-endpoint", "/jobs/report", "-tolerance", "10m", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, `schedule "nightly" added; first occurrence`)
+	code, _, errOut = cli(t, "schedule", "add", "-name", "nightly", "-every", "1h", "-endpoint", "/x", "-config", cfg)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "exists")
+
+	code, out, _ = cli(t, "schedule", "pause", "-name", "nightly", "-config", cfg)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "paused")
+	code, out, errOut = cli(t, "schedule", "list", "-json", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	var list []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &list), out)
+	require.Len(t, list, 1)
+	require.Equal(t, "cron 0 2 * * 1-5 (Europe/Berlin)", list[0]["when"])
+	require.Equal(t, false, list[0]["enabled"])
+	require.Equal(t, "10m", list[0]["tolerance"])
+
+	code, out, _ = cli(t, "schedule", "resume", "-name", "nightly", "-config", cfg)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "resumed")
+	code, out, _ = cli(t, "schedule", "list", "-config", cfg)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "nightly")
+	code, _, _ = cli(t, "schedule", "remove", "-name", "nightly", "-config", cfg)
+	require.Equal(t, 0, code)
+	code, _, errOut = cli(t, "schedule", "remove", "-name", "nightly", "-config", cfg)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "not found")
+}

@@ -94,6 +94,9 @@ func NewRunner(s *store.Store, inv *Invoker, opts Options) *Runner {
 	return &Runner{store: s, inv: inv, opts: opts, base: base, cancel: cancel, inflight: map[store.Held]*inflight{}}
 }
 
+// Store is the runner's store.
+func (r *Runner) Store() *store.Store { return r.store }
+
 // Running returns how many calls are in flight.
 func (r *Runner) Running() int {
 	r.mu.Lock()
@@ -212,8 +215,13 @@ func (r *Runner) run(ctx context.Context, c store.Claim) {
 		timeout = r.opts.Timeout
 	}
 	log := r.opts.Logger.With("job", c.ID, "endpoint", c.Endpoint, "attempt", c.Attempt, "token", c.Token)
+	var headers map[string]string
+	if c.ScheduledFor != nil {
+		headers = map[string]string{HeaderScheduledFor: c.ScheduledFor.UTC().Format(time.RFC3339Nano)}
+	}
 	res := r.inv.Invoke(ctx, Call{JobID: c.ID, Node: r.opts.Node, Token: c.Token, Attempt: c.Attempt,
-		IdempotencyKey: c.IdempotencyKey, Method: c.Method, Endpoint: c.Endpoint, Payload: c.Payload, Timeout: timeout})
+		IdempotencyKey: c.IdempotencyKey, Method: c.Method, Endpoint: c.Endpoint, Payload: c.Payload, Timeout: timeout,
+		Headers: headers})
 
 	// Results are written on a context of their own: the poll that claimed
 	// the job is long over, and a stop must still record what happened.

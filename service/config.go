@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/jobs"
 	"gopkg.in/yaml.v3"
 )
 
@@ -30,6 +31,53 @@ type Config struct {
 	Checkin  CheckinConfig  `yaml:"checkin"`
 	Clock    ClockConfig    `yaml:"clock"`
 	Log      LogConfig      `yaml:"log"`
+	// Schedules are created or updated at start (config as code). They are
+	// a list, so environment variables do not reach into them.
+	Schedules []ScheduleConfig `yaml:"schedules"`
+}
+
+// ScheduleConfig declares a recurring schedule.
+type ScheduleConfig struct {
+	Name     string   `yaml:"name"`
+	Every    Duration `yaml:"every"`     // either every...
+	Cron     string   `yaml:"cron"`      // ...or a cron expression (5 fields, or 6 with seconds)
+	TimeZone string   `yaml:"time_zone"` // IANA zone of the cron expression; default UTC
+	Endpoint string   `yaml:"endpoint"`
+	Method   string   `yaml:"method"` // default POST
+	Payload  string   `yaml:"payload"`
+	Timeout  Duration `yaml:"timeout"` // 0: jobs.timeout
+	// MaxAttempts of each occurrence; 0: jobs.max_attempts.
+	MaxAttempts int `yaml:"max_attempts"`
+	// Tolerance is how late an occurrence may still start; default 5m.
+	Tolerance Duration `yaml:"tolerance"`
+	// Misfire after an outage: once (default), skip or all.
+	Misfire string `yaml:"misfire"`
+	// Overlap: forbid (default) or allow an occurrence to start while the
+	// previous one still runs.
+	Overlap string `yaml:"overlap"`
+	Enabled bool   `yaml:"enabled"` // default true
+}
+
+// defaultSchedule is what a schedule entry starts from before its keys.
+func defaultSchedule() ScheduleConfig {
+	return ScheduleConfig{Method: "POST", Tolerance: Duration(5 * time.Minute), Misfire: store.MisfireOnce,
+		Overlap: store.OverlapForbid, Enabled: true}
+}
+
+// Schedule turns the entry into the store's form.
+func (c ScheduleConfig) Schedule(defaultMaxAttempts int) store.Schedule {
+	attempts := c.MaxAttempts
+	if attempts == 0 {
+		attempts = defaultMaxAttempts
+	}
+	var payload []byte
+	if c.Payload != "" {
+		payload = []byte(c.Payload)
+	}
+	return store.Schedule{Name: c.Name, Every: time.Duration(c.Every), Cron: c.Cron, TimeZone: c.TimeZone,
+		Endpoint: c.Endpoint, Method: c.Method, Payload: payload, Timeout: time.Duration(c.Timeout),
+		MaxAttempts: attempts, Tolerance: time.Duration(c.Tolerance), Misfire: c.Misfire, Overlap: c.Overlap,
+		Enabled: c.Enabled, Source: store.SourceConfig}
 }
 
 // DatabaseConfig says which database the farm shares.
@@ -313,6 +361,19 @@ func (c Config) problems() []problem {
 	positive := func(key string, d Duration) {
 		if d <= 0 {
 			bad(key, d, "must be greater than 0")
+		}
+	}
+
+	// schedules: each must compile and names must be unique
+	names := map[string]int{}
+	for i, sc := range c.Schedules {
+		key := fmt.Sprintf("schedules[%d]", i)
+		if prev, dup := names[sc.Name]; dup {
+			bad(key+".name", sc.Name, "the same name as schedules[%d]", prev)
+		}
+		names[sc.Name] = i
+		if _, err := jobs.CompileSchedule(sc.Schedule(max(1, c.Jobs.MaxAttempts))); err != nil {
+			ps = append(ps, problem{key: key, text: fmt.Sprintf("config: %s: %v", key, err)})
 		}
 	}
 
@@ -821,6 +882,65 @@ func envName(section, key string) string {
 // records in src where each key came from. It walks the node tree rather
 // than decoding with KnownFields so that an unknown key is reported with
 // its full path and line, and every problem in the file is reported at once.
+// decodeList reads a list section (schedules): a sequence of mappings
+// whose keys are checked like any other section's.
+func decodeList(sv reflect.Value, section, name string, vn *yaml.Node, src map[string]string) []error {
+	var errs []error
+	fail := func(n *yaml.Node, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s:%d: %s", name, n.Line, fmt.Sprintf(format, args...)))
+	}
+	if vn.Kind != yaml.SequenceNode {
+		fail(vn, "%s must be a list, not a %s", section, nodeKindName(vn.Kind))
+		return errs
+	}
+	et := sv.Type().Elem()
+	list := reflect.MakeSlice(sv.Type(), 0, len(vn.Content))
+	for i, item := range vn.Content {
+		item = deref(item)
+		path := fmt.Sprintf("%s[%d]", section, i)
+		if item.Kind != yaml.MappingNode {
+			fail(item, "%s must be a mapping of keys (%s), not a %s", path, strings.Join(yamlKeys(et), ", "), nodeKindName(item.Kind))
+			continue
+		}
+		ev := reflect.New(et).Elem()
+		if et == reflect.TypeFor[ScheduleConfig]() {
+			ev.Set(reflect.ValueOf(defaultSchedule()))
+		}
+		seen := map[string]int{}
+		for j := 0; j+1 < len(item.Content); j += 2 {
+			kn, leaf := item.Content[j], deref(item.Content[j+1])
+			kp := path + "." + kn.Value
+			if line, dup := seen[kn.Value]; dup {
+				fail(kn, "duplicate key %q (first at line %d)", kp, line)
+				continue
+			}
+			seen[kn.Value] = kn.Line
+			ki := fieldIndex(et, kn.Value)
+			if ki < 0 {
+				fail(kn, "unknown key %q%s", kp, suggest(kn.Value, yamlKeys(et), path+"."))
+				continue
+			}
+			if isNull(leaf) {
+				continue
+			}
+			if leaf.Kind != yaml.ScalarNode {
+				fail(leaf, "%s must be a single value, not a %s", kp, nodeKindName(leaf.Kind))
+				continue
+			}
+			if err := setValue(ev.Field(ki), leaf.Value); err != nil {
+				fail(leaf, "%s = %s: %v", kp, rawForError(kp, leaf.Value), err)
+				continue
+			}
+			src[kp] = fmt.Sprintf("set at %s:%d", name, leaf.Line)
+		}
+		list = reflect.Append(list, ev)
+	}
+	if list.Len() > 0 {
+		sv.Set(list)
+	}
+	return errs
+}
+
 func decodeYAML(cfg *Config, name string, data []byte, src map[string]string) []error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -875,6 +995,10 @@ func decodeYAML(cfg *Config, name string, data []byte, src map[string]string) []
 			continue
 		}
 		sv := cv.Field(si)
+		if sv.Kind() == reflect.Slice {
+			errs = append(errs, decodeList(sv, section, name, vn, src)...)
+			continue
+		}
 		if vn.Kind != yaml.MappingNode {
 			fail(vn, "%s must be a mapping of keys (%s), not a %s", section, strings.Join(yamlKeys(sv.Type()), ", "), nodeKindName(vn.Kind))
 			continue
@@ -978,6 +1102,10 @@ func applyEnv(cfg *Config, environ []string, src map[string]string) []error {
 			continue // not a config section, e.g. SLOTPOLLER_TEST_POSTGRES_DSN
 		}
 		sv := cv.Field(si)
+		if sv.Kind() != reflect.Struct {
+			errs = append(errs, fmt.Errorf("config: %s: the %s list is set in the config file only", name, section))
+			continue
+		}
 		ki := -1
 		for i := 0; i < sv.NumField(); i++ {
 			if strings.ToUpper(yamlTag(sv.Type().Field(i))) == keyPart {

@@ -617,3 +617,50 @@ func TestConfigRoundTripsThroughYAML(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, got)
 }
+
+func TestSchedulesInConfig(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "config.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(`
+schedules:
+  - name: nightly
+    cron: "0 2 * * 1-5"
+    time_zone: Europe/Berlin
+    endpoint: /jobs/report
+  - name: tick
+    every: 10s
+    endpoint: /jobs/tick
+    misfire: skip
+    tolerance: 30s
+    overlap: allow
+`), 0o600))
+	cfg, err := Load(p, true, nil)
+	require.NoError(t, err)
+	require.Len(t, cfg.Schedules, 2)
+	n := cfg.Schedules[0].Schedule(cfg.Jobs.MaxAttempts)
+	require.Equal(t, "POST", n.Method)
+	require.Equal(t, 5*time.Minute, n.Tolerance, "default tolerance")
+	require.Equal(t, "once", n.Misfire)
+	require.Equal(t, "forbid", n.Overlap)
+	require.True(t, n.Enabled)
+	require.Equal(t, cfg.Jobs.MaxAttempts, n.MaxAttempts)
+	require.Equal(t, "config", n.Source)
+	tick := cfg.Schedules[1].Schedule(5)
+	require.Equal(t, 10*time.Second, tick.Every)
+	require.Equal(t, "skip", tick.Misfire)
+
+	for body, want := range map[string]string{
+		"schedules:\n  - name: a\n    every: 1s\n    endpont: /x\n":                                    `unknown key "schedules[0].endpont"`,
+		"schedules:\n  - name: a\n    every: soon\n    endpoint: /x\n":                                 "schedules[0].every",
+		"schedules:\n  - name: a\n    cron: \"61 * * * *\"\n    endpoint: /x\n":                        "schedules[0]",
+		"schedules:\n  - name: a\n    every: 1s\n    endpoint: /x\n    misfire: later\n":               "misfire",
+		"schedules:\n  - {name: a, every: 1s, endpoint: /x}\n  - {name: a, every: 2s, endpoint: /y}\n": "the same name",
+		"schedules:\n  name: a\n": "must be a list",
+	} {
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+		_, err := Load(p, true, nil)
+		require.ErrorContains(t, err, want, body)
+	}
+	_, err = Load(p, true, []string{"SLOTPOLLER_SCHEDULES_NAME=x"})
+	require.ErrorContains(t, err, "config file only")
+}

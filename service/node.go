@@ -142,6 +142,7 @@ func (n *Node) Run(ctx context.Context) error {
 		return nil
 	}
 	log.Info("checked in", "incarnation", reg.Incarnation(), "live_nodes", len(reg.Membership().Members))
+	n.putSchedules(ctx, log, s)
 
 	// Everything below stops when work ends: on ctx, or when a part fails
 	// for good.
@@ -211,6 +212,23 @@ func (n *Node) Run(ctx context.Context) error {
 	return cause
 }
 
+// putSchedules creates or updates the schedules declared in the config.
+// Every node does it at start; the writes are idempotent, so nodes starting
+// together agree. A schedule that cannot be written is logged, not fatal:
+// the config was validated, so this is the database talking.
+func (n *Node) putSchedules(ctx context.Context, log *slog.Logger, s *store.Store) {
+	for _, c := range n.cfg.Schedules {
+		what, err := jobs.PutSchedule(ctx, s, c.Schedule(n.cfg.Jobs.MaxAttempts))
+		if err != nil {
+			log.Error("could not write schedule from config", "schedule", c.Name, "err", err)
+			continue
+		}
+		if what != "unchanged" {
+			log.Info("schedule from config "+what, "schedule", c.Name)
+		}
+	}
+}
+
 // taskLoop renews the node's task leases at every heartbeat (one
 // statement), and at once when the poll loop assigned a task to this node.
 func (n *Node) taskLoop(ctx context.Context, log *slog.Logger, k *jobs.Keeper, now <-chan struct{}) {
@@ -250,6 +268,18 @@ func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waite
 		}
 		m := reg.Membership()
 		total, _ := m.Capacity()
+		if turn.Rank == 0 {
+			// The slot's owner writes the schedules' occurrences due soon
+			// (a little ahead, so that they wait in the queue for their
+			// time and any poller can take them), before it polls.
+			mat, err := jobs.Materialize(ctx, r.Store(), 2*slot, log)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				log.Error("writing schedule occurrences failed; trying again next turn", "err", err)
+			case mat.Created > 0:
+				log.Debug("schedule occurrences written", "slot", turn.Slot, "count", mat.Created)
+			}
+		}
 		// When does the farm poll next? At the next slot, or, while the
 		// rotation is widened, at the next node's turn in this one.
 		next := rotation.Start(turn.Slot+1, slot)

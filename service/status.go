@@ -10,6 +10,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/jobs"
 )
 
 // NodeStatus is one node as `slotpoller status` shows it.
@@ -145,6 +146,70 @@ func WriteTasks(w io.Writer, tasks []TaskStatus) error {
 			last = fmt.Sprintf("failed x%d: %s", t.Failures, t.LastError)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", t.Name, t.State, t.Every, owner, since, t.Calls, last)
+	}
+	return tw.Flush()
+}
+
+// ScheduleStatus is one schedule as `slotpoller schedule list` shows it.
+type ScheduleStatus struct {
+	Name       string     `json:"name"`
+	When       string     `json:"when"` // "every 10s" or "cron ... (zone)"
+	Endpoint   string     `json:"endpoint"`
+	Enabled    bool       `json:"enabled"`
+	Source     string     `json:"source"` // config or cli
+	NextFireAt *time.Time `json:"next_fire_at,omitempty"`
+	LastFireAt *time.Time `json:"last_fire_at,omitempty"`
+	LastResult string     `json:"last_result,omitempty"` // state of the latest finished occurrence
+	LastStatus int        `json:"last_status,omitempty"`
+	LastError  string     `json:"last_error,omitempty"`
+	Missed     int64      `json:"missed"` // by the misfire policy, plus occurrences not started within tolerance
+	Misfire    string     `json:"misfire"`
+	Tolerance  string     `json:"tolerance"`
+}
+
+// ScheduleReport reads every schedule with its outcome.
+func ScheduleReport(ctx context.Context, s *store.Store) ([]ScheduleStatus, error) {
+	scs, _, err := s.Schedules(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ScheduleStatus, 0, len(scs))
+	for _, sc := range scs {
+		st := ScheduleStatus{Name: sc.Name, Endpoint: sc.Endpoint, Enabled: sc.Enabled, Source: sc.Source,
+			NextFireAt: sc.NextFireAt, LastFireAt: sc.LastFireAt, Missed: sc.Missed, Misfire: sc.Misfire,
+			Tolerance: Duration(sc.Tolerance).String()}
+		if ft, err := jobs.CompileSchedule(sc); err == nil {
+			st.When = ft.String()
+		} else {
+			st.When = "invalid: " + err.Error()
+		}
+		o, err := s.ScheduleOutcomes(ctx, sc.Name)
+		if err != nil {
+			return nil, err
+		}
+		st.Missed += o.MissedJobs
+		st.LastResult, st.LastStatus, st.LastError = o.LastState, o.LastStatus, o.LastError
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// WriteSchedules prints schedules for a person.
+func WriteSchedules(w io.Writer, scs []ScheduleStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCHEDULE\tWHEN\tENABLED\tNEXT FIRE\tLAST RESULT\tMISSED")
+	for _, s := range scs {
+		next, last := "-", "-"
+		if s.NextFireAt != nil && s.Enabled {
+			next = s.NextFireAt.Format(time.RFC3339)
+		}
+		if s.LastResult != "" {
+			last = s.LastResult
+			if s.LastStatus != 0 {
+				last += fmt.Sprintf(" %d", s.LastStatus)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%d\n", s.Name, s.When, s.Enabled, next, last, s.Missed)
 	}
 	return tw.Flush()
 }

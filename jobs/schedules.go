@@ -1,0 +1,263 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/store"
+)
+
+// HeaderScheduledFor carries an occurrence's fire time (RFC 3339) on the
+// calls of a schedule's job.
+const HeaderScheduledFor = "X-Slotpoller-Scheduled-For"
+
+// maxOccurrencesPerStep bounds how many occurrences one materializing step
+// writes for one schedule (misfire "all" after a long outage catches up over
+// several slots instead of in one burst).
+const maxOccurrencesPerStep = 1000
+
+// CompileSchedule checks a schedule's definition and compiles its timing.
+func CompileSchedule(sc store.Schedule) (*FireTimes, error) {
+	if sc.Name == "" || len(sc.Name) > 200 {
+		return nil, fmt.Errorf("schedule name must be 1 to 200 characters")
+	}
+	ft, err := CompileFireSpec(FireSpec{Every: sc.Every, Cron: sc.Cron, TimeZone: sc.TimeZone})
+	if err != nil {
+		return nil, fmt.Errorf("schedule %q: %w", sc.Name, err)
+	}
+	if err := ValidateEndpoint(sc.Endpoint); err != nil {
+		return nil, fmt.Errorf("schedule %q: %w", sc.Name, err)
+	}
+	switch sc.Method {
+	case "GET", "POST", "PUT", "PATCH", "DELETE":
+	default:
+		return nil, fmt.Errorf("schedule %q: method %q is not one of GET, POST, PUT, PATCH, DELETE", sc.Name, sc.Method)
+	}
+	switch sc.Misfire {
+	case store.MisfireOnce, store.MisfireSkip, store.MisfireAll:
+	default:
+		return nil, fmt.Errorf("schedule %q: misfire %q is not one of once, skip, all", sc.Name, sc.Misfire)
+	}
+	switch sc.Overlap {
+	case store.OverlapForbid, store.OverlapAllow:
+	default:
+		return nil, fmt.Errorf("schedule %q: overlap %q is not one of forbid, allow", sc.Name, sc.Overlap)
+	}
+	if sc.Tolerance <= 0 {
+		return nil, fmt.Errorf("schedule %q: tolerance %v must be positive", sc.Name, sc.Tolerance)
+	}
+	if sc.MaxAttempts < 1 {
+		return nil, fmt.Errorf("schedule %q: max attempts %d must be at least 1", sc.Name, sc.MaxAttempts)
+	}
+	if sc.Timeout < 0 {
+		return nil, fmt.Errorf("schedule %q: timeout %v must not be negative", sc.Name, sc.Timeout)
+	}
+	return ft, nil
+}
+
+// AddSchedule validates and adds a schedule; its first occurrence is the
+// first fire time after the database's now.
+func AddSchedule(ctx context.Context, s *store.Store, sc store.Schedule) error {
+	ft, err := CompileSchedule(sc)
+	if err != nil {
+		return err
+	}
+	now, err := s.Now(ctx)
+	if err != nil {
+		return err
+	}
+	return s.ScheduleInsert(ctx, sc, ft.Next(now))
+}
+
+// PutSchedule creates a schedule or brings an existing one in line with sc
+// (config as code). Its next occurrence moves only when its timing changed.
+// It says what it did: "created", "updated" or "unchanged".
+func PutSchedule(ctx context.Context, s *store.Store, sc store.Schedule) (string, error) {
+	ft, err := CompileSchedule(sc)
+	if err != nil {
+		return "", err
+	}
+	cur, err := s.ScheduleGet(ctx, sc.Name)
+	if errors.Is(err, store.ErrNotFound) {
+		now, err := s.Now(ctx)
+		if err != nil {
+			return "", err
+		}
+		if err := s.ScheduleInsert(ctx, sc, ft.Next(now)); err != nil && !errors.Is(err, store.ErrDuplicate) {
+			return "", err
+		}
+		return "created", nil // or created by a node starting at the same time
+	}
+	if err != nil {
+		return "", err
+	}
+	sameTiming := cur.Every == sc.Every && cur.Cron == sc.Cron && cur.TimeZone == sc.TimeZone
+	if sameTiming && cur.Endpoint == sc.Endpoint && cur.Method == sc.Method && string(cur.Payload) == string(sc.Payload) &&
+		cur.Timeout == sc.Timeout && cur.MaxAttempts == sc.MaxAttempts && cur.Tolerance == sc.Tolerance &&
+		cur.Misfire == sc.Misfire && cur.Overlap == sc.Overlap && cur.Enabled == sc.Enabled && cur.Source == sc.Source {
+		return "unchanged", nil
+	}
+	var next *time.Time
+	if !sameTiming || (sc.Enabled && !cur.Enabled) {
+		now, err := s.Now(ctx)
+		if err != nil {
+			return "", err
+		}
+		n := ft.Next(now)
+		next = &n
+	}
+	if _, err := s.ScheduleUpdate(ctx, sc, next); err != nil {
+		return "", err
+	}
+	return "updated", nil
+}
+
+// ResumeSchedule re-enables a paused schedule from its next fire time after
+// now: a pause is not an outage, so nothing it skipped counts as missed.
+func ResumeSchedule(ctx context.Context, s *store.Store, name string) error {
+	cur, err := s.ScheduleGet(ctx, name)
+	if err != nil {
+		return err
+	}
+	ft, err := CompileSchedule(cur)
+	if err != nil {
+		return err
+	}
+	now, err := s.Now(ctx)
+	if err != nil {
+		return err
+	}
+	next := ft.Next(now)
+	_, err = s.ScheduleSetEnabled(ctx, name, true, &next)
+	return err
+}
+
+// occurrenceKey names an occurrence: the unique key that makes it exist
+// once, and the Idempotency-Key its calls carry.
+func occurrenceKey(schedule string, fire time.Time) string {
+	return "slotpoller-schedule:" + schedule + ":" + fire.UTC().Format(time.RFC3339Nano)
+}
+
+// MaterializeResult says what one materializing step did.
+type MaterializeResult struct {
+	Schedules int // due schedules seen
+	Created   int // occurrences written as jobs
+	Missed    int // occurrences recorded as missed by their misfire policy
+}
+
+// Materialize is the slot owner's schedule step: every enabled schedule
+// whose next occurrence falls before now+lookahead gets its occurrences
+// written as jobs under their unique keys (so each exists once however many
+// nodes race), its misfire policy applied to those it can no longer start
+// within tolerance, and is advanced past them.
+func Materialize(ctx context.Context, s *store.Store, lookahead time.Duration, log *slog.Logger) (MaterializeResult, error) {
+	var res MaterializeResult
+	due, now, err := s.SchedulesDue(ctx, lookahead)
+	if err != nil {
+		return res, err
+	}
+	res.Schedules = len(due)
+	for _, sc := range due {
+		ft, err := CompileSchedule(sc)
+		if err != nil {
+			log.Error("schedule cannot be run; fix or remove it", "schedule", sc.Name, "err", err)
+			continue
+		}
+		created, missed, err := materializeOne(ctx, s, sc, ft, now, lookahead)
+		res.Created += created
+		res.Missed += missed
+		if err != nil {
+			return res, err
+		}
+		if missed > 0 {
+			log.Warn("schedule occurrences missed", "schedule", sc.Name, "missed", missed, "misfire", sc.Misfire)
+		}
+	}
+	return res, nil
+}
+
+func materializeOne(ctx context.Context, s *store.Store, sc store.Schedule, ft *FireTimes, now time.Time, lookahead time.Duration) (int, int, error) {
+	if sc.NextFireAt == nil {
+		return 0, 0, nil
+	}
+	first := *sc.NextFireAt
+	fires, more := ft.Between(first.Add(-time.Nanosecond), now.Add(lookahead), maxOccurrencesPerStep)
+	if len(fires) == 0 {
+		return 0, 0, nil
+	}
+	late := func(f time.Time) bool { return f.Add(sc.Tolerance).Before(now) }
+	var run []time.Time
+	var startBy []time.Time
+	missed := 0
+	next := ft.Next(fires[len(fires)-1])
+	switch sc.Misfire {
+	case store.MisfireAll:
+		for _, f := range fires {
+			run = append(run, f)
+			startBy = append(startBy, maxTime(f, now).Add(sc.Tolerance))
+		}
+	default: // once, skip
+		var latestLate time.Time
+		for _, f := range fires {
+			if late(f) {
+				missed++
+				latestLate = f
+				continue
+			}
+			run = append(run, f)
+			startBy = append(startBy, f.Add(sc.Tolerance))
+		}
+		if more {
+			// A long outage: the step saw only the first occurrences, all
+			// late. Jump to the first one that can still start in time.
+			latestLate = ft.Latest(fires[len(fires)-1], now.Add(-sc.Tolerance))
+			if !latestLate.IsZero() {
+				missed++ // at least one more; the rest are not counted one by one
+			}
+			next = ft.Next(now.Add(-sc.Tolerance))
+		}
+		if sc.Misfire == store.MisfireOnce && !latestLate.IsZero() {
+			missed--
+			run = append([]time.Time{latestLate}, run...)
+			startBy = append([]time.Time{now.Add(sc.Tolerance)}, startBy...)
+		}
+	}
+	created := 0
+	for i, f := range run {
+		fire, by := f, startBy[i]
+		key := occurrenceKey(sc.Name, fire)
+		_, err := s.JobInsert(ctx, store.NewJob{Endpoint: sc.Endpoint, Method: sc.Method, Payload: sc.Payload, RunAt: &fire,
+			MaxAttempts: sc.MaxAttempts, Timeout: sc.Timeout, UniqueKey: key, IdempotencyKey: key,
+			Schedule: sc.Name, ScheduledFor: &fire, StartBy: &by, Exclusive: sc.Overlap == store.OverlapForbid})
+		switch {
+		case errors.Is(err, store.ErrDuplicate):
+			// Another slot owner wrote it first: it exists once.
+		case err != nil:
+			return created, 0, err
+		default:
+			created++
+		}
+	}
+	var lastFire *time.Time
+	if len(run) > 0 {
+		lastFire = &run[len(run)-1]
+	}
+	ok, err := s.ScheduleAdvance(ctx, sc.Name, sc.Version, next, lastFire, int64(missed))
+	if err != nil {
+		return created, 0, err
+	}
+	if !ok {
+		missed = 0 // another node advanced it and counted
+	}
+	return created, missed, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

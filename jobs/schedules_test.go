@@ -1,0 +1,214 @@
+package jobs_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/stretchr/testify/require"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func everySecond(name, misfire string) store.Schedule {
+	return store.Schedule{Name: name, Every: time.Second, Endpoint: "/jobs/" + name, Method: "POST", MaxAttempts: 3,
+		Tolerance: 2 * time.Second, Misfire: misfire, Overlap: store.OverlapAllow, Enabled: true, Source: store.SourceCommand}
+}
+
+// outage moves a schedule's next occurrence 10s into the past on the
+// database clock, as if no node had run for 10s.
+func outage(t *testing.T, s *store.Store, name string) {
+	_, err := s.DB().ExecContext(context.Background(),
+		store.Expand(s.Dialect(), `UPDATE {schedules} SET next_fire_at = {now+?} WHERE name = ?`), -10_000, name)
+	require.NoError(t, err)
+	// Align to the every-second grid like a real occurrence.
+	sc, err := s.ScheduleGet(context.Background(), name)
+	require.NoError(t, err)
+	aligned := sc.NextFireAt.Truncate(time.Second)
+	_, err = s.DB().ExecContext(context.Background(),
+		store.Expand(s.Dialect(), `UPDATE {schedules} SET next_fire_at = ? WHERE name = ?`), s.Dialect().TimeArg(aligned), name)
+	require.NoError(t, err)
+}
+
+func occurrences(t *testing.T, s *store.Store, name string) []store.Job {
+	all, err := s.JobsList(context.Background(), "", 10000)
+	require.NoError(t, err)
+	var out []store.Job
+	for _, j := range all {
+		if j.Schedule == name {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+func TestMisfirePolicies(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		for _, p := range []string{store.MisfireSkip, store.MisfireOnce, store.MisfireAll} {
+			require.NoError(t, jobs.AddSchedule(ctx, s, everySecond("s-"+p, p)))
+			outage(t, s, "s-"+p)
+		}
+		res, err := jobs.Materialize(ctx, s, 500*time.Millisecond, quiet)
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Schedules)
+
+		skip, _ := s.ScheduleGet(ctx, "s-skip")
+		once, _ := s.ScheduleGet(ctx, "s-once")
+		all, _ := s.ScheduleGet(ctx, "s-all")
+		nSkip, nOnce, nAll := len(occurrences(t, s, "s-skip")), len(occurrences(t, s, "s-once")), len(occurrences(t, s, "s-all"))
+
+		// 10s of outage with a 2s tolerance: about 8 occurrences can no
+		// longer start in time.
+		require.InDelta(t, 8, skip.Missed, 1, "skip records the late ones as missed")
+		require.InDelta(t, 3, nSkip, 1, "skip runs only those still within tolerance")
+		require.Equal(t, skip.Missed-1, once.Missed, "once runs the latest late one instead of counting it")
+		require.Equal(t, nSkip+1, nOnce)
+		require.Zero(t, all.Missed)
+		require.Equal(t, int(skip.Missed)+nSkip, nAll, "all runs every occurrence")
+
+		// Every occurrence is on its grid, once, with its fire time.
+		for _, j := range occurrences(t, s, "s-all") {
+			require.NotNil(t, j.ScheduledFor)
+			require.Equal(t, j.ScheduledFor.Truncate(time.Second), *j.ScheduledFor)
+			require.Equal(t, "slotpoller-schedule:s-all:"+j.ScheduledFor.UTC().Format(time.RFC3339Nano), j.IdempotencyKey)
+		}
+		// The grid resumes: the next occurrence is in the future.
+		now, err := s.Now(ctx)
+		require.NoError(t, err)
+		require.True(t, skip.NextFireAt.After(now), "next %v, now %v", skip.NextFireAt, now)
+	})
+}
+
+func TestRacingMaterializersCreateEachOccurrenceOnce(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, dsn := storetest.Open(t, driver)
+		ctx := context.Background()
+		require.NoError(t, jobs.AddSchedule(ctx, s, everySecond("race", store.MisfireAll)))
+		outage(t, s, "race")
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				other, err := store.Open(ctx, driver, dsn)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer other.Close()
+				if _, err := jobs.Materialize(ctx, other, 500*time.Millisecond, quiet); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		seen := map[time.Time]bool{}
+		for _, j := range occurrences(t, s, "race") {
+			require.False(t, seen[*j.ScheduledFor], "occurrence %v exists twice", j.ScheduledFor)
+			seen[*j.ScheduledFor] = true
+		}
+		require.GreaterOrEqual(t, len(seen), 10)
+	})
+}
+
+func TestOverlapForbidRunsOccurrencesOneAtATime(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		sc := everySecond("serial", store.MisfireAll)
+		sc.Overlap = store.OverlapForbid
+		require.NoError(t, jobs.AddSchedule(ctx, s, sc))
+		outage(t, s, "serial")
+		_, err := jobs.Materialize(ctx, s, 0, quiet)
+		require.NoError(t, err)
+		require.Greater(t, len(occurrences(t, s, "serial")), 5)
+
+		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 100, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, claims, 1, "one claim statement takes only the earliest occurrence")
+		more, err := s.JobsClaim(ctx, "inc-b", "node-b", 100, time.Minute)
+		require.NoError(t, err)
+		require.Empty(t, more, "nothing more while it runs")
+		ok, err := s.JobFinishIfRunning(ctx, claims[0].ID, claims[0].Token, store.Outcome{State: store.StateDone})
+		require.NoError(t, err)
+		require.True(t, ok)
+		next, err := s.JobsClaim(ctx, "inc-b", "node-b", 100, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, next, 1)
+		require.True(t, next[0].ScheduledFor.After(*claims[0].ScheduledFor), "then the next one in fire order")
+	})
+}
+
+func TestOccurrenceNotStartedWithinToleranceIsMissed(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		fire := time.Now().UTC().Add(-time.Hour)
+		by := fire.Add(time.Minute)
+		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/x", Method: "POST", RunAt: &fire, MaxAttempts: 1,
+			IdempotencyKey: "k", Schedule: "nightly", ScheduledFor: &fire, StartBy: &by})
+		require.NoError(t, err)
+		_, err = s.JobsReclaimExpired(ctx)
+		require.NoError(t, err)
+		j, err := s.JobGet(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, store.StateMissed, j.State)
+		out, err := s.ScheduleOutcomes(ctx, "nightly")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), out.MissedJobs)
+	})
+}
+
+func TestScheduleValidation(t *testing.T) {
+	good := everySecond("ok", store.MisfireOnce)
+	_, err := jobs.CompileSchedule(good)
+	require.NoError(t, err)
+	for _, mutate := range []func(*store.Schedule){
+		func(s *store.Schedule) { s.Name = "" },
+		func(s *store.Schedule) { s.Every, s.Cron = 0, "" },
+		func(s *store.Schedule) { s.Cron = "0 2 * * *" }, // both
+		func(s *store.Schedule) { s.Endpoint = "//evil/x" },
+		func(s *store.Schedule) { s.Misfire = "sometimes" },
+		func(s *store.Schedule) { s.Overlap = "maybe" },
+		func(s *store.Schedule) { s.Tolerance = 0 },
+		func(s *store.Schedule) { s.Every, s.Cron = 0, "61 * * * *" },
+	} {
+		bad := good
+		mutate(&bad)
+		_, err := jobs.CompileSchedule(bad)
+		require.Error(t, err, "%+v", bad)
+	}
+}
+
+func TestPutScheduleKeepsOrMovesTheGrid(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx := context.Background()
+	sc := everySecond("cfg", store.MisfireOnce)
+	sc.Every, sc.Source = time.Hour, store.SourceConfig
+	what, err := jobs.PutSchedule(ctx, s, sc)
+	require.NoError(t, err)
+	require.Equal(t, "created", what)
+	first, _ := s.ScheduleGet(ctx, "cfg")
+	what, err = jobs.PutSchedule(ctx, s, sc)
+	require.NoError(t, err)
+	require.Equal(t, "unchanged", what)
+	sc.Tolerance = time.Minute
+	what, err = jobs.PutSchedule(ctx, s, sc)
+	require.NoError(t, err)
+	require.Equal(t, "updated", what)
+	second, _ := s.ScheduleGet(ctx, "cfg")
+	require.Equal(t, *first.NextFireAt, *second.NextFireAt, "a new tolerance keeps the grid")
+	sc.Every = 2 * time.Hour
+	_, err = jobs.PutSchedule(ctx, s, sc)
+	require.NoError(t, err)
+	third, _ := s.ScheduleGet(ctx, "cfg")
+	require.Equal(t, third.NextFireAt.Truncate(2*time.Hour), *third.NextFireAt, "a new interval moves to its own grid")
+}

@@ -77,5 +77,6 @@ func TestSQLServerMigrateSends(t *testing.T) {
 		// Due schedules, and a schedule's occurrences.
 		"CREATE NONCLUSTERED INDEX schedules_next ON [farm_jobs].[schedules] (enabled, next_fire_at);",
 		"CREATE NONCLUSTERED INDEX jobs_schedule ON [farm_jobs].[jobs] (schedule, state) WHERE schedule IS NOT NULL;",
+		"CREATE NONCLUSTERED INDEX jobs_start_by ON [farm_jobs].[jobs] (state, start_by) WHERE start_by IS NOT NULL;",
 	}, indexes)
 }

@@ -414,6 +414,10 @@ func (c Config) problems() []problem {
 			bad(dsnKey, masked, "the sqlserver driver has no default DSN; set database.dsn or %s explicitly (e.g. sqlserver://user:password@host:1433?database=farm)", envName("database", "dsn"))
 		case scheme != "" && scheme != "sqlserver":
 			bad(dsnKey, masked, "must be a sqlserver:// URL or ADO key=value pairs (server=...;user id=...) for the sqlserver driver")
+		case strings.Contains(strings.ToLower(dsn), "timezone="):
+			// go-mssqldb would read every datetime2 as wall time in that
+			// zone, shifting the database clock and every time column.
+			bad(dsnKey, masked, "must not set timezone: slotpoller stores UTC and reads it as UTC")
 		}
 	}
 	if !store.ValidSchemaName(c.Database.Schema) {

@@ -664,3 +664,11 @@ schedules:
 	_, err = Load(p, true, []string{"SLOTPOLLER_SCHEDULES_NAME=x"})
 	require.ErrorContains(t, err, "config file only")
 }
+
+func TestSQLServerDSNMustNotSetATimeZone(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Database.Driver, cfg.Database.DSN, cfg.Node.Name = "sqlserver", "sqlserver://u:secretpw@db:1433?database=farm&timezone=Europe/Berlin", "n1"
+	err := cfg.Validate()
+	require.ErrorContains(t, err, "timezone")
+	require.NotContains(t, err.Error(), "secretpw")
+}

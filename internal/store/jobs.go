@@ -90,11 +90,14 @@ const claimedColumns = "id, token, attempt, max_attempts, endpoint, method, payl
 // claimable is the condition, beyond ready and due, for claiming job
 // alias j: an occurrence of a schedule that forbids overlap waits while an
 // occurrence of the same schedule runs, or an earlier one still waits (so
-// even one claim statement takes at most one of them).
-func claimable(j string) string {
+// even one claim statement takes at most one of them). readHint is the
+// dialect's table hint for the two look-ups (SQL Server's SERIALIZABLE, so
+// that a concurrent claim's change to the same schedule's rows cannot slip
+// between them under plain locking read committed).
+func claimable(j, readHint string) string {
 	return `(` + j + `.exclusive = 0 OR (
-    NOT EXISTS (SELECT 1 FROM {jobs} r WHERE r.schedule = ` + j + `.schedule AND r.state = 'running')
-    AND NOT EXISTS (SELECT 1 FROM {jobs} e WHERE e.schedule = ` + j + `.schedule AND e.state = 'ready'
+    NOT EXISTS (SELECT 1 FROM {jobs} r` + readHint + ` WHERE r.schedule = ` + j + `.schedule AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM {jobs} e` + readHint + ` WHERE e.schedule = ` + j + `.schedule AND e.state = 'ready'
       AND e.scheduled_for < ` + j + `.scheduled_for)))`
 }
 

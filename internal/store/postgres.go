@@ -38,7 +38,7 @@ func (Postgres) Output(string) string         { return "" }
 // Parameters are numbered by hand to keep the order every dialect shares.
 func (d Postgres) ClaimJobs() string {
 	return expand(d, `WITH picked AS (
-  SELECT c.id FROM {jobs} c WHERE c.state = 'ready' AND c.run_at <= {now} AND `+claimable("c")+`
+  SELECT c.id FROM {jobs} c WHERE c.state = 'ready' AND c.run_at <= {now} AND `+claimable("c", "")+`
   ORDER BY c.run_at, c.id LIMIT $4 FOR UPDATE OF c SKIP LOCKED)
 UPDATE {jobs} SET state = 'running', owner = $1, owner_node = $2, token = token + 1,
   attempt = attempt + 1, started_at = {now}, start_by = NULL,

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"regexp"
@@ -128,7 +130,7 @@ func (SQLServer) Output(cols string) string { return "OUTPUT " + qualified("inse
 func (d SQLServer) ClaimJobs() string {
 	return expand(d, `WITH picked AS (
   SELECT TOP (@p4) c.id FROM {jobs} AS c WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
-  WHERE c.state = 'ready' AND c.run_at <= {now} AND `+claimable("c")+`
+  WHERE c.state = 'ready' AND c.run_at <= {now} AND `+claimable("c", " WITH (SERIALIZABLE)")+`
   ORDER BY c.run_at, c.id)
 UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
   attempt = j.attempt + 1, started_at = {now}, start_by = NULL,
@@ -149,8 +151,29 @@ const (
 
 // Retryable: a deadlock victim's statement was rolled back whole, and a
 // lock timeout changed nothing, so both can simply be sent again.
+//
+// Azure SQL's transient errors during a reconfiguration or failover
+// (40613, 40501, 40197, 49918-49920, 10928, 10929) are retried too: the
+// statements that can meet them are fenced or idempotent, except an enqueue
+// without a unique key, which a retry after a lost acknowledgement could
+// write twice.
 func (SQLServer) Retryable(err error) bool {
-	return mssqlErrorIs(err, mssqlDeadlockVictim, mssqlLockTimeout)
+	return mssqlErrorIs(err, mssqlDeadlockVictim, mssqlLockTimeout, 40613, 40501, 40197, 49918, 49919, 49920, 10928, 10929)
+}
+
+// checkSession refuses a connection whose statements report no row counts
+// (SET NOCOUNT ON as a server or login default): every fenced write reads
+// its rows-affected count, and with NOCOUNT it would read 0 and give up a
+// claim it holds.
+func (SQLServer) checkSession(ctx context.Context, db *sql.DB) error {
+	var opts int64
+	if err := db.QueryRowContext(ctx, "SELECT @@OPTIONS & 512").Scan(&opts); err != nil {
+		return fmt.Errorf("read session options: %w", err)
+	}
+	if opts != 0 {
+		return errors.New("the server or login sets NOCOUNT ON (user options 512); slotpoller needs row counts: turn it off for its logins")
+	}
+	return nil
 }
 
 func (SQLServer) UniqueViolation(err error) bool {

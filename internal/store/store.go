@@ -97,6 +97,14 @@ func Open(ctx context.Context, driver, dsn string, opts ...Option) (*Store, erro
 		db.Close()
 		return nil, scrub(fmt.Errorf("connect to %s database: %w", driver, err), dsn)
 	}
+	if c, ok := d.(interface {
+		checkSession(context.Context, *sql.DB) error
+	}); ok {
+		if err := c.checkSession(ctx, db); err != nil {
+			db.Close()
+			return nil, scrub(fmt.Errorf("%s database: %w", driver, err), dsn)
+		}
+	}
 	return New(db, d), nil
 }
 

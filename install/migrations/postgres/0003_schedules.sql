@@ -29,3 +29,5 @@ ALTER TABLE slotpoller_jobs ADD COLUMN scheduled_for TIMESTAMPTZ;
 ALTER TABLE slotpoller_jobs ADD COLUMN start_by TIMESTAMPTZ;
 ALTER TABLE slotpoller_jobs ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX slotpoller_jobs_schedule ON slotpoller_jobs (schedule, state) WHERE schedule IS NOT NULL;
+-- The poll marks occurrences missed past their start_by: keep that a seek.
+CREATE INDEX slotpoller_jobs_start_by ON slotpoller_jobs (start_by) WHERE state = 'ready' AND start_by IS NOT NULL;

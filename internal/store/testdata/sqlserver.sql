@@ -84,8 +84,8 @@ FROM [sp_unit].[jobs] WHERE (state = 'ready' AND run_at <= SYSUTCDATETIME()) OR 
 WITH picked AS (
   SELECT TOP (@p4) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
   WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND (c.exclusive = 0 OR (
-    NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = c.schedule AND r.state = 'running')
-    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = c.schedule AND e.state = 'ready'
+    NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WITH (SERIALIZABLE) WHERE r.schedule = c.schedule AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WITH (SERIALIZABLE) WHERE e.schedule = c.schedule AND e.state = 'ready'
       AND e.scheduled_for < c.scheduled_for)))
   ORDER BY c.run_at, c.id)
 UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,

@@ -195,10 +195,9 @@ func materializeOne(ctx context.Context, s *store.Store, sc store.Schedule, ft *
 	next := ft.Next(fires[len(fires)-1])
 	switch sc.Misfire {
 	case store.MisfireAll:
-		for _, f := range fires {
-			run = append(run, f)
-			startBy = append(startBy, maxTime(f, now).Add(sc.Tolerance))
-		}
+		// Every occurrence runs, however late: none has a start_by to miss.
+		run = fires
+		startBy = make([]time.Time, len(fires))
 	default: // once, skip
 		var latestLate time.Time
 		for _, f := range fires {
@@ -227,11 +226,15 @@ func materializeOne(ctx context.Context, s *store.Store, sc store.Schedule, ft *
 	}
 	created := 0
 	for i, f := range run {
-		fire, by := f, startBy[i]
+		fire := f
+		var by *time.Time
+		if !startBy[i].IsZero() {
+			by = &startBy[i]
+		}
 		key := occurrenceKey(sc.Name, fire)
 		_, err := s.JobInsert(ctx, store.NewJob{Endpoint: sc.Endpoint, Method: sc.Method, Payload: sc.Payload, RunAt: &fire,
 			MaxAttempts: sc.MaxAttempts, Timeout: sc.Timeout, UniqueKey: key, IdempotencyKey: key,
-			Schedule: sc.Name, ScheduledFor: &fire, StartBy: &by, Exclusive: sc.Overlap == store.OverlapForbid})
+			Schedule: sc.Name, ScheduledFor: &fire, StartBy: by, Exclusive: sc.Overlap == store.OverlapForbid})
 		switch {
 		case errors.Is(err, store.ErrDuplicate):
 			// Another slot owner wrote it first: it exists once.
@@ -255,9 +258,3 @@ func materializeOne(ctx context.Context, s *store.Store, sc store.Schedule, ft *
 	return created, missed, nil
 }
 
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}

@@ -257,4 +257,3 @@ func materializeOne(ctx context.Context, s *store.Store, sc store.Schedule, ft *
 	}
 	return created, missed, nil
 }
-

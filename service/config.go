@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -31,6 +32,7 @@ type Config struct {
 	Checkin  CheckinConfig  `yaml:"checkin"`
 	Clock    ClockConfig    `yaml:"clock"`
 	Log      LogConfig      `yaml:"log"`
+	Admin    AdminConfig    `yaml:"admin"`
 	// Schedules are created or updated at start (config as code). They are
 	// a list, so environment variables do not reach into them.
 	Schedules []ScheduleConfig `yaml:"schedules"`
@@ -127,6 +129,29 @@ type JobsConfig struct {
 	// DrainTimeout is how long a stop waits for in-flight calls before
 	// releasing them; default 20s; 0 releases at once.
 	DrainTimeout Duration `yaml:"drain_timeout"`
+	// SigningKey, when set, makes every endpoint call carry a timestamp and
+	// an HMAC-SHA-256 signature, so job pages exposed through the load
+	// balancer can refuse calls that did not come from slotpoller. A secret:
+	// set it through SLOTPOLLER_JOBS_SIGNING_KEY; it is never logged or
+	// shown. At least 16 characters.
+	SigningKey string `yaml:"signing_key"`
+}
+
+// AdminConfig is the node's admin HTTP endpoint (/healthz, /readyz,
+// /metrics, /status).
+type AdminConfig struct {
+	// Listen is the address to serve on; empty (the default) turns the
+	// endpoint off. A port alone (":9090") binds to loopback, 127.0.0.1.
+	Listen string `yaml:"listen"`
+}
+
+// AdminAddr is the address the admin endpoint binds: loopback unless a
+// host is given.
+func (a AdminConfig) AdminAddr() string {
+	if strings.HasPrefix(a.Listen, ":") {
+		return "127.0.0.1" + a.Listen
+	}
+	return a.Listen
 }
 
 // RotationConfig shapes the polling rotation.
@@ -364,6 +389,16 @@ func (c Config) problems() []problem {
 		}
 	}
 
+	// signing key and admin endpoint (the key's value is never shown)
+	if k := c.Jobs.SigningKey; k != "" && len(k) < 16 {
+		ps = append(ps, problem{key: "jobs.signing_key", text: "config: jobs.signing_key (value hidden): must be at least 16 characters"})
+	}
+	if l := c.Admin.Listen; l != "" {
+		if _, port, err := net.SplitHostPort(l); err != nil || port == "" {
+			bad("admin.listen", l, "must be host:port or :port (e.g. :9090, which binds to 127.0.0.1)")
+		}
+	}
+
 	// schedules: each must compile and names must be unique
 	names := map[string]int{}
 	for i, sc := range c.Schedules {
@@ -561,6 +596,9 @@ func validScheme(s string) bool {
 // and `config show`.
 func (c Config) Redacted() Config {
 	c.Database.DSN = MaskDSN(c.Database.DSN)
+	if c.Jobs.SigningKey != "" {
+		c.Jobs.SigningKey = "xxxxx"
+	}
 	return c
 }
 
@@ -1041,7 +1079,7 @@ func decodeYAML(cfg *Config, name string, data []byte, src map[string]string) []
 
 // rawForError shows a raw value in an error, hiding the DSN's.
 func rawForError(path, raw string) string {
-	if path == dsnKey {
+	if path == dsnKey || path == "jobs.signing_key" {
 		return "(value hidden)"
 	}
 	return strconv.Quote(raw)

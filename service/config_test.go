@@ -672,3 +672,18 @@ func TestSQLServerDSNMustNotSetATimeZone(t *testing.T) {
 	require.ErrorContains(t, err, "timezone")
 	require.NotContains(t, err.Error(), "secretpw")
 }
+
+func TestSigningKeyAndAdminListen(t *testing.T) {
+	cfg, err := Load(filepath.Join(t.TempDir(), "none.yaml"), false, []string{
+		"SLOTPOLLER_JOBS_SIGNING_KEY=0123456789abcdef-secret", "SLOTPOLLER_ADMIN_LISTEN=:9090", "SLOTPOLLER_NODE_NAME=n1"})
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:9090", cfg.Admin.AdminAddr(), "a bare port binds to loopback")
+	require.Equal(t, "xxxxx", cfg.Redacted().Jobs.SigningKey)
+	require.Equal(t, "0123456789abcdef-secret", cfg.Jobs.SigningKey)
+
+	_, err = Load(filepath.Join(t.TempDir(), "none.yaml"), false, []string{"SLOTPOLLER_JOBS_SIGNING_KEY=short-secret", "SLOTPOLLER_NODE_NAME=n1"})
+	require.ErrorContains(t, err, "at least 16")
+	require.NotContains(t, err.Error(), "short-secret", "the key never appears in an error")
+	_, err = Load(filepath.Join(t.TempDir(), "none.yaml"), false, []string{"SLOTPOLLER_ADMIN_LISTEN=9090", "SLOTPOLLER_NODE_NAME=n1"})
+	require.ErrorContains(t, err, "admin.listen")
+}

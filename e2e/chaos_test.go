@@ -1,3 +1,5 @@
+//go:build unix
+
 package e2e
 
 // The chaos suite: real node processes, a recording endpoint, and faults —

@@ -1,6 +1,5 @@
-// Package e2e runs the built slotpoller binary as several real node
-// processes against one database and checks, from what a recording job
-// endpoint saw, the promises the farm makes.
+//go:build unix
+
 package e2e
 
 import (

@@ -30,6 +30,10 @@ const (
 	HeaderIdempotencyKey = "Idempotency-Key"
 	HeaderDeadline       = "X-Slotpoller-Deadline"
 	HeaderTimeoutMs      = "X-Slotpoller-Timeout-Ms"
+	// HeaderTimestamp and HeaderSignature are sent only by an invoker with a
+	// SigningKey; see Sign.
+	HeaderTimestamp = "X-Slotpoller-Timestamp"
+	HeaderSignature = "X-Slotpoller-Signature"
 
 	// UserAgent is the User-Agent of every call.
 	UserAgent = "slotpoller"
@@ -253,7 +257,9 @@ type Call struct {
 	// Headers are extra request headers (e.g. X-Slotpoller-Task,
 	// X-Slotpoller-Scheduled-For); may be nil. They may replace Content-Type
 	// and User-Agent but never the reserved X-Slotpoller-Job, -Node, -Token,
-	// -Attempt, -Deadline, -Timeout-Ms or Idempotency-Key.
+	// -Attempt, -Deadline, -Timeout-Ms or Idempotency-Key. Nor do they
+	// reach X-Slotpoller-Timestamp and -Signature: those are set when the
+	// invoker signs and removed when it does not.
 	Headers map[string]string
 }
 
@@ -307,9 +313,15 @@ type Invoker struct {
 	// (each call's deadline rules) and no proxy. Whatever the client, a
 	// redirect to a host other than Base's is refused (Verdict Fail).
 	Client *http.Client
-	// Now is the local clock for the deadline header and Duration; nil
-	// means time.Now.
+	// Now is the local clock for the deadline and timestamp headers and
+	// Duration; nil means time.Now. Endpoints check the signature timestamp
+	// against their own clock, so this should be the machine's wall clock.
 	Now func() time.Time
+	// SigningKey, when not empty, makes every call carry
+	// X-Slotpoller-Timestamp and X-Slotpoller-Signature (see Sign and
+	// VerifySignature); nil means calls are not signed. A secret: never
+	// log it. It must not be modified while calls are made.
+	SigningKey []byte
 }
 
 // defaultClient is the client used when Invoker.Client is nil. It never
@@ -338,7 +350,8 @@ func (inv *Invoker) now() time.Time {
 	return time.Now()
 }
 
-func (inv *Invoker) client() *http.Client {
+// client returns the client for one call whose body is payload.
+func (inv *Invoker) client(payload []byte) *http.Client {
 	src := inv.Client
 	if src == nil {
 		src = defaultClient
@@ -351,14 +364,32 @@ func (inv *Invoker) client() *http.Client {
 			return &offHostRedirectError{to: req.URL.Redacted()}
 		}
 		if userCheck != nil {
-			return userCheck(req, via)
-		}
-		if len(via) >= 10 {
+			if err := userCheck(req, via); err != nil {
+				return err
+			}
+		} else if len(via) >= 10 {
 			return errors.New("stopped after 10 redirects")
 		}
+		inv.resign(req, payload)
 		return nil
 	}
 	return &c
+}
+
+// resign signs a redirected request afresh, for its own method, target and
+// body (a 301/302/303 turns a POST into a body-less GET; a 307/308 resends
+// the body), or drops the copied signature headers when not signing.
+func (inv *Invoker) resign(req *http.Request, payload []byte) {
+	if len(inv.SigningKey) == 0 {
+		req.Header.Del(HeaderTimestamp)
+		req.Header.Del(HeaderSignature)
+		return
+	}
+	var body []byte
+	if req.Body != nil && req.Body != http.NoBody {
+		body = payload // the client resends the original body (GetBody)
+	}
+	signRequest(req, body, inv.SigningKey, inv.now())
 }
 
 // Invoke makes one call to c.Endpoint on the base URL and classifies the
@@ -435,8 +466,16 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 	req.Header.Set(HeaderIdempotencyKey, key)
 	req.Header.Set(HeaderDeadline, start.Add(c.Timeout).UTC().Format(DeadlineFormat))
 	req.Header.Set(HeaderTimeoutMs, strconv.FormatInt(c.Timeout.Milliseconds(), 10))
+	if len(inv.SigningKey) > 0 {
+		// Signed last, over exactly what is sent: the method and request
+		// line target of req, and the payload as its body.
+		signRequest(req, c.Payload, inv.SigningKey, start)
+	} else {
+		req.Header.Del(HeaderTimestamp)
+		req.Header.Del(HeaderSignature)
+	}
 
-	resp, err := inv.client().Do(req)
+	resp, err := inv.client(c.Payload).Do(req)
 	if err != nil {
 		return classifyError(ctx, callCtx, c.Timeout, target, resp, err)
 	}

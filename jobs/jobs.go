@@ -44,6 +44,10 @@ type Options struct {
 	Clock       clock.Clock
 	Logger      *slog.Logger
 	Rand        func() float64 // jitter source; nil: math/rand
+	// OnCall, when set, is called after every job call returns, with its
+	// verdict and how long it took (for the node's metrics). It runs on
+	// the call's goroutine and must not block.
+	OnCall func(verdict Verdict, d time.Duration)
 }
 
 // Stats are the runner's counters since start.
@@ -222,6 +226,9 @@ func (r *Runner) run(ctx context.Context, c store.Claim) {
 	res := r.inv.Invoke(ctx, Call{JobID: c.ID, Node: r.opts.Node, Token: c.Token, Attempt: c.Attempt,
 		IdempotencyKey: c.IdempotencyKey, Method: c.Method, Endpoint: c.Endpoint, Payload: c.Payload, Timeout: timeout,
 		Headers: headers})
+	if r.opts.OnCall != nil {
+		r.opts.OnCall(res.Verdict, res.Duration)
+	}
 
 	// Results are written on a context of their own: the poll that claimed
 	// the job is long over, and a stop must still record what happened.

@@ -41,10 +41,17 @@ type Node struct {
 	log   *slog.Logger
 	clock clock.Clock
 
-	mu     sync.Mutex
-	store  *store.Store
-	runner *jobs.Runner
-	keeper *jobs.Keeper
+	metrics *metrics
+	dbCheck dbCheck // the cached database check of /readyz
+
+	mu        sync.Mutex
+	store     *store.Store
+	est       *clocksync.Estimator
+	reg       checkin.Registry
+	runner    *jobs.Runner
+	keeper    *jobs.Keeper
+	stopping  bool   // work has ended: leaving, releasing, draining
+	adminAddr string // where the admin endpoint listens; "" when it does not
 }
 
 // NewNode returns a node for a validated configuration. clk is the local
@@ -54,7 +61,9 @@ func NewNode(cfg Config, logger *slog.Logger, clk clock.Clock) *Node {
 	if clk == nil {
 		clk = clock.Real()
 	}
-	return &Node{cfg: cfg, log: logger, clock: clock.Skewed(clk, time.Duration(cfg.Clock.Skew))}
+	n := &Node{cfg: cfg, log: logger, clock: clock.Skewed(clk, time.Duration(cfg.Clock.Skew))}
+	n.metrics = newMetrics(n)
+	return n
 }
 
 // dbSource reads the database clock for clocksync.
@@ -69,6 +78,10 @@ func (d dbSource) Resolution() time.Duration { return d.s.Dialect().ClockResolut
 // Run runs the node until ctx ends, then stops gracefully. It returns nil
 // after a graceful stop, or the error that made the node give up (a schema
 // newer than this binary, another process using the node's name).
+//
+// With admin.listen set, the admin endpoint (/healthz, /readyz, /metrics,
+// /status) serves from the start, while the database may still be away,
+// until the drain is over.
 func (n *Node) Run(ctx context.Context) error {
 	cfg := n.cfg
 	log := n.log.With("node", cfg.Node.Name)
@@ -78,6 +91,9 @@ func (n *Node) Run(ctx context.Context) error {
 		log.Warn("clock.skew is set: this node reads its local clock as off by it", "skew", cfg.Clock.Skew)
 	}
 
+	admin := n.startAdmin(log)
+	defer admin.stop() // on an early return; stop may be called again
+
 	s, err := n.connect(ctx, log)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -85,9 +101,12 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	defer s.Close()
+	defer func() { admin.stop(); s.Close() }() // the endpoint reads the store: stop it first
 
 	est := clocksync.New(dbSource{s}, n.clock, clocksync.Options{Interval: time.Duration(cfg.Clock.Resync), Logger: log})
+	n.mu.Lock()
+	n.store, n.est = s, est
+	n.mu.Unlock()
 	if err := retry(ctx, n.clock, log, "measure the database clock", func() error { _, err := est.Sync(ctx); return err }); err != nil {
 		return nil // stopped before it could start
 	}
@@ -119,14 +138,20 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 		},
 	})
-	runner = jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{
+	// Calls are signed with the real wall clock (Invoker.Now nil), never the
+	// skewed one: endpoints judge the timestamp by their own clocks.
+	var signingKey []byte
+	if cfg.Jobs.SigningKey != "" {
+		signingKey = []byte(cfg.Jobs.SigningKey)
+	}
+	runner = jobs.NewRunner(s, &jobs.Invoker{Base: base, SigningKey: signingKey}, jobs.Options{
 		Node: cfg.Node.Name, Incarnation: reg.Incarnation(), Capacity: cfg.Node.Capacity,
 		Lease: time.Duration(cfg.Jobs.Lease), Timeout: time.Duration(cfg.Jobs.Timeout),
 		Backoff: time.Duration(cfg.Jobs.Backoff), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
-		Clock: n.clock, Logger: log,
+		Clock: n.clock, Logger: log, OnCall: n.metrics.observeCall,
 	})
 	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)
-	keeper := jobs.NewKeeper(s, &jobs.Invoker{Base: base}, jobs.TaskOptions{
+	keeper := jobs.NewKeeper(s, &jobs.Invoker{Base: base, SigningKey: signingKey}, jobs.TaskOptions{
 		Node: cfg.Node.Name, Incarnation: reg.Incarnation(),
 		// A task's lease is the TTL: a dead owner's tasks free up when the
 		// registry counts the owner out.
@@ -135,7 +160,7 @@ func (n *Node) Run(ctx context.Context) error {
 		MinHold: 10 * heartbeat, Clock: n.clock, Logger: log,
 	})
 	n.mu.Lock()
-	n.store, n.runner, n.keeper = s, runner, keeper
+	n.reg, n.runner, n.keeper = reg, runner, keeper
 	n.mu.Unlock()
 
 	if err := retry(ctx, n.clock, log, "check in to the node registry", func() error { return reg.Join(ctx) }); err != nil {
@@ -185,6 +210,9 @@ func (n *Node) Run(ctx context.Context) error {
 
 	<-work.Done()
 	cause := context.Cause(work)
+	n.mu.Lock()
+	n.stopping = true // /readyz says so while the node drains
+	n.mu.Unlock()
 	wg.Wait()
 
 	// Graceful stop. Leave first, so that no node gives this one work any
@@ -205,6 +233,7 @@ func (n *Node) Run(ctx context.Context) error {
 	runner.Drain(time.Duration(cfg.Jobs.DrainTimeout))
 	stopRenewing()
 	<-renewDone
+	admin.stop()
 	log.Info("stopped", "polls", runner.Stats().Polls)
 	if errors.Is(cause, context.Canceled) && ctx.Err() != nil {
 		return nil
@@ -289,6 +318,7 @@ func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waite
 		nextPoll := slot
 		if now, _, ok := est.Now(); ok {
 			nextPoll = next.Sub(now)
+			n.metrics.observeSlotLag(now.Sub(turn.Start))
 		}
 		// A one-off job's start window is one slot: the rotation's promise
 		// is that a due job starts within a slot of its run time.
@@ -424,7 +454,7 @@ func (n *Node) checkNTP(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// Stats are a running node's counters (for benchmarks and, later, metrics).
+// Stats are a running node's counters (for benchmarks and the metrics).
 type Stats struct {
 	Jobs       jobs.Stats
 	Tasks      jobs.TaskStats

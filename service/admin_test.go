@@ -1,0 +1,495 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/stretchr/testify/require"
+)
+
+// These are integration tests: a real node on a real database, its admin
+// endpoint on a real socket. Waits are generous; nothing asserts speed.
+
+// adminFamilies are the metric families /metrics must always show once the
+// node is up and its database answers.
+var adminFamilies = []string{
+	"slotpoller_polls_total", "slotpoller_claims_total", "slotpoller_calls_total", "slotpoller_calls_cancelled_total",
+	"slotpoller_call_duration_seconds", "slotpoller_offset_seconds", "slotpoller_offset_error_seconds",
+	"slotpoller_slot_lag_seconds", "slotpoller_live_nodes", "slotpoller_lease_renewals_total",
+	"slotpoller_leases_lost_total", "slotpoller_tasks_held", "slotpoller_task_calls_total",
+	"slotpoller_task_failures_total", "slotpoller_task_leases_lost_total", "slotpoller_jobs",
+	"slotpoller_statements_total", "slotpoller_calls_running", "slotpoller_capacity", "slotpoller_ready",
+	"go_goroutines", "process_start_time_seconds",
+}
+
+// syncBuffer is a log the node writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// testConfig is a node with fast slots and heartbeats on db.
+func testConfig(t *testing.T, db storetest.DB, name, baseURL string) Config {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Database = DatabaseConfig{Driver: db.Driver, DSN: db.DSN, Schema: db.Schema, Migrate: true}
+	if cfg.Database.Schema == "" {
+		cfg.Database.Schema = store.DefaultSQLServerSchema
+	}
+	cfg.Node = NodeConfig{Name: name, Capacity: 4}
+	cfg.Jobs.BaseURL = baseURL
+	cfg.Jobs.Lease = Duration(time.Second)
+	cfg.Jobs.Timeout = Duration(10 * time.Second)
+	cfg.Jobs.DrainTimeout = Duration(2 * time.Second)
+	cfg.Rotation.Slot = Duration(100 * time.Millisecond)
+	cfg.Checkin.Heartbeat = Duration(200 * time.Millisecond)
+	cfg.Checkin.TTL = Duration(time.Second)
+	require.NoError(t, cfg.Validate())
+	return cfg
+}
+
+// runningNode is a node running in the test.
+type runningNode struct {
+	n      *Node
+	logs   *syncBuffer
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+func runNode(t *testing.T, cfg Config) *runningNode {
+	t.Helper()
+	logs := &syncBuffer{}
+	rn := &runningNode{n: NewNode(cfg, NewLogger(logs, LogConfig{Level: "debug", Format: "text"}), nil),
+		logs: logs, done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	rn.cancel = cancel
+	go func() { rn.done <- rn.n.Run(ctx) }()
+	t.Cleanup(func() {
+		rn.stop(t)
+		if t.Failed() {
+			t.Logf("node log:\n%s", logs.String())
+		}
+	})
+	return rn
+}
+
+// stop stops the node gracefully and checks that it stopped cleanly.
+func (rn *runningNode) stop(t *testing.T) {
+	t.Helper()
+	rn.once.Do(func() {
+		rn.cancel()
+		select {
+		case err := <-rn.done:
+			require.NoError(t, err)
+		case <-time.After(60 * time.Second):
+			t.Fatal("the node did not stop")
+		}
+	})
+}
+
+// adminURL waits until the node's admin endpoint listens.
+func (rn *runningNode) adminURL(t *testing.T) string {
+	t.Helper()
+	require.Eventually(t, func() bool { return rn.n.AdminAddr() != "" }, 30*time.Second, 20*time.Millisecond,
+		"the admin endpoint should listen")
+	return "http://" + rn.n.AdminAddr()
+}
+
+var httpClient = &http.Client{Timeout: 15 * time.Second}
+
+func get(t *testing.T, u string) (int, string) {
+	t.Helper()
+	resp, err := httpClient.Get(u)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+// scrape reads /metrics through the Prometheus text parser.
+func scrape(t *testing.T, base string) map[string]*dto.MetricFamily {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "text/plain; version=0.0.4")
+	resp, err := httpClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("Content-Type"), "text/plain")
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err, "/metrics must be valid Prometheus text format")
+	return mfs
+}
+
+// metricValue is the value of the family's series with the given label
+// pairs (name, value, ...): a counter's or gauge's value, a histogram's
+// sample count.
+func metricValue(mfs map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
+	mf, ok := mfs[name]
+	if !ok {
+		return 0, false
+	}
+series:
+	for _, m := range mf.GetMetric() {
+		for i := 0; i+1 < len(labels); i += 2 {
+			found := false
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+					found = true
+				}
+			}
+			if !found {
+				continue series
+			}
+		}
+		switch mf.GetType() {
+		case dto.MetricType_COUNTER:
+			return m.GetCounter().GetValue(), true
+		case dto.MetricType_GAUGE:
+			return m.GetGauge().GetValue(), true
+		case dto.MetricType_HISTOGRAM:
+			return float64(m.GetHistogram().GetSampleCount()), true
+		}
+		return m.GetUntyped().GetValue(), true
+	}
+	return 0, false
+}
+
+// outage takes the database away from the node and gives it back.
+type outage struct {
+	// dsn is what the node connects with.
+	dsn string
+	// begin takes the database away; end gives it back.
+	begin, end func()
+	// reason is what /readyz must name while the database is away.
+	reason string
+}
+
+// newOutage prepares an outage of db. For PostgreSQL and SQL Server the node
+// reaches the database through a TCP proxy that the test cuts: the database
+// goes away as it does when the network or the server fails. A SQLite file
+// cannot go away from a process that holds it open (unlinking or chmod do
+// not touch an open descriptor), so for SQLite another process takes the
+// database's write lock and holds it: the node can no longer write its
+// heartbeat nor have its single connection answer in time, as when a
+// runaway process locks the file.
+func newOutage(t *testing.T, db storetest.DB) outage {
+	t.Helper()
+	if db.Driver == "sqlite" {
+		o := outage{dsn: db.DSN, reason: "checked in: no successful heartbeat"}
+		var conn *sql.Conn
+		var locker *store.Store
+		o.begin = func() {
+			ctx := context.Background()
+			var err error
+			locker, err = db.Open(ctx)
+			require.NoError(t, err)
+			conn, err = locker.DB().Conn(ctx)
+			require.NoError(t, err)
+			_, err = conn.ExecContext(ctx, "BEGIN EXCLUSIVE")
+			require.NoError(t, err)
+		}
+		o.end = func() {
+			_, err := conn.ExecContext(context.Background(), "ROLLBACK")
+			require.NoError(t, err)
+			require.NoError(t, conn.Close())
+			require.NoError(t, locker.Close())
+		}
+		return o
+	}
+	u, err := url.Parse(db.DSN)
+	if err != nil || u.Host == "" {
+		t.Skipf("the %s DSN is not a URL with a host: cannot put a proxy in front of it", db.Driver)
+	}
+	p := newProxy(t, u.Host)
+	u.Host = p.addr
+	return outage{dsn: u.String(), begin: p.cut, end: p.restore, reason: "database: "}
+}
+
+func TestAdminEndpoint(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		ctx := context.Background()
+		s, db := storetest.OpenDB(t, driver)
+		endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Long enough for the lease renewals (every lease/3) to run
+			// while the call is in flight.
+			time.Sleep(800 * time.Millisecond)
+			w.WriteHeader(http.StatusOK)
+		}))
+		defer endpoint.Close()
+
+		out := newOutage(t, db)
+		nodeDB := db
+		nodeDB.DSN = out.dsn
+		cfg := testConfig(t, nodeDB, "admin-a", endpoint.URL)
+		cfg.Admin.Listen = "127.0.0.1:0"
+		rn := runNode(t, cfg)
+		base := rn.adminURL(t)
+
+		code, body := get(t, base+"/healthz")
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "ok\n", body)
+
+		require.Eventually(t, func() bool { code, _ := get(t, base+"/readyz"); return code == http.StatusOK },
+			60*time.Second, 50*time.Millisecond, "/readyz should turn 200 once the node is checked in")
+
+		id, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/jobs/metered", MaxAttempts: 1})
+		require.NoError(t, err)
+		var mfs map[string]*dto.MetricFamily
+		require.Eventually(t, func() bool {
+			mfs = scrape(t, base)
+			polls, _ := metricValue(mfs, "slotpoller_polls_total")
+			done, _ := metricValue(mfs, "slotpoller_jobs", "state", "done")
+			calls, _ := metricValue(mfs, "slotpoller_calls_total", "result", "succeeded")
+			timed, _ := metricValue(mfs, "slotpoller_call_duration_seconds")
+			return polls >= 3 && done == 1 && calls == 1 && timed == 1
+		}, 60*time.Second, 100*time.Millisecond, "the metrics should show the polls and the job's call")
+		j, err := s.JobGet(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, store.StateDone, j.State)
+
+		for _, name := range adminFamilies {
+			require.Contains(t, mfs, name, "metric family %s", name)
+		}
+		for _, result := range []string{"succeeded", "retried", "failed", "dead", "released"} {
+			_, ok := metricValue(mfs, "slotpoller_calls_total", "result", result)
+			require.True(t, ok, "calls_total{result=%q}", result)
+		}
+		for _, state := range []string{"ready", "running", "done", "failed", "dead"} {
+			_, ok := metricValue(mfs, "slotpoller_jobs", "state", state)
+			require.True(t, ok, "jobs{state=%q}", state)
+		}
+		hist := mfs["slotpoller_call_duration_seconds"].GetMetric()[0].GetHistogram()
+		require.GreaterOrEqual(t, hist.GetSampleSum(), 0.8, "the call took at least the endpoint's 800ms")
+		claims, _ := metricValue(mfs, "slotpoller_claims_total")
+		require.Equal(t, 1.0, claims)
+		renewals, _ := metricValue(mfs, "slotpoller_lease_renewals_total")
+		require.Positive(t, renewals, "the lease was renewed during the 800ms call")
+		lagCount, _ := metricValue(mfs, "slotpoller_slot_lag_seconds")
+		require.Positive(t, lagCount)
+		live, _ := metricValue(mfs, "slotpoller_live_nodes")
+		require.Equal(t, 1.0, live)
+		ready, _ := metricValue(mfs, "slotpoller_ready")
+		require.Equal(t, 1.0, ready)
+		capacity, _ := metricValue(mfs, "slotpoller_capacity")
+		require.Equal(t, 4.0, capacity)
+		errBound, _ := metricValue(mfs, "slotpoller_offset_error_seconds")
+		require.Positive(t, errBound)
+		stmts, _ := metricValue(mfs, "slotpoller_statements_total")
+		require.Positive(t, stmts)
+
+		// /status is the JSON of `slotpoller status -json`.
+		resp, err := httpClient.Get(base + "/status")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+		var rep StatusReport
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&rep))
+		resp.Body.Close()
+		require.Len(t, rep.Nodes, 1)
+		require.Equal(t, "admin-a", rep.Nodes[0].Name)
+		require.True(t, rep.Nodes[0].Live)
+		require.Equal(t, 1, rep.Jobs[store.StateDone])
+		require.Positive(t, rep.SchemaVersion)
+
+		// The database goes away: /readyz turns 503 and says why, while
+		// /healthz and /metrics go on answering.
+		out.begin()
+		var why string
+		require.Eventually(t, func() bool {
+			code, body := get(t, base+"/readyz")
+			why = body
+			return code == http.StatusServiceUnavailable && strings.Contains(body, out.reason)
+		}, 60*time.Second, 100*time.Millisecond, "/readyz should turn 503 naming %q", out.reason)
+		require.True(t, strings.HasPrefix(why, "not ready\n"), why)
+		t.Logf("/readyz while the database is away:\n%s", why)
+		code, _ = get(t, base+"/healthz")
+		require.Equal(t, http.StatusOK, code, "the process is still up")
+		mfs = scrape(t, base)
+		ready, _ = metricValue(mfs, "slotpoller_ready")
+		require.Equal(t, 0.0, ready)
+
+		// It comes back: ready again.
+		out.end()
+		require.Eventually(t, func() bool { code, _ := get(t, base+"/readyz"); return code == http.StatusOK },
+			60*time.Second, 100*time.Millisecond, "/readyz should turn 200 again once the database is back")
+
+		// A graceful stop closes the endpoint.
+		rn.stop(t)
+		require.Empty(t, rn.n.AdminAddr())
+		_, err = httpClient.Get(base + "/healthz")
+		require.Error(t, err, "the endpoint should be closed after the stop")
+	})
+}
+
+// Before the node has a database, /readyz names every missing part and the
+// other endpoints still answer.
+func TestAdminEndpointBeforeTheDatabase(t *testing.T) {
+	cfg := testConfig(t, storetest.DB{Driver: "sqlite", DSN: t.TempDir() + "/never-opened.db"}, "admin-b", "http://localhost")
+	srv := httptest.NewServer(NewNode(cfg, NewLogger(io.Discard, cfg.Log), nil).AdminHandler())
+	defer srv.Close()
+
+	code, body := get(t, srv.URL+"/healthz")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ok\n", body)
+
+	code, body = get(t, srv.URL+"/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "not ready\ndatabase: not connected yet\nclock offset: not measured yet\nchecked in: not yet\n", body)
+
+	code, _ = get(t, srv.URL+"/status")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+
+	mfs := scrape(t, srv.URL)
+	polls, ok := metricValue(mfs, "slotpoller_polls_total")
+	require.True(t, ok)
+	require.Zero(t, polls)
+	require.NotContains(t, mfs, "slotpoller_offset_seconds", "no offset before it is measured")
+	require.NotContains(t, mfs, "slotpoller_jobs", "no job counts without a database")
+	ready, _ := metricValue(mfs, "slotpoller_ready")
+	require.Zero(t, ready)
+
+	code, _ = get(t, srv.URL+"/nothing-here")
+	require.Equal(t, http.StatusNotFound, code)
+}
+
+// The admin endpoint is off unless admin.listen is set.
+func TestAdminEndpointOffByDefault(t *testing.T) {
+	_, db := storetest.OpenDB(t, "sqlite")
+	cfg := testConfig(t, db, "admin-c", "http://localhost")
+	require.Empty(t, cfg.Admin.Listen)
+	rn := runNode(t, cfg)
+	require.Eventually(t, func() bool { return rn.n.Stats().Jobs.Polls >= 3 }, 60*time.Second, 20*time.Millisecond)
+	require.Empty(t, rn.n.AdminAddr())
+	require.NotContains(t, rn.logs.String(), "admin endpoint")
+}
+
+// A taken port does not stop the node: it logs the failure, runs on, and
+// listens once the port is free.
+func TestAdminEndpointPortInUse(t *testing.T) {
+	_, db := storetest.OpenDB(t, "sqlite")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := taken.Addr().String()
+	cfg := testConfig(t, db, "admin-d", "http://localhost")
+	cfg.Admin.Listen = addr
+	rn := runNode(t, cfg)
+
+	require.Eventually(t, func() bool {
+		return strings.Contains(rn.logs.String(), "could not listen on admin.listen")
+	}, 60*time.Second, 20*time.Millisecond, "the failure to listen should be logged")
+	require.Eventually(t, func() bool { return rn.n.Stats().Jobs.Polls >= 3 }, 60*time.Second, 20*time.Millisecond,
+		"the node should work without its admin endpoint")
+	require.Empty(t, rn.n.AdminAddr())
+
+	require.NoError(t, taken.Close())
+	require.Eventually(t, func() bool { return rn.n.AdminAddr() == addr }, 60*time.Second, 20*time.Millisecond,
+		"the endpoint should listen once the port is free")
+	code, _ := get(t, "http://"+addr+"/healthz")
+	require.Equal(t, http.StatusOK, code)
+}
+
+// proxy is a TCP relay in front of the database that a test can cut and
+// restore, to take the database away from a node and give it back (as in
+// the e2e tests).
+type proxy struct {
+	t      *testing.T
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]bool
+	wg     sync.WaitGroup
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	p := &proxy{t: t, target: target, conns: map[net.Conn]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *proxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c], p.conns[up] = true, true
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+}
+
+// cut closes the listener and every relayed connection: to the node the
+// database is gone.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[net.Conn]bool{}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// restore listens again on the same address.
+func (p *proxy) restore() {
+	ln, err := net.Listen("tcp", p.addr)
+	require.NoError(p.t, err)
+	p.serve(ln)
+}

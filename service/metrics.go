@@ -1,0 +1,172 @@
+package service
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/jobs"
+)
+
+// metricPrefix starts the name of every slotpoller metric.
+const metricPrefix = "slotpoller_"
+
+// jobsScrapeTimeout bounds the job count query a scrape makes: a scrape
+// must answer even while the database does not.
+const jobsScrapeTimeout = 2 * time.Second
+
+// jobStates are the states the jobs gauge always reports, at zero when no
+// job is in them, so that an alert on one of them has a series to watch.
+var jobStates = []string{store.StateReady, store.StateRunning, store.StateDone, store.StateFailed,
+	store.StateDead, store.StateCancelled, store.StateMissed}
+
+// metrics is a node's Prometheus instrumentation, on a registry of the
+// node's own (never the default registry: a process may run several nodes,
+// as the benchmark does). Counters are read from the parts' own counters
+// at scrape time; only the two histograms are fed as things happen.
+type metrics struct {
+	reg *prometheus.Registry
+	// callDuration is fed by the runner's OnCall hook.
+	callDuration prometheus.Histogram
+	// slotLag is fed by the poll loop.
+	slotLag prometheus.Histogram
+}
+
+func newMetrics(n *Node) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		callDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    metricPrefix + "call_duration_seconds",
+			Help:    "How long job endpoint calls took, from sending the request to the end of the response (or the timeout, error or cancellation).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}),
+		slotLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    metricPrefix + "slot_lag_seconds",
+			Help:    "How late after the start of its turn, in database time, the node polled (guard band and schedule writing included).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+	}
+	m.reg.MustRegister(m.callDuration, m.slotLag, &nodeCollector{n: n},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// observeCall is the runner's OnCall hook.
+func (m *metrics) observeCall(_ jobs.Verdict, d time.Duration) {
+	m.callDuration.Observe(d.Seconds())
+}
+
+// observeSlotLag records how late a poll came after its turn began.
+func (m *metrics) observeSlotLag(lag time.Duration) {
+	m.slotLag.Observe(max(0, lag).Seconds())
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(metricPrefix+name, help, labels, nil)
+}
+
+var (
+	descPolls  = desc("polls_total", "Polls the node made in its rotation turns.")
+	descClaims = desc("claims_total", "Jobs the node claimed.")
+	descCalls  = desc("calls_total", "Job calls by how their result was recorded: succeeded; retried (runs again after a back-off); "+
+		"failed (will not be retried); dead (out of attempts); released (given back unrun, at a stop or as an orphaned claim).", "result")
+	descCancelled    = desc("calls_cancelled_total", "Job calls cut off because their lease was lost or could not be confirmed in time.")
+	descRenewals     = desc("lease_renewals_total", "Successful job lease renewals (one statement renews every running job of the node).")
+	descLeasesLost   = desc("leases_lost_total", "Job results not recorded because the job's lease was lost: the farm had reclaimed the job.")
+	descRunning      = desc("calls_running", "Job calls in flight.")
+	descCapacity     = desc("capacity", "Concurrent job calls the node takes (node.capacity).")
+	descTasksHeld    = desc("tasks_held", "Endless tasks this node is working.")
+	descTaskCalls    = desc("task_calls_total", "Task endpoint calls.")
+	descTaskFailures = desc("task_failures_total", "Task endpoint calls that failed.")
+	descTaskLost     = desc("task_leases_lost_total", "Tasks this node found it had lost to another node at a renewal.")
+	descStatements   = desc("statements_total", "Statements the node sent to the database (scrapes of this endpoint included).")
+	descOffset       = desc("offset_seconds", "Database clock minus this node's clock, as last measured; absent until measured.")
+	descOffsetError  = desc("offset_error_seconds", "Error bound of offset_seconds (half the round trip of the best sample, plus half the database clock's tick).")
+	descLiveNodes    = desc("live_nodes", "Live nodes in the farm as this node last read the registry; 0 while its reading is older than the TTL.")
+	descJobs         = desc("jobs", "Jobs in the database by state, counted at scrape time; absent when the database did not answer in time.", "state")
+	descReady        = desc("ready", "1 when /readyz answers 200: the database answers, the clock offset is known and the node is checked in; else 0.")
+)
+
+// nodeCollector reads a node's counters and state at scrape time.
+type nodeCollector struct{ n *Node }
+
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPolls, descClaims, descCalls, descCancelled, descRenewals, descLeasesLost,
+		descRunning, descCapacity, descTasksHeld, descTaskCalls, descTaskFailures, descTaskLost, descStatements,
+		descOffset, descOffsetError, descLiveNodes, descJobs, descReady} {
+		ch <- d
+	}
+}
+
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.n
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	st := n.Stats()
+	p := n.parts()
+	counter(descPolls, st.Jobs.Polls)
+	counter(descClaims, st.Jobs.Claimed)
+	counter(descCalls, st.Jobs.Succeeded, "succeeded")
+	counter(descCalls, st.Jobs.Retried, "retried")
+	counter(descCalls, st.Jobs.Failed, "failed")
+	counter(descCalls, st.Jobs.Dead, "dead")
+	counter(descCalls, st.Jobs.Released, "released")
+	counter(descCancelled, st.Jobs.Cancelled)
+	counter(descRenewals, st.Jobs.Renewals)
+	counter(descLeasesLost, st.Jobs.LeasesLost)
+	running := 0
+	if p.runner != nil {
+		running = p.runner.Running()
+	}
+	gauge(descRunning, float64(running))
+	gauge(descCapacity, float64(n.cfg.Node.Capacity))
+	gauge(descTasksHeld, float64(st.Tasks.Held))
+	counter(descTaskCalls, st.Tasks.Calls)
+	counter(descTaskFailures, st.Tasks.Failures)
+	counter(descTaskLost, st.Tasks.Lost)
+	counter(descStatements, st.Statements)
+	if p.est != nil {
+		if e, ok := p.est.Current(); ok {
+			gauge(descOffset, e.Offset.Seconds())
+			gauge(descOffsetError, e.Error.Seconds())
+		}
+	}
+	live := 0
+	if p.reg != nil {
+		live = len(p.reg.Membership().Members)
+	}
+	gauge(descLiveNodes, float64(live))
+	ready := 0.0
+	if len(n.notReady()) == 0 {
+		ready = 1
+	}
+	gauge(descReady, ready)
+
+	if p.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), jobsScrapeTimeout)
+	defer cancel()
+	counts, err := p.store.JobCounts(ctx)
+	if err != nil {
+		n.log.Debug("metrics: jobs by state left out: the database did not answer", "err", n.maskDSN(err.Error()))
+		return
+	}
+	states := slices.Clone(jobStates)
+	for s := range counts {
+		if !slices.Contains(states, s) {
+			states = append(states, s)
+		}
+	}
+	slices.Sort(states)
+	for _, s := range states {
+		gauge(descJobs, float64(counts[s]), s)
+	}
+}

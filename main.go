@@ -1,7 +1,10 @@
 // Command slotpoller runs a node of a slotpoller farm and offers the
-// operator's verbs: enqueue jobs, show the farm's status, migrate the schema.
+// operator's verbs: install the node as an OS service, enqueue jobs, show
+// the farm's status, migrate the schema.
 //
-//	slotpoller run [-config PATH]
+//	slotpoller run [-config PATH] [-log-format json|text] [-log-level LEVEL] [-node-name NAME] [-admin-listen ADDR]
+//	slotpoller install [-config PATH] | uninstall | start | stop | restart
+//	slotpoller config show [-config PATH] [-json]
 //	slotpoller enqueue -endpoint PATH [-in DURATION | -at RFC3339] [-payload TEXT] [-max-attempts N] ...
 //	slotpoller status [-json] [-config PATH]
 //	slotpoller task add|list|delete ...
@@ -18,9 +21,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
+	kservice "github.com/kardianos/service"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -30,9 +38,14 @@ import (
 const usage = `slotpoller runs a farm's background jobs from one shared SQL database.
 
 Usage:
-  slotpoller run [-config PATH]                 run this node in the foreground
+  slotpoller run [-config PATH] [flags]         run this node (in the foreground, or under the service manager)
+                 [-log-format json|text] [-log-level debug|info|warn|error] [-node-name NAME] [-admin-listen ADDR]
+  slotpoller install [-config PATH]             register the OS service "slotpoller" (root/Administrator)
+  slotpoller uninstall                          stop and remove the OS service (root/Administrator)
+  slotpoller start | stop | restart             control the OS service
+  slotpoller config show [-config PATH] [-json] the effective configuration, secrets masked, and where each value came from
   slotpoller enqueue -endpoint PATH [flags]     add a one-off job; prints its id
-  slotpoller status [-json] [-config PATH]      nodes, their clock offsets, jobs by state
+  slotpoller status [-json] [-config PATH]      the local service; nodes, their clock offsets, jobs by state
   slotpoller task add -name NAME -endpoint PATH -every DURATION
                                                 add an endless task, called once per interval by one node
   slotpoller task list [-json]                  tasks with owner, since, calls, last result
@@ -47,7 +60,8 @@ Usage:
   slotpoller version
 
 Every verb reads config.yaml (or -config PATH) and SLOTPOLLER_<SECTION>_<KEY>
-environment variables. Run "slotpoller VERB -h" for a verb's flags.
+environment variables: defaults < config.yaml < environment < flags.
+Run "slotpoller VERB -h" for a verb's flags.
 `
 
 var version = "dev"
@@ -67,6 +81,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch verb {
 	case "run":
 		err = cmdRun(rest, stderr)
+	case "install":
+		err = cmdInstall(rest, stdout, stderr)
+	case "uninstall":
+		err = cmdUninstall(rest, stdout, stderr)
+	case "start", "stop", "restart":
+		err = cmdControl(verb, rest, stdout, stderr)
+	case "config":
+		err = cmdConfig(rest, stdout, stderr)
 	case "enqueue":
 		err = cmdEnqueue(rest, stdout, stderr)
 	case "status":
@@ -125,11 +147,45 @@ func parse(fs *flag.FlagSet, args []string) error {
 }
 
 func loadConfig(path string) (service.Config, error) {
+	cfg, _, err := loadConfigWith(path, nil)
+	return cfg, err
+}
+
+// loadConfigWith loads the configuration with command-line overrides and
+// says where each value came from.
+func loadConfigWith(path string, flags []service.Flag) (service.Config, service.Sources, error) {
 	explicit := path != ""
 	if !explicit {
 		path = "config.yaml"
 	}
-	return service.Load(path, explicit, os.Environ())
+	return service.LoadWithSources(path, explicit, os.Environ(), flags...)
+}
+
+// overrideFlags are the flags that override a key of the configuration.
+var overrideFlags = []struct{ name, key, usage string }{
+	{"log-format", "log.format", "log format, text or json (overrides log.format)"},
+	{"log-level", "log.level", "log level: debug, info, warn or error (overrides log.level)"},
+	{"node-name", "node.name", "this node's name in the registry (overrides node.name)"},
+	{"admin-listen", "admin.listen", `admin endpoint address, e.g. :9090 (loopback) or "" for off (overrides admin.listen)`},
+}
+
+// addOverrideFlags defines the override flags on fs; the function it
+// returns lists those given on the command line.
+func addOverrideFlags(fs *flag.FlagSet) func() []service.Flag {
+	for _, o := range overrideFlags {
+		fs.String(o.name, "", o.usage)
+	}
+	return func() []service.Flag {
+		var given []service.Flag
+		fs.Visit(func(f *flag.Flag) {
+			for _, o := range overrideFlags {
+				if o.name == f.Name {
+					given = append(given, service.Flag{Key: o.key, Name: "-" + o.name, Value: f.Value.String()})
+				}
+			}
+		})
+		return given
+	}
 }
 
 // openStore connects for a one-shot verb: it fails fast, unlike `run`.
@@ -145,16 +201,199 @@ func openStore(ctx context.Context, cfg service.Config) (*store.Store, error) {
 
 func cmdRun(args []string, stderr io.Writer) error {
 	fs, cfgPath := newFlags("run", stderr)
+	overrides := addOverrideFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*cfgPath)
+	cfg, _, err := loadConfigWith(*cfgPath, overrides())
 	if err != nil {
+		if !kservice.Interactive() {
+			reportToServiceLog("slotpoller run: " + err.Error())
+		}
 		return err
+	}
+	if !kservice.Interactive() {
+		return runService(cfg, stderr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return service.NewNode(cfg, service.NewLogger(stderr, cfg.Log), nil).Run(ctx)
+}
+
+// runService runs the node under the OS service manager: the service's
+// Start launches it, its Stop drains it within service.StopTimeout. Logs
+// go to the Windows Event Log, or to standard error (journald) elsewhere.
+// A node that gives up on its own makes the process exit with its error,
+// so that the service manager restarts it.
+func runService(cfg service.Config, stderr io.Writer) error {
+	prg := &service.Program{StopTimeout: service.StopTimeout(cfg)}
+	svc, err := install.NewService(prg, serviceOptions(prg))
+	if err != nil {
+		return err
+	}
+	log, err := serviceLogger(svc, cfg.Log, stderr)
+	if err != nil {
+		return err
+	}
+	prg.Logger = log
+	prg.Run = service.NewNode(cfg, log, nil).Run
+	if err := svc.Run(); err != nil {
+		return err
+	}
+	return prg.Err()
+}
+
+func cmdInstall(args []string, stdout, stderr io.Writer) error {
+	fs, cfgPath := newFlags("install", stderr)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := install.CheckRights("install"); err != nil {
+		return err
+	}
+	path := *cfgPath
+	if path == "" {
+		path = "config.yaml"
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return fmt.Errorf("the service runs `slotpoller run -config %s`, and there is no config file there (%v): write one (config.yaml in the release is a commented example) or pass -config PATH", abs, err)
+	}
+	environ := os.Environ()
+	cfg, src, err := service.LoadWithSources(abs, true, environ)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("cannot find this program's path: %w", err)
+	}
+	if exe, err = filepath.Abs(exe); err != nil {
+		return err
+	}
+	if strings.Contains(exe, "go-build") {
+		return fmt.Errorf("%s is a temporary build (go run): build slotpoller, put the binary where it stays, and install from it", exe)
+	}
+	spec := install.ServiceSpec{Executable: exe, ConfigPath: abs, Env: carriedEnv(cfg, src, environ),
+		StopBound: service.StopTimeout(cfg)}
+	if err := install.InstallService(spec); err != nil {
+		return err
+	}
+	writeInstalled(stdout, spec, time.Duration(cfg.Jobs.DrainTimeout))
+	return nil
+}
+
+// writeInstalled tells what install registered. Secret values (the DSN,
+// the signing key) are never printed.
+func writeInstalled(w io.Writer, spec install.ServiceSpec, drain time.Duration) {
+	fmt.Fprintf(w, "installed service %q: %s %s\n", install.ServiceName, spec.Executable, strings.Join(spec.Arguments(), " "))
+	for _, e := range spec.Env {
+		value := e.Value
+		if e.Secret {
+			value = "(hidden)"
+		}
+		fmt.Fprintf(w, "  environment %s=%s\n", e.Name, value)
+	}
+	stop := spec.ManagerStopTimeout()
+	fmt.Fprintf(w, "  stop timeout %v (jobs.drain_timeout %v + %v)\n", stop, service.Duration(drain), service.Duration(stop-drain))
+	fmt.Fprintln(w, "start it with: slotpoller start")
+}
+
+// carriedEnv lists the environment variables that set a key of the
+// configuration: the node's environment overrides, which the service
+// must run with too.
+func carriedEnv(cfg service.Config, src service.Sources, environ []string) []install.EnvVar {
+	values := map[string]string{}
+	for _, kv := range environ {
+		if name, value, ok := strings.Cut(kv, "="); ok {
+			values[name] = value
+		}
+	}
+	var env []install.EnvVar
+	for _, s := range cfg.Settings(src) {
+		if s.Source.Kind == service.FromEnv {
+			env = append(env, install.EnvVar{Name: s.Source.Where, Value: values[s.Source.Where], Secret: service.IsSecret(s.Key)})
+		}
+	}
+	return env
+}
+
+func cmdUninstall(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("slotpoller uninstall", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := install.UninstallService(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "uninstalled service %q\n", install.ServiceName)
+	return nil
+}
+
+func cmdControl(verb string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("slotpoller "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := install.ControlService(verb); err != nil {
+		return err
+	}
+	done := map[string]string{"start": "started", "stop": "stopped", "restart": "restarted"}[verb]
+	fmt.Fprintf(stdout, "service %q %s\n", install.ServiceName, done)
+	return nil
+}
+
+func cmdConfig(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "show" {
+		return usageError{"say `config show`"}
+	}
+	fs, cfgPath := newFlags("config show", stderr)
+	asJSON := fs.Bool("json", false, "print JSON: the config file and a settings array of key, value and source")
+	overrides := addOverrideFlags(fs)
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	cfg, src, err := loadConfigWith(*cfgPath, overrides())
+	if err != nil {
+		return err
+	}
+	file := *cfgPath
+	if file == "" {
+		file = "config.yaml"
+		if _, err := os.Stat(file); err != nil {
+			file = ""
+		}
+	}
+	settings := cfg.Settings(src)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			ConfigFile string            `json:"config_file"`
+			Settings   []service.Setting `json:"settings"`
+		}{file, settings})
+	}
+	if file == "" {
+		fmt.Fprintln(stdout, "config file: none (no config.yaml in the working directory): defaults and environment")
+	} else {
+		fmt.Fprintln(stdout, "config file:", file)
+	}
+	fmt.Fprintln(stdout)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE")
+	for _, s := range settings {
+		value := fmt.Sprint(s.Value)
+		if str, ok := s.Value.(string); ok && (str == "" || strings.ContainsAny(str, " \t\"#")) {
+			value = strconv.Quote(str)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Key, value, s.Source)
+	}
+	return tw.Flush()
 }
 
 func cmdEnqueue(args []string, stdout, stderr io.Writer) error {
@@ -221,24 +460,42 @@ func cmdEnqueue(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// statusJSON is `status -json`: the local service, then the farm.
+type statusJSON struct {
+	Service install.ServiceState `json:"service"`
+	*service.StatusReport
+}
+
 func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	fs, cfgPath := newFlags("status", stderr)
-	asJSON := fs.Bool("json", false, "print JSON: an object with a nodes array and job counts")
+	asJSON := fs.Bool("json", false, "print JSON: an object with the local service, a nodes array and job counts")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	return withStore(*cfgPath, func(ctx context.Context, cfg service.Config, s *store.Store) error {
+	encode := func(v any) error {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	// The local service first: it is known without the database.
+	svc := install.QueryService()
+	if !*asJSON {
+		fmt.Fprintln(stdout, "service:", svc)
+	}
+	err := withStore(*cfgPath, func(ctx context.Context, cfg service.Config, s *store.Store) error {
 		rep, err := service.Status(ctx, s, time.Duration(cfg.Checkin.TTL))
 		if err != nil {
 			return err
 		}
 		if *asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(rep)
+			return encode(statusJSON{Service: svc, StatusReport: &rep})
 		}
 		return rep.WriteText(stdout)
 	})
+	if err != nil && *asJSON {
+		_ = encode(statusJSON{Service: svc})
+	}
+	return err
 }
 
 func cmdSchema(args []string, stdout, stderr io.Writer) error {

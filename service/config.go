@@ -252,11 +252,22 @@ func DefaultConfig() Config {
 // sets it; an empty node.name becomes the host name. All problems found are
 // reported together (errors.Join).
 func Load(path string, explicit bool, environ []string) (Config, error) {
+	cfg, _, err := LoadWithSources(path, explicit, environ)
+	return cfg, err
+}
+
+// LoadWithSources is Load with command-line flags as the last layer
+// (defaults < file < environment < flags), and it reports where each key's
+// value came from: every key set by the file, the environment or a flag,
+// and the defaults Load computes (database.dsn, checkin.ttl, node.name).
+// Keys missing from the Sources kept their plain default; Sources.Of says
+// so.
+func LoadWithSources(path string, explicit bool, environ []string, flags ...Flag) (Config, Sources, error) {
 	cfg := DefaultConfig()
-	src := map[string]string{} // key path -> where its value came from
+	src := Sources{} // key path -> where its value came from
 
 	if path == "" && explicit {
-		return Config{}, errors.New("config: no config file path given")
+		return Config{}, nil, errors.New("config: no config file path given")
 	}
 
 	var errs []error
@@ -268,16 +279,17 @@ func Load(path string, explicit bool, environ []string) (Config, error) {
 		case errors.Is(err, fs.ErrNotExist) && !explicit:
 			// No file: defaults and environment only.
 		default:
-			return Config{}, fmt.Errorf("config: %w", err)
+			return Config{}, nil, fmt.Errorf("config: %w", err)
 		}
 	}
 	errs = append(errs, applyEnv(&cfg, environ, src)...)
+	errs = append(errs, applyFlags(&cfg, flags, src)...)
 	if len(errs) > 0 {
-		return Config{}, errors.Join(errs...)
+		return Config{}, nil, errors.Join(errs...)
 	}
 
 	if err := resolveDerived(&cfg, path, src); err != nil {
-		return Config{}, err
+		return Config{}, nil, err
 	}
 
 	problems := cfg.problems()
@@ -286,18 +298,18 @@ func Load(path string, explicit bool, environ []string) (Config, error) {
 		for _, p := range problems {
 			msg := p.text
 			if from, ok := src[p.key]; ok {
-				msg += " (" + from + ")"
+				msg += " (" + from.phrase() + ")"
 			}
 			errs = append(errs, errors.New(msg))
 		}
-		return Config{}, errors.Join(errs...)
+		return Config{}, nil, errors.Join(errs...)
 	}
-	return cfg, nil
+	return cfg, src, nil
 }
 
 // resolveDerived fills the defaults that depend on the file's location, on
 // other keys and on the host.
-func resolveDerived(cfg *Config, path string, src map[string]string) error {
+func resolveDerived(cfg *Config, path string, src Sources) error {
 	if cfg.Database.Driver == "sqlite" && !isInMemorySQLite(cfg.Database.DSN) {
 		baseDir, err := configDir(path)
 		if err != nil {
@@ -306,7 +318,7 @@ func resolveDerived(cfg *Config, path string, src map[string]string) error {
 		switch {
 		case cfg.Database.DSN == "":
 			cfg.Database.DSN = filepath.Join(baseDir, defaultSQLiteFile)
-			src[dsnKey] = "default beside the config file"
+			src[dsnKey] = Source{Kind: FromDefault, Note: "default beside the config file"}
 		case isRelativeSQLitePath(cfg.Database.DSN):
 			file, query, hasQuery := strings.Cut(cfg.Database.DSN, "?")
 			cfg.Database.DSN = filepath.Join(baseDir, file)
@@ -318,7 +330,7 @@ func resolveDerived(cfg *Config, path string, src map[string]string) error {
 
 	if _, set := src["checkin.ttl"]; !set {
 		cfg.Checkin.TTL = ttlHeartbeats * cfg.Checkin.Heartbeat
-		src["checkin.ttl"] = "derived as 3 × checkin.heartbeat; set checkin.ttl to choose it"
+		src["checkin.ttl"] = Source{Kind: FromDefault, Note: "derived as 3 × checkin.heartbeat; set checkin.ttl to choose it"}
 	}
 
 	if cfg.Node.Name == "" {
@@ -327,7 +339,7 @@ func resolveDerived(cfg *Config, path string, src map[string]string) error {
 			return fmt.Errorf("config: node.name is not set and the host name cannot be read (%v); set node.name or %s", err, envName("node", "name"))
 		}
 		cfg.Node.Name = host
-		src["node.name"] = "taken from the host name; set node.name or " + envName("node", "name")
+		src["node.name"] = Source{Kind: FromDefault, Note: "taken from the host name; set node.name or " + envName("node", "name")}
 	}
 	return nil
 }
@@ -926,7 +938,7 @@ func envName(section, key string) string {
 // its full path and line, and every problem in the file is reported at once.
 // decodeList reads a list section (schedules): a sequence of mappings
 // whose keys are checked like any other section's.
-func decodeList(sv reflect.Value, section, name string, vn *yaml.Node, src map[string]string) []error {
+func decodeList(sv reflect.Value, section, name string, vn *yaml.Node, src Sources) []error {
 	var errs []error
 	fail := func(n *yaml.Node, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s:%d: %s", name, n.Line, fmt.Sprintf(format, args...)))
@@ -973,7 +985,7 @@ func decodeList(sv reflect.Value, section, name string, vn *yaml.Node, src map[s
 				fail(leaf, "%s = %s: %v", kp, rawForError(kp, leaf.Value), err)
 				continue
 			}
-			src[kp] = fmt.Sprintf("set at %s:%d", name, leaf.Line)
+			src[kp] = Source{Kind: FromFile, Where: fmt.Sprintf("%s:%d", name, leaf.Line)}
 		}
 		list = reflect.Append(list, ev)
 	}
@@ -983,7 +995,7 @@ func decodeList(sv reflect.Value, section, name string, vn *yaml.Node, src map[s
 	return errs
 }
 
-func decodeYAML(cfg *Config, name string, data []byte, src map[string]string) []error {
+func decodeYAML(cfg *Config, name string, data []byte, src Sources) []error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -1071,7 +1083,7 @@ func decodeYAML(cfg *Config, name string, data []byte, src map[string]string) []
 				fail(leaf, "%s = %s: %v", path, rawForError(path, leaf.Value), err)
 				continue
 			}
-			src[path] = fmt.Sprintf("set at %s:%d", name, leaf.Line)
+			src[path] = Source{Kind: FromFile, Where: fmt.Sprintf("%s:%d", name, leaf.Line)}
 		}
 	}
 	return errs
@@ -1114,7 +1126,7 @@ func nodeKindName(k yaml.Kind) string {
 
 // applyEnv applies SLOTPOLLER_<SECTION>_<KEY> variables from environ to cfg
 // and records in src which variable set each key.
-func applyEnv(cfg *Config, environ []string, src map[string]string) []error {
+func applyEnv(cfg *Config, environ []string, src Sources) []error {
 	var errs []error
 	cv := reflect.ValueOf(cfg).Elem()
 	ct := cv.Type()
@@ -1178,7 +1190,7 @@ func applyEnv(cfg *Config, environ []string, src map[string]string) []error {
 			errs = append(errs, fmt.Errorf("config: %s = %s: %v", name, rawForError(path, value), err))
 			continue
 		}
-		src[path] = "set by " + name
+		src[path] = Source{Kind: FromEnv, Where: name}
 	}
 	return errs
 }
@@ -1223,4 +1235,158 @@ func editDistance(a, b string) int {
 		}
 	}
 	return d[len(a)][len(b)]
+}
+
+// SourceKind says which layer of the configuration a value came from.
+type SourceKind string
+
+// The layers, lowest first: each one overrides the ones before it.
+const (
+	FromDefault SourceKind = "default"
+	FromFile    SourceKind = "file"
+	FromEnv     SourceKind = "env"
+	FromFlag    SourceKind = "flag"
+)
+
+// Source is where one key's value came from.
+type Source struct {
+	Kind SourceKind `json:"kind"`
+	// Where is "path:line" for the file, the variable's name for the
+	// environment and the flag ("-log-level") for a flag; empty for a
+	// default.
+	Where string `json:"where,omitempty"`
+	// Note explains a default that Load computed (from the config file's
+	// folder, the heartbeat, the host name).
+	Note string `json:"note,omitempty"`
+}
+
+// String is the source as `config show` prints it: "default",
+// "config.yaml:12", "env SLOTPOLLER_NODE_NAME", "flag -log-level".
+func (s Source) String() string {
+	switch s.Kind {
+	case FromFile:
+		return s.Where
+	case FromEnv:
+		return "env " + s.Where
+	case FromFlag:
+		return "flag " + s.Where
+	}
+	if s.Note != "" {
+		return "default (" + s.Note + ")"
+	}
+	return "default"
+}
+
+// phrase is the source as a validation error quotes it.
+func (s Source) phrase() string {
+	switch s.Kind {
+	case FromFile:
+		return "set at " + s.Where
+	case FromEnv:
+		return "set by " + s.Where
+	case FromFlag:
+		return "set by flag " + s.Where
+	}
+	if s.Note != "" {
+		return s.Note
+	}
+	return "default"
+}
+
+// Sources maps a key ("jobs.drain_timeout", "schedules[0].cron") to where
+// its value came from.
+type Sources map[string]Source
+
+// Of returns the source of key: a plain default when nothing set it.
+func (s Sources) Of(key string) Source {
+	if src, ok := s[key]; ok {
+		return src
+	}
+	return Source{Kind: FromDefault}
+}
+
+// Flag is a value given on the command line for one key; it wins over the
+// file and the environment.
+type Flag struct {
+	Key   string // the key it sets, e.g. "log.level"
+	Name  string // the flag as typed, e.g. "-log-level"; shown as the source
+	Value string
+}
+
+// applyFlags applies command-line values to cfg and records them in src.
+func applyFlags(cfg *Config, flags []Flag, src Sources) []error {
+	var errs []error
+	cv := reflect.ValueOf(cfg).Elem()
+	for _, f := range flags {
+		section, key, _ := strings.Cut(f.Key, ".")
+		si := fieldIndex(cv.Type(), section)
+		if si < 0 || cv.Field(si).Kind() != reflect.Struct || fieldIndex(cv.Field(si).Type(), key) < 0 {
+			errs = append(errs, fmt.Errorf("config: flag %s: %q is not a setting", f.Name, f.Key))
+			continue
+		}
+		sv := cv.Field(si)
+		if err := setValue(sv.Field(fieldIndex(sv.Type(), key)), f.Value); err != nil {
+			errs = append(errs, fmt.Errorf("config: flag %s = %s: %v", f.Name, rawForError(f.Key, f.Value), err))
+			continue
+		}
+		src[f.Key] = Source{Kind: FromFlag, Where: f.Name}
+	}
+	return errs
+}
+
+// IsSecret reports whether key holds a secret (the DSN, which may carry a
+// password, and the signing key): its value is shown only masked.
+func IsSecret(key string) bool {
+	return key == dsnKey || key == "jobs.signing_key"
+}
+
+// Setting is one key of the effective configuration, for `config show`.
+type Setting struct {
+	Key string `json:"key"`
+	// Value is a string, an int, a bool, or a duration as a string ("30s").
+	// Secrets are masked.
+	Value  any    `json:"value"`
+	Source Source `json:"source"`
+}
+
+// Settings lists every key of c, sections and keys in the file's order
+// and then each schedule's keys, with where its value came from. Secrets are
+// masked (as by Redacted), whatever c holds.
+func (c Config) Settings(src Sources) []Setting {
+	var out []Setting
+	add := func(key string, v reflect.Value) {
+		var value any
+		switch {
+		case v.Type() == reflect.TypeFor[Duration]():
+			value = Duration(v.Int()).String()
+		case v.Kind() == reflect.String:
+			value = v.String()
+		case v.Kind() == reflect.Int:
+			value = int(v.Int())
+		case v.Kind() == reflect.Bool:
+			value = v.Bool()
+		default:
+			value = fmt.Sprint(v.Interface())
+		}
+		out = append(out, Setting{Key: key, Value: value, Source: src.Of(key)})
+	}
+	cv := reflect.ValueOf(c.Redacted())
+	ct := cv.Type()
+	for i := 0; i < ct.NumField(); i++ {
+		section, sv := yamlTag(ct.Field(i)), cv.Field(i)
+		switch sv.Kind() {
+		case reflect.Struct:
+			for j := 0; j < sv.NumField(); j++ {
+				add(section+"."+yamlTag(sv.Type().Field(j)), sv.Field(j))
+			}
+		case reflect.Slice:
+			for n := 0; n < sv.Len(); n++ {
+				ev := sv.Index(n)
+				for j := 0; j < ev.NumField(); j++ {
+					add(fmt.Sprintf("%s[%d].%s", section, n, yamlTag(ev.Type().Field(j))), ev.Field(j))
+				}
+			}
+		}
+	}
+	return out
 }

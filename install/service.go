@@ -1,0 +1,489 @@
+package install
+
+// The OS service: slotpoller registered with systemd or the Windows service
+// manager through github.com/kardianos/service, to run `slotpoller run
+// -config <absolute path>` with the node's environment overrides.
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	kservice "github.com/kardianos/service"
+)
+
+// ServiceName is the name of slotpoller's OS service: the systemd unit
+// slotpoller.service, the Windows service and event log source slotpoller.
+const ServiceName = "slotpoller"
+
+const (
+	serviceDescription = "slotpoller node: runs the farm's background jobs from the shared SQL database"
+
+	// ManagerStopMargin is how much longer the service manager waits for a
+	// stop than the program's own bound (ServiceSpec.StopBound): the
+	// program gives up first and exits, rather than being killed while it
+	// writes to the database.
+	ManagerStopMargin = 5 * time.Second
+
+	// restartDelay is how long the service manager waits before it starts
+	// a node that exited again.
+	restartDelay = 5 * time.Second
+
+	// systemdUnitPath is where kardianos/service writes a system unit.
+	systemdUnitPath = "/etc/systemd/system/" + ServiceName + ".service"
+	// sysvScriptPath is where it writes a System V init script.
+	sysvScriptPath = "/etc/init.d/" + ServiceName
+)
+
+// ErrPrivileges means a service operation was refused for lack of rights.
+var ErrPrivileges = errors.New("needs administrative rights: run as root/Administrator")
+
+// EnvVar is one environment variable the service runs with.
+type EnvVar struct {
+	Name  string
+	Value string
+	// Secret values are never printed; on Linux a unit that holds one is
+	// readable by root only.
+	Secret bool
+}
+
+// ServiceSpec is what the OS service runs.
+type ServiceSpec struct {
+	// Executable is the absolute path of the slotpoller binary.
+	Executable string
+	// ConfigPath is the absolute path of the config file, passed as
+	// `run -config`.
+	ConfigPath string
+	// Env are the SLOTPOLLER_* variables the node runs with (its
+	// environment overrides at install time).
+	Env []EnvVar
+	// StopBound is how long the program takes at most to stop
+	// (jobs.drain_timeout + 10s, service.StopTimeout); the service manager
+	// waits ManagerStopMargin longer before it kills the process.
+	StopBound time.Duration
+}
+
+// Arguments are the command-line arguments of the service's process.
+func (s ServiceSpec) Arguments() []string {
+	return []string{"run", "-config", s.ConfigPath}
+}
+
+// ManagerStopTimeout is how long the service manager waits for a stop
+// before it kills the process (systemd's TimeoutStopSec).
+func (s ServiceSpec) ManagerStopTimeout() time.Duration {
+	return s.StopBound + ManagerStopMargin
+}
+
+func (s ServiceSpec) validate() error {
+	var errs []error
+	if !filepath.IsAbs(s.Executable) {
+		errs = append(errs, fmt.Errorf("service: the executable path %q is not absolute", s.Executable))
+	}
+	if !filepath.IsAbs(s.ConfigPath) {
+		errs = append(errs, fmt.Errorf("service: the config path %q is not absolute", s.ConfigPath))
+	}
+	if s.StopBound <= 0 {
+		errs = append(errs, fmt.Errorf("service: the stop bound %v must be positive", s.StopBound))
+	}
+	for _, e := range s.Env {
+		if !validEnvName(e.Name) {
+			errs = append(errs, fmt.Errorf("service: %q is not an environment variable name", e.Name))
+		}
+		if strings.ContainsRune(e.Value, 0) {
+			errs = append(errs, fmt.Errorf("service: %s holds a NUL character", e.Name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validEnvName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func (s ServiceSpec) sortedEnv() []EnvVar {
+	env := append([]EnvVar(nil), s.Env...)
+	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
+	return env
+}
+
+func (s ServiceSpec) secret() bool {
+	for _, e := range s.Env {
+		if e.Secret {
+			return true
+		}
+	}
+	return false
+}
+
+// systemdUnitTemplate is the unit that `slotpoller install` writes on
+// systemd (kardianos/service's SystemdScript option). Its @KEY@ fields are
+// filled by SystemdUnit, each escaped for systemd.
+//
+//   - Restart=always with RestartSec: a node that gave up (a schema newer
+//     than the binary, its name in use) or crashed comes back after a pause.
+//   - TimeoutStopSec: the program's own stop bound (jobs.drain_timeout +
+//     10s) plus a margin, so that systemd does not kill a node while it
+//     drains, leaves the registry and gives back its work.
+//   - Logs go to standard error, which systemd hands to journald.
+const systemdUnitTemplate = `[Unit]
+Description=@DESCRIPTION@
+Documentation=https://github.com/slotpoller/slotpoller/blob/main/docs/service.md
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=simple
+ExecStart=@EXEC_START@
+Restart=always
+RestartSec=@RESTART_SEC@
+TimeoutStopSec=@TIMEOUT_STOP_SEC@
+KillMode=mixed
+@ENVIRONMENT@
+[Install]
+WantedBy=multi-user.target
+`
+
+// SystemdUnit renders the systemd unit for s: what `slotpoller install`
+// writes to /etc/systemd/system/slotpoller.service.
+func SystemdUnit(s ServiceSpec) (string, error) {
+	if err := s.validate(); err != nil {
+		return "", err
+	}
+	words := append([]string{s.Executable}, s.Arguments()...)
+	for i, w := range words {
+		words[i] = systemdExecWord(w)
+	}
+	var env strings.Builder
+	for _, e := range s.sortedEnv() {
+		env.WriteString("Environment=" + systemdEnvAssignment(e.Name, e.Value) + "\n")
+	}
+	unit := strings.NewReplacer(
+		"@DESCRIPTION@", serviceDescription,
+		"@EXEC_START@", strings.Join(words, " "),
+		"@RESTART_SEC@", strconv.Itoa(int(restartDelay/time.Second)),
+		"@TIMEOUT_STOP_SEC@", strconv.FormatInt(int64((s.ManagerStopTimeout()+time.Second-1)/time.Second), 10),
+		"@ENVIRONMENT@", env.String(),
+	).Replace(systemdUnitTemplate)
+	// kardianos/service runs the script through its own template engine,
+	// which reads "{{" as an action; the escapes above never leave one.
+	if strings.Contains(unit, "{{") {
+		return "", errors.New("service: the systemd unit would hold \"{{\"")
+	}
+	return unit, nil
+}
+
+// systemdExecWord writes one word of ExecStart: quoted when it holds
+// anything but plain path characters, C-escaped inside the quotes, with
+// "%" (a specifier) doubled and "$" (a variable) doubled.
+func systemdExecWord(w string) string {
+	plain := w != ""
+	for i := 0; i < len(w); i++ {
+		if !isPlainUnitChar(w[i]) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return w
+	}
+	return `"` + systemdEscape(w, true) + `"`
+}
+
+// systemdEnvAssignment writes NAME=value for Environment=, quoted as a
+// whole. Variables are not expanded there, so "$" stays as it is;
+// specifiers are, so "%" is doubled.
+func systemdEnvAssignment(name, value string) string {
+	return `"` + systemdEscape(name+"="+value, false) + `"`
+}
+
+func isPlainUnitChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		strings.IndexByte("/._-+,:=@", c) >= 0
+}
+
+// systemdEscape escapes s for the inside of a double-quoted word of a unit
+// file: backslash and quote, control characters and "{" (for
+// kardianos/service's template engine) as C escapes, "%" as "%%", and, in
+// ExecStart, "$" as "$$".
+func systemdEscape(s string, exec bool) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			b.WriteString(`\\`)
+		case c == '"':
+			b.WriteString(`\"`)
+		case c == '%':
+			b.WriteString("%%")
+		case c == '$' && exec:
+			b.WriteString("$$")
+		case c == '{':
+			b.WriteString(`\x7b`)
+		case c == '\n':
+			b.WriteString(`\n`)
+		case c == '\t':
+			b.WriteString(`\t`)
+		case c < 0x20 || c == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// serviceConfig is the kardianos/service configuration for s.
+func serviceConfig(s ServiceSpec) (*kservice.Config, error) {
+	unit, err := SystemdUnit(s)
+	if err != nil {
+		return nil, err
+	}
+	env := make(map[string]string, len(s.Env))
+	for _, e := range s.Env {
+		env[e.Name] = e.Value
+	}
+	return &kservice.Config{
+		Name:        ServiceName,
+		DisplayName: ServiceName,
+		Description: serviceDescription,
+		Executable:  s.Executable,
+		Arguments:   s.Arguments(),
+		EnvVars:     env,
+		Option: kservice.KeyValue{
+			"SystemdScript": unit,
+			// Windows: start at boot; restart a node that exited
+			// without being asked to.
+			"StartType":              "automatic",
+			"OnFailure":              "restart",
+			"OnFailureDelayDuration": restartDelay.String(),
+			"OnFailureResetPeriod":   3600,
+		},
+	}, nil
+}
+
+// NewService returns slotpoller's OS service running prg, for `slotpoller
+// run` under the service manager. options are kardianos/service options
+// (RunWait, for instance).
+func NewService(prg kservice.Interface, options kservice.KeyValue) (kservice.Service, error) {
+	return kservice.New(prg, &kservice.Config{Name: ServiceName, DisplayName: ServiceName,
+		Description: serviceDescription, Option: options})
+}
+
+// noProgram stands in for the program when the service is only controlled.
+type noProgram struct{}
+
+func (noProgram) Start(kservice.Service) error { return nil }
+func (noProgram) Stop(kservice.Service) error  { return nil }
+
+func controlled() (kservice.Service, error) {
+	s, err := NewService(noProgram{}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("service: %w", err)
+	}
+	return s, nil
+}
+
+// InstallService registers the service with the OS service manager. It
+// needs root or Administrator rights; without them it fails with
+// ErrPrivileges.
+func InstallService(spec ServiceSpec) error {
+	if err := CheckRights("install"); err != nil {
+		return err
+	}
+	cfg, err := serviceConfig(spec)
+	if err != nil {
+		return err
+	}
+	s, err := kservice.New(noProgram{}, cfg)
+	if err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	if st := stateOf(s); st.Installed {
+		return fmt.Errorf("the service %q is already installed (%s): run `slotpoller uninstall` first", ServiceName, st)
+	}
+	if err := s.Install(); err != nil {
+		return explain("install", err)
+	}
+	if s.Platform() == "linux-systemd" && spec.secret() {
+		// The unit carries a secret: let root alone read it.
+		if err := os.Chmod(systemdUnitPath, 0o600); err != nil {
+			return fmt.Errorf("the service is installed, but its unit holds a secret and could not be made readable by root only: %w", err)
+		}
+	}
+	return nil
+}
+
+// UninstallService stops the service if it runs and removes it from the
+// OS service manager. It needs root or Administrator rights.
+func UninstallService() error {
+	if err := CheckRights("uninstall"); err != nil {
+		return err
+	}
+	s, err := controlled()
+	if err != nil {
+		return err
+	}
+	st := stateOf(s)
+	if st.State == StateNotInstalled {
+		return fmt.Errorf("the service %q is not installed", ServiceName)
+	}
+	if st.Running {
+		if err := s.Stop(); err != nil {
+			return explain("stop", err)
+		}
+	}
+	if err := s.Uninstall(); err != nil {
+		return explain("uninstall", err)
+	}
+	return nil
+}
+
+// ControlService starts, stops or restarts the installed service: action
+// is "start", "stop" or "restart". A stop returns once the node has
+// stopped (or the service manager gave up waiting).
+func ControlService(action string) error {
+	s, err := controlled()
+	if err != nil {
+		return err
+	}
+	if st := stateOf(s); st.State == StateNotInstalled {
+		return fmt.Errorf("the service %q is not installed: run `slotpoller install` first", ServiceName)
+	}
+	switch action {
+	case "start":
+		err = s.Start()
+	case "stop":
+		err = s.Stop()
+	case "restart":
+		err = s.Restart()
+	default:
+		return fmt.Errorf("service: unknown action %q", action)
+	}
+	if err != nil {
+		return explain(action, err)
+	}
+	return nil
+}
+
+// The states of ServiceState.State.
+const (
+	StateRunning      = "running"
+	StateStopped      = "stopped"
+	StateFailed       = "failed"
+	StateNotInstalled = "not installed"
+	StateUnknown      = "unknown"
+)
+
+// ServiceState is the local OS service as the service manager sees it.
+type ServiceState struct {
+	Name      string `json:"name"`
+	Platform  string `json:"platform"` // linux-systemd, windows-service, ...
+	Installed bool   `json:"installed"`
+	Running   bool   `json:"running"`
+	State     string `json:"state"`           // running, stopped, failed, not installed, unknown
+	Error     string `json:"error,omitempty"` // why the state is unknown
+}
+
+// String says "installed, running (linux-systemd)", "not installed
+// (windows-service)" or why the state is unknown.
+func (s ServiceState) String() string {
+	var what string
+	switch s.State {
+	case StateRunning, StateStopped, StateFailed:
+		what = "installed, " + s.State
+	case StateNotInstalled:
+		what = StateNotInstalled
+	default:
+		what = "state unknown"
+		if s.Error != "" {
+			what += ": " + s.Error
+		}
+	}
+	if s.Platform != "" {
+		what += " (" + s.Platform + ")"
+	}
+	return what
+}
+
+// QueryService asks the service manager whether the service is installed
+// and running. It needs no special rights.
+func QueryService() ServiceState {
+	s, err := controlled()
+	if err != nil {
+		return ServiceState{Name: ServiceName, State: StateUnknown, Error: err.Error()}
+	}
+	return stateOf(s)
+}
+
+func stateOf(s kservice.Service) ServiceState {
+	st := ServiceState{Name: ServiceName, Platform: s.Platform()}
+	status, err := s.Status()
+	switch {
+	case errors.Is(err, kservice.ErrNotInstalled):
+		st.State = StateNotInstalled
+	case err != nil && strings.Contains(err.Error(), "failed state"): // systemd: the unit failed
+		st.Installed, st.State = true, StateFailed
+	case err != nil && st.Platform == "unix-systemv" && !exists(sysvScriptPath):
+		// `service NAME status` fails alike for a missing script.
+		st.State = StateNotInstalled
+	case err != nil:
+		st.State, st.Error = StateUnknown, err.Error()
+	case status == kservice.StatusRunning:
+		st.Installed, st.Running, st.State = true, true, StateRunning
+	case status == kservice.StatusStopped:
+		st.Installed, st.State = true, StateStopped
+	default:
+		st.State = StateUnknown
+	}
+	return st
+}
+
+// CheckRights refuses op ("install", "uninstall") early, before anything
+// is changed, where the rights can be read: not root on a Unix system. On
+// Windows the service manager refuses, and the error says why.
+func CheckRights(op string) error {
+	return rightsError(op, runtime.GOOS, os.Geteuid())
+}
+
+func rightsError(op, goos string, euid int) error {
+	if goos == "windows" || euid == 0 {
+		return nil
+	}
+	hint := "sudo slotpoller " + op
+	if op == "install" {
+		// sudo drops the environment, and with it the overrides that
+		// install carries into the service.
+		hint = "sudo -E slotpoller install ...: -E keeps the SLOTPOLLER_* variables the service should carry"
+	}
+	return fmt.Errorf("cannot %s the service: %w (e.g. %s)", op, ErrPrivileges, hint)
+}
+
+// explain turns a refusal for lack of rights into ErrPrivileges, keeping
+// the service manager's words.
+func explain(op string, err error) error {
+	msg := strings.ToLower(err.Error())
+	if errors.Is(err, fs.ErrPermission) || strings.Contains(msg, "access denied") ||
+		strings.Contains(msg, "access is denied") || strings.Contains(msg, "authentication required") ||
+		strings.Contains(msg, "permission denied") {
+		return fmt.Errorf("cannot %s the service: %w (%v)", op, ErrPrivileges, err)
+	}
+	return fmt.Errorf("cannot %s the service: %w", op, err)
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

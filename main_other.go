@@ -1,0 +1,38 @@
+//go:build !windows
+
+package main
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	kservice "github.com/kardianos/service"
+	"github.com/slotpoller/slotpoller/service"
+)
+
+// serviceOptions makes the service's Run return on SIGTERM (systemd's
+// stop) or when the node stops on its own, so that main exits with the
+// node's error and systemd restarts it (Restart=always).
+func serviceOptions(prg *service.Program) kservice.KeyValue {
+	return kservice.KeyValue{"RunWait": func() {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+		defer signal.Stop(sig)
+		select {
+		case <-sig:
+		case <-prg.Done():
+		}
+	}}
+}
+
+// serviceLogger logs to standard error, which systemd hands to journald.
+func serviceLogger(_ kservice.Service, c service.LogConfig, stderr io.Writer) (*slog.Logger, error) {
+	return service.NewLogger(stderr, c), nil
+}
+
+// reportToServiceLog has nothing to do here: standard error is the
+// service's log already.
+func reportToServiceLog(string) {}

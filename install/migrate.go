@@ -1,6 +1,6 @@
 // Package install owns slotpoller's database schema: versioned migrations
 // per dialect, embedded in the binary, and the table that records which
-// versions a database has. (Service install helpers join it later.)
+// versions a database has; and the OS service definition (service.go).
 //
 // Migrations run in one transaction under a lock, so nodes that start
 // together and all migrate at once apply each version exactly once.

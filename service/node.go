@@ -258,6 +258,28 @@ func (n *Node) putSchedules(ctx context.Context, log *slog.Logger, s *store.Stor
 	}
 }
 
+// pollersAhead is the capacity the share of this turn is measured against:
+// in a widened slot, that of this node and the nodes whose turns in the slot
+// are still to come. Each of them then takes an even part of what is left,
+// and one round of turns spreads a burst evenly, where dividing by the whole
+// farm at every turn would leave a geometric tail (each poller taking a
+// quarter of what the one before left). In a plain slot it is the whole
+// farm's, which the coming slots' owners share.
+func pollersAhead(m checkin.Membership, turn rotation.Turn) int {
+	if turn.Rank == 0 || len(m.Members) == 0 {
+		total, _ := m.Capacity()
+		return total
+	}
+	names := m.Names()
+	sum := 0
+	for _, mm := range m.Members {
+		if rotation.Rank(turn.Slot, mm.Name, names) >= turn.Rank {
+			sum += mm.Capacity
+		}
+	}
+	return sum
+}
+
 // taskLoop renews the node's task leases at every heartbeat (one
 // statement), and at once when the poll loop assigned a task to this node.
 func (n *Node) taskLoop(ctx context.Context, log *slog.Logger, k *jobs.Keeper, now <-chan struct{}) {
@@ -296,7 +318,7 @@ func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waite
 			return
 		}
 		m := reg.Membership()
-		total, _ := m.Capacity()
+		total := pollersAhead(m, turn)
 		if turn.Rank == 0 {
 			// The slot's owner writes the schedules' occurrences due soon
 			// (a little ahead, so that they wait in the queue for their

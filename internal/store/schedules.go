@@ -142,15 +142,13 @@ func (s *Store) schedules(ctx context.Context, what, where string, args ...any) 
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("%s: %w", what, err)
 	}
-	if !now.Valid {
-		if now.T, err = s.Now(ctx); err != nil {
-			return nil, time.Time{}, err
-		}
-	}
+	// With no rows there is no database time either; callers need it only
+	// for the schedules they got.
 	return out, now.T, nil
 }
 
-// Schedules reads every schedule and the database time.
+// Schedules reads every schedule and the database time (zero when there
+// are none).
 func (s *Store) Schedules(ctx context.Context) ([]Schedule, time.Time, error) {
 	return s.schedules(ctx, "read schedules", "")
 }

@@ -177,11 +177,11 @@ func sqlServerOps() []op {
 			_, err := s.ScheduleGet(ctx, "schedule-MARK")
 			return err
 		}},
-		{name: "Schedules", sends: 2, run: func(ctx context.Context, s *store.Store) error {
+		{name: "Schedules", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			_, _, err := s.Schedules(ctx)
 			return err
 		}},
-		{name: "SchedulesDue", sends: 2, run: func(ctx context.Context, s *store.Store) error {
+		{name: "SchedulesDue", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			_, _, err := s.SchedulesDue(ctx, 2*time.Second)
 			return err
 		}},

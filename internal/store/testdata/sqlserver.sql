@@ -239,12 +239,10 @@ SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, m
 
 -- Schedules
 SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, max_attempts, tolerance_ms, misfire, overlap, enabled, source, next_fire_at, missed, last_fire_at, version, SYSUTCDATETIME() FROM [sp_unit].[schedules]  ORDER BY name;
-SELECT SYSUTCDATETIME();
 
 -- SchedulesDue
 -- @p1 int64
 SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, max_attempts, tolerance_ms, misfire, overlap, enabled, source, next_fire_at, missed, last_fire_at, version, SYSUTCDATETIME() FROM [sp_unit].[schedules] WHERE enabled = 1 AND next_fire_at <= DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY name;
-SELECT SYSUTCDATETIME();
 
 -- ScheduleAdvance
 -- @p1 civil.DateTime, @p2 civil.DateTime, @p3 int64, @p4 string, @p5 int64

@@ -264,8 +264,8 @@ func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
 	ctx := context.Background()
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
-	p := newProxy(t, u.Host)
-	u.Host = p.addr
+	p := storetest.NewProxy(t, u.Host)
+	u.Host = p.Addr
 	rec := &recorder{}
 	srv := httptest.NewServer(http.HandlerFunc(rec.handler))
 	defer srv.Close()
@@ -273,7 +273,7 @@ func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
 	n := startNode(t, env("postgres", u.String(), "node-a", srv.URL), "node-a")
 	waitFor(t, 30*time.Second, "the node to be live", func() bool { return liveNodes(t, s) == 1 })
 
-	p.cut()
+	p.Cut()
 	waitFor(t, 20*time.Second, "the node to notice", func() bool {
 		return strings.Contains(n.output(), "heartbeat failed")
 	})
@@ -284,7 +284,7 @@ func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, n.cmd.ProcessState, "the node must ride out the outage")
 
-	p.restore()
+	p.Restore()
 	waitFor(t, 30*time.Second, "the job to run after the database came back", func() bool {
 		j, err := s.JobGet(ctx, id)
 		require.NoError(t, err)

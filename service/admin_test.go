@@ -234,9 +234,9 @@ func newOutage(t *testing.T, db storetest.DB) outage {
 	if err != nil || u.Host == "" {
 		t.Skipf("the %s DSN is not a URL with a host: cannot put a proxy in front of it", db.Driver)
 	}
-	p := newProxy(t, u.Host)
-	u.Host = p.addr
-	return outage{dsn: u.String(), begin: p.cut, end: p.restore, reason: "database: "}
+	p := storetest.NewProxy(t, u.Host)
+	u.Host = p.Addr
+	return outage{dsn: u.String(), begin: p.Cut, end: p.Restore, reason: "database: "}
 }
 
 func TestAdminEndpoint(t *testing.T) {
@@ -420,76 +420,4 @@ func TestAdminEndpointPortInUse(t *testing.T) {
 		"the endpoint should listen once the port is free")
 	code, _ := get(t, "http://"+addr+"/healthz")
 	require.Equal(t, http.StatusOK, code)
-}
-
-// proxy is a TCP relay in front of the database that a test can cut and
-// restore, to take the database away from a node and give it back (as in
-// the e2e tests).
-type proxy struct {
-	t      *testing.T
-	target string
-	addr   string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[net.Conn]bool
-	wg     sync.WaitGroup
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	p := &proxy{t: t, target: target, conns: map[net.Conn]bool{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(p.cut)
-	return p
-}
-
-func (p *proxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[c], p.conns[up] = true, true
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
-}
-
-// cut closes the listener and every relayed connection: to the node the
-// database is gone.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		c.Close()
-	}
-	p.conns = map[net.Conn]bool{}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-// restore listens again on the same address.
-func (p *proxy) restore() {
-	ln, err := net.Listen("tcp", p.addr)
-	require.NoError(p.t, err)
-	p.serve(ln)
 }

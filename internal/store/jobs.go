@@ -169,20 +169,8 @@ func (s *Store) JobsReclaimExpired(ctx context.Context) (int64, error) {
   last_error = CASE WHEN state = 'ready' THEN ? ELSE ? END,
   owner = NULL, lease_until = NULL
 WHERE (state = 'running' AND lease_until < {now}) OR (state = 'ready' AND start_by < {now})`)
-	var n int64
-	err := s.retry(ctx, func() error {
-		res, err := s.exec(ctx, q, "missed: not started within its tolerance",
-			"lease expired: the node running it stopped renewing (crashed, froze or lost the database)")
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("reclaim expired leases: %w", err)
-	}
-	return n, nil
+	return s.execCount(ctx, "reclaim expired leases", q, "missed: not started within its tolerance",
+		"lease expired: the node running it stopped renewing (crashed, froze or lost the database)")
 }
 
 // QueueLoad is what a poller needs to size its share.
@@ -293,6 +281,13 @@ WHERE id = ? AND token = ? AND state = 'running'`)
 }
 
 func (s *Store) fenced(ctx context.Context, what string, q string, args ...any) (bool, error) {
+	n, err := s.execCount(ctx, what, q, args...)
+	return n == 1, err
+}
+
+// execCount runs a write (retrying transient conflicts) and returns how
+// many rows it changed; errors say what the write was for.
+func (s *Store) execCount(ctx context.Context, what, q string, args ...any) (int64, error) {
 	var n int64
 	err := s.retry(ctx, func() error {
 		res, err := s.exec(ctx, q, args...)
@@ -303,9 +298,9 @@ func (s *Store) fenced(ctx context.Context, what string, q string, args ...any) 
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("%s: %w", what, err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
-	return n == 1, nil
+	return n, nil
 }
 
 const jobColumns = `id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
@@ -423,17 +418,5 @@ func (s *Store) JobsReleaseOwned(ctx context.Context, owner, reason string) (int
 	q := expand(s.d, `UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now},
   attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?
 WHERE owner = ? AND state = 'running'`)
-	var n int64
-	err := s.retry(ctx, func() error {
-		res, err := s.exec(ctx, q, reason, owner)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("release jobs of a stopping node: %w", err)
-	}
-	return n, nil
+	return s.execCount(ctx, "release jobs of a stopping node", q, reason, owner)
 }

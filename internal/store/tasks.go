@@ -229,19 +229,7 @@ func (s *Store) TasksReleaseAll(ctx context.Context, owner string) (int64, error
   deleted_at = CASE WHEN state = 'deleting' THEN {now} ELSE deleted_at END,
   owner = NULL, lease_until = NULL, handoff = 0
 WHERE owner = ? AND state IN ('running', 'deleting')`)
-	var n int64
-	err := s.retry(ctx, func() error {
-		res, err := s.exec(ctx, q, owner)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("release tasks: %w", err)
-	}
-	return n, nil
+	return s.execCount(ctx, "release tasks", q, owner)
 }
 
 // TaskRecordCall records one call's result, fenced by the token.
@@ -293,17 +281,5 @@ WHERE name = ? AND token = ? AND state = 'deleting'`)
 func (s *Store) TasksFinishOrphanedDeletes(ctx context.Context) (int64, error) {
 	q := expand(s.d, `UPDATE {tasks} SET state = 'deleted', owner = NULL, lease_until = NULL, deleted_at = {now}
 WHERE state = 'deleting' AND (owner IS NULL OR lease_until IS NULL OR lease_until < {now})`)
-	var n int64
-	err := s.retry(ctx, func() error {
-		res, err := s.exec(ctx, q)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("finish deletes of orphaned tasks: %w", err)
-	}
-	return n, nil
+	return s.execCount(ctx, "finish deletes of orphaned tasks", q)
 }

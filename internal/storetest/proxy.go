@@ -1,6 +1,4 @@
-//go:build unix
-
-package e2e
+package storetest
 
 import (
 	"io"
@@ -11,29 +9,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// proxy is a TCP relay in front of the database that a test can cut and
+// Proxy is a TCP relay in front of the database that a test can cut and
 // restore, to take the database away from the nodes and give it back.
-type proxy struct {
-	t      *testing.T
+type Proxy struct {
+	t      testing.TB
 	target string
-	addr   string
+	Addr   string
 	mu     sync.Mutex
 	ln     net.Listener
 	conns  map[net.Conn]bool
 	wg     sync.WaitGroup
 }
 
-func newProxy(t *testing.T, target string) *proxy {
-	p := &proxy{t: t, target: target, conns: map[net.Conn]bool{}}
+func NewProxy(t testing.TB, target string) *Proxy {
+	p := &Proxy{t: t, target: target, conns: map[net.Conn]bool{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p.addr = ln.Addr().String()
+	p.Addr = ln.Addr().String()
 	p.serve(ln)
-	t.Cleanup(p.cut)
+	t.Cleanup(p.Cut)
 	return p
 }
 
-func (p *proxy) serve(ln net.Listener) {
+func (p *Proxy) serve(ln net.Listener) {
 	p.mu.Lock()
 	p.ln = ln
 	p.mu.Unlock()
@@ -59,9 +57,9 @@ func (p *proxy) serve(ln net.Listener) {
 	}()
 }
 
-// cut closes the listener and every relayed connection: to the nodes the
+// Cut closes the listener and every relayed connection: to the nodes the
 // database is gone.
-func (p *proxy) cut() {
+func (p *Proxy) Cut() {
 	p.mu.Lock()
 	if p.ln != nil {
 		p.ln.Close()
@@ -75,9 +73,9 @@ func (p *proxy) cut() {
 	p.wg.Wait()
 }
 
-// restore listens again on the same address.
-func (p *proxy) restore() {
-	ln, err := net.Listen("tcp", p.addr)
+// Restore listens again on the same address.
+func (p *Proxy) Restore() {
+	ln, err := net.Listen("tcp", p.Addr)
 	require.NoError(p.t, err)
 	p.serve(ln)
 }

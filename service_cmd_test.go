@@ -203,7 +203,7 @@ func TestInstallCarriesTheEnvironmentOverridesAndHidesSecrets(t *testing.T) {
 	require.Contains(t, out.String(), "SLOTPOLLER_JOBS_SIGNING_KEY=(hidden)")
 	require.NotContains(t, out.String(), "farm.db")
 	require.NotContains(t, out.String(), "0123456789abcdef")
-	require.Contains(t, out.String(), "stop timeout 35s (jobs.drain_timeout 20s + 15s)")
+	require.Contains(t, out.String(), "stop timeout 38s (jobs.drain_timeout 20s + 18s)")
 }
 
 func TestInstallNeedsAConfigFileAndTheRights(t *testing.T) {

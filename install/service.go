@@ -65,7 +65,7 @@ type ServiceSpec struct {
 	// environment overrides at install time).
 	Env []EnvVar
 	// StopBound is how long the program takes at most to stop
-	// (jobs.drain_timeout + 10s, service.StopTimeout); the service manager
+	// (jobs.drain_timeout + checkin.ttl + 10s, service.StopTimeout); the service manager
 	// waits ManagerStopMargin longer before it kills the process.
 	StopBound time.Duration
 }

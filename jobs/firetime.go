@@ -1,11 +1,14 @@
 package jobs
 
 import (
+	// Zone rules built into the binary: a Windows server has no zoneinfo of
+	// its own, and every node must turn a cron time into the same instant.
 	"errors"
 	"fmt"
 	"math/bits"
 	"strings"
 	"time"
+	_ "time/tzdata"
 
 	cron "github.com/netresearch/go-cron"
 )

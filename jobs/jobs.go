@@ -206,19 +206,31 @@ func (r *Runner) start(c store.Claim, claimedAt, leaseUntil time.Time) {
 	go func() {
 		defer r.wg.Done()
 		defer cancel(nil)
-		r.run(ctx, c)
+		r.run(ctx, c, leaseUntil)
 		r.mu.Lock()
 		delete(r.inflight, key)
 		r.mu.Unlock()
 	}()
 }
 
-func (r *Runner) run(ctx context.Context, c store.Claim) {
+func (r *Runner) run(ctx context.Context, c store.Claim, leaseUntil time.Time) {
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = r.opts.Timeout
 	}
 	log := r.opts.Logger.With("job", c.ID, "endpoint", c.Endpoint, "attempt", c.Attempt, "token", c.Token)
+	// A node frozen between its claim and the call (or one whose claim's
+	// answer came back late) must not call on a lease that may have run out:
+	// the farm may already have given the job to another node.
+	if !r.opts.Clock.Now().Add(r.opts.Lease / 12).Before(leaseUntil) {
+		wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer wcancel()
+		if ok, err := r.store.JobReleaseIfRunning(wctx, c.ID, c.Token, "released unrun: its lease ran out before the call"); err == nil && ok {
+			r.released.Add(1)
+		}
+		log.Warn("not calling: the claim's lease ran out before the call could start")
+		return
+	}
 	var headers map[string]string
 	if c.ScheduledFor != nil {
 		headers = map[string]string{HeaderScheduledFor: c.ScheduledFor.UTC().Format(time.RFC3339Nano)}
@@ -359,10 +371,12 @@ func (r *Runner) RenewOnce(ctx context.Context) {
 	}
 	r.opts.Logger.Error("could not renew job leases", "err", err)
 	// The next chance to confirm is at most 1.5 ticks away; cancel any call
-	// whose lease would run out before then, with half a tick to spare for
-	// the cancellation itself.
+	// whose lease would run out before then, with a quarter tick to spare
+	// for the cancellation itself. One failed renewal right after a good
+	// one leaves ~2 ticks of lease and cancels nothing: a database blip of
+	// a second must not cut off every call in the farm.
 	for _, f := range r.inflight {
-		if !now.Add(2 * tick).Before(f.leaseUntil) {
+		if !now.Add(tick*3/2 + tick/4).Before(f.leaseUntil) {
 			r.opts.Logger.Warn("cancelling call: lease cannot be confirmed", "job", f.claim.ID, "lease_left", f.leaseUntil.Sub(now))
 			r.cancelled.Add(1)
 			f.cancel(errLeaseUnconfirmed)

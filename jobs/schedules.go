@@ -94,6 +94,11 @@ func PutSchedule(ctx context.Context, s *store.Store, sc store.Schedule) (string
 	if err != nil {
 		return "", err
 	}
+	// The config can disable a schedule, but a schedule it declares enabled
+	// stays as an operator left it: a `schedule pause` survives restarts.
+	if sc.Enabled {
+		sc.Enabled = cur.Enabled
+	}
 	sameTiming := cur.Every == sc.Every && cur.Cron == sc.Cron && cur.TimeZone == sc.TimeZone
 	if sameTiming && cur.Endpoint == sc.Endpoint && cur.Method == sc.Method && string(cur.Payload) == string(sc.Payload) &&
 		cur.Timeout == sc.Timeout && cur.MaxAttempts == sc.MaxAttempts && cur.Tolerance == sc.Tolerance &&
@@ -129,6 +134,9 @@ func ResumeSchedule(ctx context.Context, s *store.Store, name string) error {
 	now, err := s.Now(ctx)
 	if err != nil {
 		return err
+	}
+	if cur.Enabled {
+		return nil // not paused: resuming must not skip a backlog uncounted
 	}
 	next := ft.Next(now)
 	_, err = s.ScheduleSetEnabled(ctx, name, true, &next)
@@ -170,7 +178,13 @@ func Materialize(ctx context.Context, s *store.Store, lookahead time.Duration, l
 		res.Created += created
 		res.Missed += missed
 		if err != nil {
-			return res, err
+			// One schedule's trouble must not hold up the others: it is
+			// tried again next turn, and its occurrences exist once anyway.
+			if ctx.Err() != nil {
+				return res, err
+			}
+			log.Error("could not write schedule occurrences; trying again next turn", "schedule", sc.Name, "err", err)
+			continue
 		}
 		if missed > 0 {
 			log.Warn("schedule occurrences missed", "schedule", sc.Name, "missed", missed, "misfire", sc.Misfire)
@@ -209,14 +223,17 @@ func materializeOne(ctx context.Context, s *store.Store, sc store.Schedule, ft *
 			run = append(run, f)
 			startBy = append(startBy, f.Add(sc.Tolerance))
 		}
-		if more {
+		if more && late(fires[len(fires)-1]) {
 			// A long outage: the step saw only the first occurrences, all
-			// late. Jump to the first one that can still start in time.
-			latestLate = ft.Latest(fires[len(fires)-1], now.Add(-sc.Tolerance))
-			if !latestLate.IsZero() {
+			// late. Jump to the first one that can still start in time,
+			// never back before what this step already covered.
+			if l := ft.Latest(fires[len(fires)-1], now.Add(-sc.Tolerance)); !l.IsZero() {
+				latestLate = l
 				missed++ // at least one more; the rest are not counted one by one
 			}
-			next = ft.Next(now.Add(-sc.Tolerance))
+			if jump := ft.Next(now.Add(-sc.Tolerance)); jump.After(next) {
+				next = jump
+			}
 		}
 		if sc.Misfire == store.MisfireOnce && !latestLate.IsZero() {
 			missed--

@@ -212,3 +212,55 @@ func TestPutScheduleKeepsOrMovesTheGrid(t *testing.T) {
 	third, _ := s.ScheduleGet(ctx, "cfg")
 	require.Equal(t, third.NextFireAt.Truncate(2*time.Hour), *third.NextFireAt, "a new interval moves to its own grid")
 }
+
+func TestLongOutageWithAWideToleranceNeverMovesTheGridBack(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx := context.Background()
+	sc := everySecond("wide", store.MisfireSkip)
+	sc.Tolerance = 30 * time.Minute
+	require.NoError(t, jobs.AddSchedule(ctx, s, sc))
+	_, err := s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {schedules} SET next_fire_at = {now+?} WHERE name = ?`), -20*60*1000, "wide")
+	require.NoError(t, err)
+	first, err := s.ScheduleGet(ctx, "wide")
+	require.NoError(t, err)
+	start := first.NextFireAt.Truncate(time.Second)
+	_, err = s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {schedules} SET next_fire_at = ? WHERE name = ?`), s.Dialect().TimeArg(start), "wide")
+	require.NoError(t, err)
+	prev := start
+	for range 3 {
+		_, err := jobs.Materialize(ctx, s, 0, quiet)
+		require.NoError(t, err)
+		cur, err := s.ScheduleGet(ctx, "wide")
+		require.NoError(t, err)
+		require.False(t, cur.NextFireAt.Before(prev), "next fire time went back from %v to %v", prev, cur.NextFireAt)
+		prev = *cur.NextFireAt
+	}
+	for _, j := range occurrences(t, s, "wide") {
+		require.False(t, j.ScheduledFor.Before(start), "occurrence %v from before the outage began", j.ScheduledFor)
+	}
+	require.Zero(t, func() int64 { sc, _ := s.ScheduleGet(ctx, "wide"); return sc.Missed }(), "within a 30m tolerance nothing is late")
+}
+
+func TestPauseSurvivesConfigAndResumeOnlyResumes(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx := context.Background()
+	sc := everySecond("cfg", store.MisfireOnce)
+	sc.Source = store.SourceConfig
+	_, err := jobs.PutSchedule(ctx, s, sc)
+	require.NoError(t, err)
+	ok, err := s.ScheduleSetEnabled(ctx, "cfg", false, nil)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, err = jobs.PutSchedule(ctx, s, sc) // a node restarts with the same config
+	require.NoError(t, err)
+	cur, _ := s.ScheduleGet(ctx, "cfg")
+	require.False(t, cur.Enabled, "an operator's pause survives a restart")
+
+	require.NoError(t, jobs.ResumeSchedule(ctx, s, "cfg"))
+	cur, _ = s.ScheduleGet(ctx, "cfg")
+	require.True(t, cur.Enabled)
+	version := cur.Version
+	require.NoError(t, jobs.ResumeSchedule(ctx, s, "cfg"))
+	cur, _ = s.ScheduleGet(ctx, "cfg")
+	require.Equal(t, version, cur.Version, "resuming a running schedule changes nothing")
+}

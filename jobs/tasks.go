@@ -65,8 +65,13 @@ type Keeper struct {
 
 type taskWorker struct {
 	task   store.HeldTask
-	cancel context.CancelCauseFunc
+	cancel context.CancelCauseFunc // hard stop: the lease is lost or cannot be confirmed
 	done   chan struct{}
+	// stop asks for a soft stop (handoff, delete, node stop): no new call,
+	// but the one in flight ends on its own, within its lease, so that the
+	// next owner's first call never overlaps it at the endpoint.
+	stop     chan struct{}
+	stopOnce sync.Once
 
 	mu         sync.Mutex
 	leaseUntil time.Time // local monotonic: send time of the last confirmation + lease
@@ -85,6 +90,8 @@ func (w *taskWorker) confirm(until time.Time) {
 		w.leaseUntil = until
 	}
 }
+
+func (w *taskWorker) finishAndStop() { w.stopOnce.Do(func() { close(w.stop) }) }
 
 func (w *taskWorker) exited() bool {
 	select {
@@ -204,7 +211,7 @@ func (k *Keeper) stopThen(h store.HeldTask, w *taskWorker, what string, write fu
 	go func() {
 		defer k.wg.Done()
 		if w != nil {
-			w.cancel(errTaskStopping)
+			w.finishAndStop()
 			<-w.done
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), k.opts.Lease)
@@ -221,7 +228,7 @@ func (k *Keeper) stopThen(h store.HeldTask, w *taskWorker, what string, write fu
 
 func (k *Keeper) start(h store.HeldTask, until time.Time) {
 	ctx, cancel := context.WithCancelCause(k.base)
-	w := &taskWorker{task: h, cancel: cancel, done: make(chan struct{}), leaseUntil: until}
+	w := &taskWorker{task: h, cancel: cancel, done: make(chan struct{}), stop: make(chan struct{}), leaseUntil: until}
 	k.workers[h.Name] = w
 	k.opts.Logger.Info("task taken", "task", h.Name, "token", h.Token, "every", h.Every)
 	k.wg.Add(1)
@@ -235,13 +242,20 @@ func (k *Keeper) start(h store.HeldTask, until time.Time) {
 
 // work calls the task's endpoint once per interval while the lease holds.
 func (k *Keeper) work(ctx context.Context, w *taskWorker) {
-	t := w.task
-	log := k.opts.Logger.With("task", t.Name, "token", t.Token)
-	failures := t.Failures
+	task := w.task
+	log := k.opts.Logger.With("task", task.Name, "token", task.Token)
+	failures := task.Failures
 	next := k.opts.Clock.Now()
 	for seq := 1; ; seq++ {
-		if err := clock.Sleep(ctx, k.opts.Clock, next.Sub(k.opts.Clock.Now())); err != nil {
+		t := k.opts.Clock.NewTimer(next.Sub(k.opts.Clock.Now()))
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return
+		case <-w.stop:
+			t.Stop()
+			return
+		case <-t.C():
 		}
 		// The lease is judged on this node's own monotonic clock: a node
 		// that froze or lost the database past its lease stops here, before
@@ -253,21 +267,21 @@ func (k *Keeper) work(ctx context.Context, w *taskWorker) {
 			log.Warn("lease not confirmed in time: no more calls until it is renewed")
 			return
 		}
-		timeout := t.Timeout
+		timeout := task.Timeout
 		if timeout <= 0 {
 			timeout = k.opts.Timeout
 		}
 		timeout = min(timeout, left)
-		res := k.inv.Invoke(ctx, Call{Task: t.Name, Node: k.opts.Node, Token: t.Token, Attempt: failures + 1,
-			IdempotencyKey: fmt.Sprintf("slotpoller-task-%s-%d-%d", t.Name, t.Token, seq),
-			Method:         t.Method, Endpoint: t.Endpoint, Payload: t.Payload, Timeout: timeout})
+		res := k.inv.Invoke(ctx, Call{Task: task.Name, Node: k.opts.Node, Token: task.Token, Attempt: failures + 1,
+			IdempotencyKey: fmt.Sprintf("slotpoller-task-%s-%d-%d", task.Name, task.Token, seq),
+			Method:         task.Method, Endpoint: task.Endpoint, Payload: task.Payload, Timeout: timeout})
 		if ctx.Err() != nil {
 			return
 		}
 		k.calls.Add(1)
 		ok := res.Verdict == Succeeded
 		wctx, cancel := context.WithTimeout(ctx, k.opts.Heartbeat)
-		recorded, err := k.store.TaskRecordCall(wctx, t.Name, t.Token, ok, res.Status, res.Err)
+		recorded, err := k.store.TaskRecordCall(wctx, task.Name, task.Token, ok, res.Status, res.Err)
 		cancel()
 		if err == nil && !recorded {
 			log.Warn("task no longer ours: stopping its calls")
@@ -276,16 +290,21 @@ func (k *Keeper) work(ctx context.Context, w *taskWorker) {
 		if err != nil {
 			log.Warn("could not record task call", "err", err)
 		}
+		select {
+		case <-w.stop:
+			return // the call in flight has ended: the task can move
+		default:
+		}
 		if ok {
 			failures = 0
-			next = now.Add(t.Every)
+			next = now.Add(task.Every)
 			continue
 		}
 		// A failing endpoint keeps its owner and backs off; it never
 		// moves the task.
 		failures++
 		k.failures.Add(1)
-		delay := Backoff(failures, t.Every, max(t.Every, k.opts.BackoffMax), k.opts.Rand)
+		delay := Backoff(failures, task.Every, max(task.Every, k.opts.BackoffMax), k.opts.Rand)
 		log.Warn("task call failed; backing off", "status", res.Status, "error", res.Err, "failures", failures, "next_in", delay)
 		next = k.opts.Clock.Now().Add(delay)
 	}
@@ -437,13 +456,14 @@ func fullest(members []Member, load map[string]int) Member {
 	return best
 }
 
-// Release stops every worker, waits for their calls to end, and gives the
+// Release stops every worker, waits for the calls in flight to end (each
+// is bounded by its lease), and gives the
 // tasks back to the farm so they are re-owned within one slot. For a
 // graceful stop.
 func (k *Keeper) Release(ctx context.Context) (int64, error) {
 	k.mu.Lock()
 	for name, w := range k.workers {
-		w.cancel(errTaskStopping)
+		w.finishAndStop() // a call in flight ends within its lease
 		delete(k.workers, name)
 	}
 	k.mu.Unlock()

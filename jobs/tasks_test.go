@@ -341,3 +341,37 @@ func TestBalanceSkipsAMemberTheDatabaseNoLongerCountsLive(t *testing.T) {
 	require.Equal(t, 1, res.Assigned, "the task goes to the next member instead of waiting a slot")
 	require.Equal(t, map[string]int{"node-a": 2}, owners(t, s))
 }
+
+func TestHandoffLetsTheCallInFlightFinishFirst(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		<-release
+	}))
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL)
+	k := newKeeper(s, base, clock.NewFake(t0), "node-a")
+	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "slow", Endpoint: "/slow", Every: time.Second}))
+	assign(t, s, "slow", "node-a")
+	require.NoError(t, k.Renew(ctx))
+	<-started // a call is in flight
+
+	ok, err := s.TaskRequestHandoff(ctx, "slow", 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, k.Renew(ctx))
+	task, err := s.TaskGet(ctx, "slow")
+	require.NoError(t, err)
+	require.Equal(t, store.TaskRunning, task.State, "not released while its call runs: the next owner would overlap it")
+	close(release)
+	require.Eventually(t, func() bool {
+		task, err := s.TaskGet(ctx, "slow")
+		return err == nil && task.State == store.TaskCreated
+	}, 5*time.Second, 10*time.Millisecond, "released once the call ended")
+	_, err = k.Release(ctx)
+	require.NoError(t, err)
+}

@@ -224,7 +224,11 @@ func (n *Node) Run(ctx context.Context) error {
 	if err := reg.Leave(lctx); err != nil {
 		log.Error("could not leave the node registry; the others will count this node out after the TTL", "err", err)
 	}
-	if released, err := keeper.Release(lctx); err != nil {
+	// The task release has a budget of its own: it first waits for the task
+	// calls in flight, each bounded by its lease (the TTL).
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Duration(cfg.Checkin.TTL)+5*time.Second)
+	defer rcancel()
+	if released, err := keeper.Release(rctx); err != nil {
 		log.Error("could not release tasks; they move when their leases end", "err", err)
 	} else if released > 0 {
 		log.Info("released tasks", "count", released)

@@ -18,9 +18,9 @@ import (
 	kservice "github.com/kardianos/service"
 )
 
-// stopMargin is what a stop may take beyond jobs.drain_timeout: leaving
-// the registry and releasing tasks (5s at most each in Node.Run) and
-// closing the database.
+// stopMargin is what a stop may take beyond jobs.drain_timeout and the
+// task calls in flight (checkin.ttl): leaving the registry and the release
+// writes (5s at most each in Node.Run) and closing the database.
 const stopMargin = 10 * time.Second
 
 // StopTimeout is how long a node's stop takes at most: jobs.drain_timeout
@@ -28,7 +28,7 @@ const stopMargin = 10 * time.Second
 // back its work. The service manager must wait longer than this before it
 // kills the process.
 func StopTimeout(cfg Config) time.Duration {
-	return time.Duration(cfg.Jobs.DrainTimeout) + stopMargin
+	return time.Duration(cfg.Jobs.DrainTimeout) + time.Duration(cfg.Checkin.TTL) + stopMargin
 }
 
 // Program runs a node under the OS service manager: it is the

@@ -27,9 +27,9 @@ import (
 
 func TestStopTimeoutIsTheDrainPlusAMargin(t *testing.T) {
 	cfg := DefaultConfig()
-	require.Equal(t, 30*time.Second, StopTimeout(cfg))
+	require.Equal(t, 33*time.Second, StopTimeout(cfg), "drain 20s + ttl 3s (task calls in flight) + 10s")
 	cfg.Jobs.DrainTimeout = 0
-	require.Equal(t, 10*time.Second, StopTimeout(cfg))
+	require.Equal(t, 13*time.Second, StopTimeout(cfg))
 }
 
 func TestProgramStartReturnsAtOnceAndStopWaitsForTheNode(t *testing.T) {

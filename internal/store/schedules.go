@@ -187,17 +187,21 @@ func (s *Store) ScheduleSetEnabled(ctx context.Context, name string, enabled boo
 }
 
 // ScheduleDelete removes a schedule and cancels its occurrences that have
-// not started.
+// not started. The schedule goes first, so that a materializer that read it
+// just before cannot advance it any more; the cancel after it then also
+// catches an occurrence such a materializer wrote in between.
 func (s *Store) ScheduleDelete(ctx context.Context, name string) (bool, error) {
+	ok, err := s.fenced(ctx, "remove schedule "+strconv.Quote(name), expand(s.d, `DELETE FROM {schedules} WHERE name = ?`), name)
+	if err != nil {
+		return false, err
+	}
 	cancel := expand(s.d, `UPDATE {jobs} SET state = 'cancelled', finished_at = {now}, last_error = ?
 WHERE schedule = ? AND state = 'ready'`)
-	if err := s.retry(ctx, func() error {
-		_, err := s.exec(ctx, cancel, "cancelled: its schedule was removed", name)
-		return err
-	}); err != nil {
-		return false, fmt.Errorf("cancel occurrences of schedule %q: %w", name, err)
+	if _, err := s.execCount(ctx, "cancel occurrences of schedule "+strconv.Quote(name), cancel,
+		"cancelled: its schedule was removed", name); err != nil {
+		return ok, err
 	}
-	return s.fenced(ctx, "remove schedule "+strconv.Quote(name), expand(s.d, `DELETE FROM {schedules} WHERE name = ?`), name)
+	return ok, nil
 }
 
 // ScheduleOutcome is what became of a schedule's occurrences.

@@ -254,11 +254,11 @@ UPDATE [sp_unit].[schedules] SET next_fire_at = @p1, last_fire_at = COALESCE(@p2
 UPDATE [sp_unit].[schedules] SET enabled = @p1, version = version + 1, updated_at = SYSUTCDATETIME(), next_fire_at = @p2 WHERE name = @p3;
 
 -- ScheduleDelete
+-- @p1 string
+DELETE FROM [sp_unit].[schedules] WHERE name = @p1;
 -- @p1 string, @p2 string
 UPDATE [sp_unit].[jobs] SET state = 'cancelled', finished_at = SYSUTCDATETIME(), last_error = @p1
 WHERE schedule = @p2 AND state = 'ready';
--- @p1 string
-DELETE FROM [sp_unit].[schedules] WHERE name = @p1;
 
 -- ScheduleOutcomes
 -- @p1 string

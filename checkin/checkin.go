@@ -32,6 +32,7 @@ type Member struct {
 	Capacity    int
 	Free        int
 	Backlog     bool
+	Tasks       int // endless tasks the member's incarnation holds
 }
 
 // Membership is the live part of the farm at one reading.
@@ -58,6 +59,17 @@ func (m Membership) Backlog() bool {
 		}
 	}
 	return false
+}
+
+// TasksOf returns how many endless tasks the member with the incarnation
+// holds, as last read.
+func (m Membership) TasksOf(incarnation string) int {
+	for _, n := range m.Members {
+		if n.Incarnation == incarnation {
+			return n.Tasks
+		}
+	}
+	return 0
 }
 
 // Capacity returns the total capacity and the total free capacity of the
@@ -169,7 +181,8 @@ func (h *Heartbeats) refresh(ctx context.Context) error {
 	m := Membership{Read: h.opts.Clock.Now(), OK: true}
 	for _, n := range nodes {
 		if n.Live {
-			m.Members = append(m.Members, Member{Name: n.Name, Incarnation: n.Incarnation, Capacity: n.Capacity, Free: n.Free, Backlog: n.Backlog})
+			m.Members = append(m.Members, Member{Name: n.Name, Incarnation: n.Incarnation, Capacity: n.Capacity, Free: n.Free,
+				Backlog: n.Backlog, Tasks: n.Tasks})
 		}
 	}
 	h.mu.Lock()

@@ -116,8 +116,11 @@ func (n *Node) Run(ctx context.Context) error {
 
 	base, _ := url.Parse(cfg.Jobs.BaseURL)
 	var runner *jobs.Runner
+	var keeper *jobs.Keeper
+	var reg *checkin.Heartbeats
 	nudge := make(chan struct{}, 1)
-	reg := checkin.New(s, checkin.Options{
+	renewTasks := make(chan struct{}, 1)
+	reg = checkin.New(s, checkin.Options{
 		Name: cfg.Node.Name, Capacity: cfg.Node.Capacity,
 		Heartbeat: time.Duration(cfg.Checkin.Heartbeat), TTL: time.Duration(cfg.Checkin.TTL),
 		Clock: n.clock, Logger: log,
@@ -131,10 +134,18 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 			return st
 		},
-		Changed: func(checkin.Membership) {
+		Changed: func(m checkin.Membership) {
 			select {
 			case nudge <- struct{}{}:
 			default:
+			}
+			// The membership read counts each node's tasks: more than this
+			// node works means one was just given to it.
+			if keeper != nil && m.TasksOf(reg.Incarnation()) > keeper.Stats().Held {
+				select {
+				case renewTasks <- struct{}{}:
+				default:
+				}
 			}
 		},
 	})
@@ -151,7 +162,7 @@ func (n *Node) Run(ctx context.Context) error {
 		Clock: n.clock, Logger: log, OnCall: n.metrics.observeCall,
 	})
 	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)
-	keeper := jobs.NewKeeper(s, &jobs.Invoker{Base: base, SigningKey: signingKey}, jobs.TaskOptions{
+	keeper = jobs.NewKeeper(s, &jobs.Invoker{Base: base, SigningKey: signingKey}, jobs.TaskOptions{
 		Node: cfg.Node.Name, Incarnation: reg.Incarnation(),
 		// A task's lease is the TTL: a dead owner's tasks free up when the
 		// registry counts the owner out.
@@ -190,10 +201,9 @@ func (n *Node) Run(ctx context.Context) error {
 	renewDone := make(chan struct{})
 	go func() { defer close(renewDone); _ = runner.RenewLeases(renewing) }()
 
-	renewTasks := make(chan struct{}, 1)
 	goRun(est.Run)
 	goRun(reg.Run)
-	goRun(func(ctx context.Context) error { n.taskLoop(ctx, log, keeper, renewTasks); return nil })
+	goRun(func(ctx context.Context) error { n.taskLoop(ctx, log, keeper, reg, renewTasks); return nil })
 	if cfg.Clock.NTPServer != "" {
 		goRun(func(ctx context.Context) error { n.checkNTP(ctx, log); return nil })
 	}
@@ -285,12 +295,15 @@ func pollersAhead(m checkin.Membership, turn rotation.Turn) int {
 }
 
 // taskLoop renews the node's task leases at every heartbeat (one
-// statement), and at once when the poll loop assigned a task to this node.
-func (n *Node) taskLoop(ctx context.Context, log *slog.Logger, k *jobs.Keeper, now <-chan struct{}) {
+// statement), and at once when a task was just given to this node (by its
+// own poll loop, or as the membership read shows). A node that works no
+// task and holds none by the last membership read sends nothing.
+func (n *Node) taskLoop(ctx context.Context, log *slog.Logger, k *jobs.Keeper, reg *checkin.Heartbeats, now <-chan struct{}) {
 	heartbeat := time.Duration(n.cfg.Checkin.Heartbeat)
 	failing := false
 	for {
 		t := n.clock.NewTimer(heartbeat)
+		nudged := false
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -298,6 +311,11 @@ func (n *Node) taskLoop(ctx context.Context, log *slog.Logger, k *jobs.Keeper, n
 		case <-t.C():
 		case <-now:
 			t.Stop()
+			nudged = true
+		}
+		m := reg.Membership()
+		if !nudged && m.OK && k.Stats().Held == 0 && m.TasksOf(reg.Incarnation()) == 0 {
+			continue
 		}
 		err := k.Renew(ctx)
 		switch {

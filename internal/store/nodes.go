@@ -27,6 +27,7 @@ type Node struct {
 	LastSeen time.Time
 	Live     bool
 	Backlog  bool // the node saw more due work than its share in its last slot
+	Tasks    int  // endless tasks its incarnation holds: how it learns it was given one
 }
 
 // NodeCheckIn registers the node (or re-registers it under a new
@@ -115,6 +116,7 @@ func (s *Store) Nodes(ctx context.Context, ttl time.Duration) ([]Node, time.Time
 	q := expand(s.d, `SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen,
   CASE WHEN state = 'up' AND last_seen > {now+?} THEN 1 ELSE 0 END,
   CASE WHEN backlog_until > {now} THEN 1 ELSE 0 END,
+  (SELECT COUNT(*) FROM {tasks} t WHERE t.owner = {nodes}.incarnation AND t.state IN ('running', 'deleting')),
   {now}
 FROM {nodes}`)
 	var nodes []Node
@@ -132,7 +134,7 @@ FROM {nodes}`)
 			var started, seen dbTime
 			var live, backlog int
 			if err := rows.Scan(&n.Name, &n.Incarnation, &n.State, &n.Capacity, &n.Free, &offUS, &errUS,
-				&started, &seen, &live, &backlog, &now); err != nil {
+				&started, &seen, &live, &backlog, &n.Tasks, &now); err != nil {
 				return err
 			}
 			n.Offset, n.OffsetError = time.Duration(offUS)*time.Microsecond, time.Duration(errUS)*time.Microsecond

@@ -34,6 +34,11 @@ func TestTaskOwnership(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, ok, "a held task is never taken")
 
+		nodes, _, err := s.Nodes(ctx, time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, 1, nodes[0].Tasks, "the membership read tells node-a it holds a task")
+		require.Equal(t, 0, nodes[1].Tasks)
+
 		held, err := s.TasksRenew(ctx, "inc-a", time.Minute)
 		require.NoError(t, err)
 		require.Len(t, held, 1)

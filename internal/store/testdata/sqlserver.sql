@@ -38,6 +38,7 @@ WHERE name = @p1 AND incarnation = @p2;
 SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen,
   CASE WHEN state = 'up' AND last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END,
   CASE WHEN backlog_until > SYSUTCDATETIME() THEN 1 ELSE 0 END,
+  (SELECT COUNT(*) FROM [sp_unit].[tasks] t WHERE t.owner = [sp_unit].[nodes].incarnation AND t.state IN ('running', 'deleting')),
   SYSUTCDATETIME()
 FROM [sp_unit].[nodes];
 

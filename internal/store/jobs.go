@@ -206,32 +206,16 @@ func (s *Store) JobsClaim(ctx context.Context, owner, ownerNode string, limit in
 	if limit <= 0 {
 		return nil, nil
 	}
-	q := s.d.ClaimJobs()
-	var claims []Claim
-	err := s.retry(ctx, func() error {
-		claims = claims[:0]
-		rows, err := s.query(ctx, q, owner, ownerNode, millis(lease), limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
+	return queryAll(ctx, s, "claim jobs", s.d.ClaimJobs(), []any{owner, ownerNode, millis(lease), limit},
+		func(r rowScanner) (Claim, error) {
 			var c Claim
 			var timeoutMS int64
 			var runAt, scheduledFor dbTime
-			if err := rows.Scan(&c.ID, &c.Token, &c.Attempt, &c.MaxAttempts, &c.Endpoint, &c.Method, &c.Payload,
-				&c.IdempotencyKey, &timeoutMS, &runAt, &scheduledFor); err != nil {
-				return err
-			}
+			err := r.Scan(&c.ID, &c.Token, &c.Attempt, &c.MaxAttempts, &c.Endpoint, &c.Method, &c.Payload,
+				&c.IdempotencyKey, &timeoutMS, &runAt, &scheduledFor)
 			c.Timeout, c.RunAt, c.ScheduledFor = time.Duration(timeoutMS)*time.Millisecond, runAt.T, scheduledFor.ptr()
-			claims = append(claims, c)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim jobs: %w", err)
-	}
-	return claims, nil
+			return c, err
+		})
 }
 
 // JobRenewLeaseIfRunning extends the lease of a job this node holds. It
@@ -306,7 +290,7 @@ func (s *Store) execCount(ctx context.Context, what, q string, args ...any) (int
 const jobColumns = `id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
   owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for`
 
-func scanJob(sc interface{ Scan(...any) error }) (Job, error) {
+func scanJob(sc rowScanner) (Job, error) {
 	var j Job
 	var runAt, lease, created, started, finished, scheduledFor dbTime
 	var timeoutMS int64
@@ -388,27 +372,10 @@ type Held struct {
 func (s *Store) JobsRenewLeases(ctx context.Context, owner string, lease time.Duration) ([]Held, error) {
 	q := expand(s.d, `UPDATE {jobs} SET lease_until = {now+?} {output id, token}
 WHERE owner = ? AND state = 'running' {returning id, token}`)
-	var held []Held
-	err := s.retry(ctx, func() error {
-		held = held[:0]
-		rows, err := s.query(ctx, q, millis(lease), owner)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var h Held
-			if err := rows.Scan(&h.ID, &h.Token); err != nil {
-				return err
-			}
-			held = append(held, h)
-		}
-		return rows.Err()
+	return queryAll(ctx, s, "renew job leases", q, []any{millis(lease), owner}, func(r rowScanner) (Held, error) {
+		var h Held
+		return h, r.Scan(&h.ID, &h.Token)
 	})
-	if err != nil {
-		return nil, fmt.Errorf("renew job leases: %w", err)
-	}
-	return held, nil
 }
 
 // JobsReleaseOwned gives back, unrun, every job an owner still holds: at

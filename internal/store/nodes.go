@@ -119,32 +119,20 @@ func (s *Store) Nodes(ctx context.Context, ttl time.Duration) ([]Node, time.Time
   (SELECT COUNT(*) FROM {tasks} t WHERE t.owner = {nodes}.incarnation AND t.state IN ('running', 'deleting')),
   {now}
 FROM {nodes}`)
-	var nodes []Node
 	var now dbTime
-	err := s.retry(ctx, func() error {
-		nodes = nodes[:0]
-		rows, err := s.query(ctx, q, -millis(ttl))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var n Node
-			var offUS, errUS int64
-			var started, seen dbTime
-			var live, backlog int
-			if err := rows.Scan(&n.Name, &n.Incarnation, &n.State, &n.Capacity, &n.Free, &offUS, &errUS,
-				&started, &seen, &live, &backlog, &n.Tasks, &now); err != nil {
-				return err
-			}
-			n.Offset, n.OffsetError = time.Duration(offUS)*time.Microsecond, time.Duration(errUS)*time.Microsecond
-			n.Started, n.LastSeen, n.Live, n.Backlog = started.T, seen.T, live == 1, backlog == 1
-			nodes = append(nodes, n)
-		}
-		return rows.Err()
+	nodes, err := queryAll(ctx, s, "read node registry", q, []any{-millis(ttl)}, func(r rowScanner) (Node, error) {
+		var n Node
+		var offUS, errUS int64
+		var started, seen dbTime
+		var live, backlog int
+		err := r.Scan(&n.Name, &n.Incarnation, &n.State, &n.Capacity, &n.Free, &offUS, &errUS,
+			&started, &seen, &live, &backlog, &n.Tasks, &now)
+		n.Offset, n.OffsetError = time.Duration(offUS)*time.Microsecond, time.Duration(errUS)*time.Microsecond
+		n.Started, n.LastSeen, n.Live, n.Backlog = started.T, seen.T, live == 1, backlog == 1
+		return n, err
 	})
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("read node registry: %w", err)
+		return nil, time.Time{}, err
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	return nodes, now.T, nil

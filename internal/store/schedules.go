@@ -89,13 +89,15 @@ func (s *Store) ScheduleUpdate(ctx context.Context, sc Schedule, next *time.Time
 
 const scheduleColumns = `name, ` + scheduleFields + `, enabled, source, next_fire_at, missed, last_fire_at, version`
 
-func scanSchedule(sc interface{ Scan(...any) error }) (Schedule, error) {
+// scanSchedule reads a row of scheduleColumns; extra receives any columns
+// selected after them.
+func scanSchedule(sc rowScanner, extra ...any) (Schedule, error) {
 	var r Schedule
 	var everyMS, timeoutMS, toleranceMS int64
 	var enabled int
 	var next, last dbTime
-	err := sc.Scan(&r.Name, &everyMS, &r.Cron, &r.TimeZone, &r.Endpoint, &r.Method, &r.Payload, &timeoutMS, &r.MaxAttempts,
-		&toleranceMS, &r.Misfire, &r.Overlap, &enabled, &r.Source, &next, &r.Missed, &last, &r.Version)
+	err := sc.Scan(append([]any{&r.Name, &everyMS, &r.Cron, &r.TimeZone, &r.Endpoint, &r.Method, &r.Payload, &timeoutMS,
+		&r.MaxAttempts, &toleranceMS, &r.Misfire, &r.Overlap, &enabled, &r.Source, &next, &r.Missed, &last, &r.Version}, extra...)...)
 	r.Every, r.Timeout, r.Tolerance = time.Duration(everyMS)*time.Millisecond, time.Duration(timeoutMS)*time.Millisecond, time.Duration(toleranceMS)*time.Millisecond
 	r.Enabled, r.NextFireAt, r.LastFireAt = enabled == 1, next.ptr(), last.ptr()
 	return r, err
@@ -115,32 +117,10 @@ func (s *Store) ScheduleGet(ctx context.Context, name string) (Schedule, error) 
 
 func (s *Store) schedules(ctx context.Context, what, where string, args ...any) ([]Schedule, time.Time, error) {
 	q := expand(s.d, `SELECT `+scheduleColumns+`, {now} FROM {schedules} `+where+` ORDER BY name`)
-	var out []Schedule
 	var now dbTime
-	err := s.retry(ctx, func() error {
-		out = out[:0]
-		rows, err := s.query(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var r Schedule
-			var everyMS, timeoutMS, toleranceMS int64
-			var enabled int
-			var next, last dbTime
-			if err := rows.Scan(&r.Name, &everyMS, &r.Cron, &r.TimeZone, &r.Endpoint, &r.Method, &r.Payload, &timeoutMS,
-				&r.MaxAttempts, &toleranceMS, &r.Misfire, &r.Overlap, &enabled, &r.Source, &next, &r.Missed, &last, &r.Version, &now); err != nil {
-				return err
-			}
-			r.Every, r.Timeout, r.Tolerance = time.Duration(everyMS)*time.Millisecond, time.Duration(timeoutMS)*time.Millisecond, time.Duration(toleranceMS)*time.Millisecond
-			r.Enabled, r.NextFireAt, r.LastFireAt = enabled == 1, next.ptr(), last.ptr()
-			out = append(out, r)
-		}
-		return rows.Err()
-	})
+	out, err := queryAll(ctx, s, what, q, args, func(r rowScanner) (Schedule, error) { return scanSchedule(r, &now) })
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("%s: %w", what, err)
+		return nil, time.Time{}, err
 	}
 	// With no rows there is no database time either; callers need it only
 	// for the schedules they got.

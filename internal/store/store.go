@@ -217,6 +217,36 @@ func (s *Store) retry(ctx context.Context, op func() error) error {
 	}
 }
 
+// rowScanner is what a scan function reads one row from.
+type rowScanner interface{ Scan(dest ...any) error }
+
+// queryAll runs a statement that returns rows, retrying transient
+// conflicts like every other statement, and scans each row with scan.
+// Errors say what the statement was for.
+func queryAll[T any](ctx context.Context, s *Store, what, q string, args []any, scan func(rowScanner) (T, error)) ([]T, error) {
+	var out []T
+	err := s.retry(ctx, func() error {
+		out = out[:0]
+		rows, err := s.query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			v, err := scan(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, v)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
 // Now reads the database clock.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	var t dbTime

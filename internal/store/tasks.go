@@ -101,37 +101,21 @@ func (s *Store) TasksRenew(ctx context.Context, owner string, lease time.Duratio
   {output name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures}
 WHERE owner = ? AND state IN ('running', 'deleting')
 {returning name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures}`)
-	var held []HeldTask
-	err := s.retry(ctx, func() error {
-		held = held[:0]
-		rows, err := s.query(ctx, q, millis(lease), owner)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var h HeldTask
-			var everyMS, timeoutMS int64
-			var handoff int
-			if err := rows.Scan(&h.Name, &h.Token, &h.State, &h.Endpoint, &h.Method, &h.Payload, &everyMS, &timeoutMS, &handoff, &h.Failures); err != nil {
-				return err
-			}
-			h.Every, h.Timeout, h.Handoff = time.Duration(everyMS)*time.Millisecond, time.Duration(timeoutMS)*time.Millisecond, handoff != 0
-			held = append(held, h)
-		}
-		return rows.Err()
+	return queryAll(ctx, s, "renew task leases", q, []any{millis(lease), owner}, func(r rowScanner) (HeldTask, error) {
+		var h HeldTask
+		var everyMS, timeoutMS int64
+		var handoff int
+		err := r.Scan(&h.Name, &h.Token, &h.State, &h.Endpoint, &h.Method, &h.Payload, &everyMS, &timeoutMS, &handoff, &h.Failures)
+		h.Every, h.Timeout, h.Handoff = time.Duration(everyMS)*time.Millisecond, time.Duration(timeoutMS)*time.Millisecond, handoff != 0
+		return h, err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("renew task leases: %w", err)
-	}
-	return held, nil
 }
 
 const taskColumns = `name, endpoint, method, every_ms, state, owner, owner_node, token,
   CASE WHEN state IN ('running', 'deleting') AND lease_until > {now} THEN 1 ELSE 0 END,
   since, handoff, calls, failures, last_call_at, last_status, last_error, {now}`
 
-func scanTask(sc interface{ Scan(...any) error }) (Task, error) {
+func scanTask(sc rowScanner) (Task, error) {
 	var t Task
 	var everyMS int64
 	var owner, ownerNode, lastErr sql.NullString
@@ -156,31 +140,7 @@ func scanTask(sc interface{ Scan(...any) error }) (Task, error) {
 // includeDeleted), sorted by name.
 func (s *Store) Tasks(ctx context.Context, includeDeleted bool) ([]Task, error) {
 	q := expand(s.d, `SELECT `+taskColumns+` FROM {tasks} WHERE (state <> 'deleted' OR ? = 1) ORDER BY name`)
-	flag := 0
-	if includeDeleted {
-		flag = 1
-	}
-	var out []Task
-	err := s.retry(ctx, func() error {
-		out = out[:0]
-		rows, err := s.query(ctx, q, flag)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			t, err := scanTask(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, t)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read tasks: %w", err)
-	}
-	return out, nil
+	return queryAll(ctx, s, "read tasks", q, []any{boolInt(includeDeleted)}, func(r rowScanner) (Task, error) { return scanTask(r) })
 }
 
 // TaskGet reads one task.

@@ -65,9 +65,11 @@ func TestMisfirePolicies(t *testing.T) {
 		all, _ := s.ScheduleGet(ctx, "s-all")
 		nSkip, nOnce, nAll := len(occurrences(t, s, "s-skip")), len(occurrences(t, s, "s-once")), len(occurrences(t, s, "s-all"))
 
-		// 10s of outage with a 2s tolerance: about 8 occurrences can no
-		// longer start in time.
-		require.InDelta(t, 8, skip.Missed, 1, "skip records the late ones as missed")
+		// 10s of outage with a 2s tolerance: at least 8 occurrences can no
+		// longer start in time (more if the machine is slow to get from the
+		// outage to the materializing step: the database clock runs on).
+		require.GreaterOrEqual(t, skip.Missed, int64(7), "skip records the late ones as missed")
+		require.LessOrEqual(t, skip.Missed, int64(14), "skip records the late ones as missed")
 		require.InDelta(t, 3, nSkip, 1, "skip runs only those still within tolerance")
 		require.Equal(t, skip.Missed-1, once.Missed, "once runs the latest late one instead of counting it")
 		require.Equal(t, nSkip+1, nOnce)

@@ -22,6 +22,12 @@
 // the quickest sample is the most trustworthy. The estimate is refreshed
 // periodically by Run, because local clocks drift and may be stepped.
 //
+// Between measurements the database time is carried forward on the local
+// monotonic clock (clock.Clock's Monotonic), not read off the wall clock
+// through the offset: a step of the node's wall clock (an NTP step after
+// boot, a VM resume) leaves the database time where it was, and the next
+// resync finds a new offset but no jump in database time.
+//
 // The error bound covers network and scheduling delay only; a reference that
 // reports time coarsely (SQLite's now has millisecond resolution) adds its own
 // resolution on top, which the Source is in the best position to know.
@@ -61,6 +67,8 @@ type Sample struct {
 	// Resolution is the reference clock's tick (see Coarse); zero for a
 	// fine clock.
 	Resolution time.Duration
+
+	mono time.Duration // the local monotonic reading at Received
 }
 
 // Coarse is implemented by a Source whose readings are truncated to a
@@ -91,7 +99,7 @@ func Measure(t0, ts, t1 time.Time) Sample {
 
 // Estimate is the node's current belief about the reference clock.
 type Estimate struct {
-	// Offset is reference time minus local time.
+	// Offset is reference time minus local wall time, as measured.
 	Offset time.Duration
 	// Error bounds |true offset - Offset| at the time of measurement.
 	Error time.Duration
@@ -99,14 +107,19 @@ type Estimate struct {
 	Measured time.Time
 	// Samples is how many samples of the burst succeeded.
 	Samples int
+
+	mono time.Duration // the local monotonic reading at Measured
 }
 
-// DBTime converts a local time to reference time: local + Offset.
+// DBTime converts a local time to reference time: local + Offset. It holds
+// only while the local wall clock has not been stepped since Measured;
+// Estimator.Now does not depend on that.
 func (e Estimate) DBTime(local time.Time) time.Time {
 	return local.Add(e.Offset)
 }
 
-// LocalTime converts a reference time to local time: db - Offset.
+// LocalTime converts a reference time to local time: db - Offset. Like
+// DBTime, it assumes no wall step since Measured.
 func (e Estimate) LocalTime(db time.Time) time.Time {
 	return db.Add(-e.Offset)
 }
@@ -210,12 +223,13 @@ func (e *Estimator) Sync(ctx context.Context) (Estimate, error) {
 		return Estimate{}, fmt.Errorf("measure database clock: %w", lastErr)
 	}
 
-	est := Estimate{Offset: best.Offset, Error: best.Error(), Measured: best.Received, Samples: good}
+	est := Estimate{Offset: best.Offset, Error: best.Error(), Measured: best.Received, Samples: good, mono: best.mono}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	// Two overlapping Syncs may finish out of order; the fresher
-	// measurement wins because clocks drift.
-	if !e.ok || !est.Measured.Before(e.est.Measured) {
+	// measurement wins because clocks drift. Fresher on the monotonic
+	// clock: after a wall step back every new measurement would look older.
+	if !e.ok || est.mono >= e.est.mono {
 		e.est, e.ok = est, true
 	}
 	return est, nil
@@ -223,9 +237,9 @@ func (e *Estimator) Sync(ctx context.Context) (Estimate, error) {
 
 // sample takes one round trip.
 func (e *Estimator) sample(ctx context.Context) (Sample, error) {
-	t0 := e.clk.Now()
+	m0 := e.clk.Monotonic()
 	ts, err := e.src.Now(ctx)
-	t1 := e.clk.Now()
+	t1, m1 := e.clk.Now(), e.clk.Monotonic()
 	if err != nil {
 		return Sample{}, err
 	}
@@ -234,13 +248,12 @@ func (e *Estimator) sample(ctx context.Context) (Sample, error) {
 		res = c.Resolution()
 		ts = ts.Add(res / 2)
 	}
-	s := Measure(t0, ts, t1)
-	s.Resolution = res
-	if s.RTT < 0 {
-		// Only a local clock stepped back mid-sample can do this; the
-		// sample says nothing useful.
-		return Sample{}, fmt.Errorf("local clock went back %v during a sample", -s.RTT)
-	}
+	// The round trip is timed on the monotonic clock and the send time
+	// read back from the receipt, so a wall step during the query neither
+	// spoils the sample nor bends it: the offset is to the wall clock as
+	// it reads at the receipt.
+	s := Measure(t1.Add(-(m1 - m0)), ts, t1)
+	s.Resolution, s.mono = res, m1
 	return s, nil
 }
 
@@ -251,14 +264,16 @@ func (e *Estimator) Current() (Estimate, bool) {
 	return e.est, e.ok
 }
 
-// Now returns the reference time now (local now + offset) and its error
-// bound; ok is false before the first successful Sync.
+// Now returns the reference time now and its error bound; ok is false
+// before the first successful Sync. The reference time is the one measured
+// (at Measured) plus the monotonic time elapsed since, so a step of the
+// local wall clock does not move it.
 func (e *Estimator) Now() (db time.Time, errBound time.Duration, ok bool) {
 	est, ok := e.Current()
 	if !ok {
 		return time.Time{}, 0, false
 	}
-	return est.DBTime(e.clk.Now()), est.Error, true
+	return est.DBTime(est.Measured).Add(e.clk.Monotonic() - est.mono), est.Error, true
 }
 
 // Run syncs at once and then every Interval until ctx is done, waiting on the

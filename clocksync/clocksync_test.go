@@ -253,21 +253,85 @@ func TestSyncWrapsLastError(t *testing.T) {
 	require.ErrorIs(t, err, last)
 }
 
-// backwardsSource steps the local clock back while the query is in flight.
-type backwardsSource struct{ clk *clock.Fake }
-
-func (s backwardsSource) Now(context.Context) (time.Time, error) {
-	s.clk.Set(s.clk.Now().Add(-time.Second))
-	return s.clk.Now(), nil
+// backwardsSource steps the local wall clock back while the query is in
+// flight, after a millisecond out; the reference is the fake's monotonic
+// time plus base.
+type backwardsSource struct {
+	clk  *clock.Fake
+	base time.Time
 }
 
-func TestSyncRejectsNegativeRTT(t *testing.T) {
+func (s backwardsSource) Now(context.Context) (time.Time, error) {
+	s.clk.Advance(time.Millisecond)
+	s.clk.StepWall(-time.Second)
+	ts := s.base.Add(s.clk.Monotonic())
+	s.clk.Advance(time.Millisecond)
+	return ts, nil
+}
+
+func TestWallStepDuringASampleIsHarmless(t *testing.T) {
 	clk := clock.NewFake(start)
-	e := New(backwardsSource{clk}, clk, Options{Burst: 2, Gap: -1})
-	_, err := e.Sync(context.Background())
-	require.ErrorContains(t, err, "local clock went back")
-	_, ok := e.Current()
-	require.False(t, ok)
+	base := start.Add(time.Minute)
+	e := New(backwardsSource{clk, base}, clk, Options{Burst: 1, Gap: -1})
+	est, err := e.Sync(context.Background())
+	require.NoError(t, err, "the round trip is timed on the monotonic clock, which no wall step moves")
+	require.Equal(t, time.Millisecond, est.Error)
+	// The offset is to the wall clock as it reads after the step.
+	require.Equal(t, time.Minute+time.Second, est.Offset)
+	db, _, ok := e.Now()
+	require.True(t, ok)
+	require.Equal(t, base.Add(clk.Monotonic()), db)
+}
+
+// monoSource is a reference clock that runs with the fake's monotonic
+// time, as a real database's clock runs with real time whatever the node's
+// wall clock does; each query takes 1ms out and 1ms back.
+type monoSource struct {
+	clk  *clock.Fake
+	base time.Time
+}
+
+func (s monoSource) Now(context.Context) (time.Time, error) {
+	s.clk.Advance(time.Millisecond)
+	ts := s.base.Add(s.clk.Monotonic())
+	s.clk.Advance(time.Millisecond)
+	return ts, nil
+}
+
+func (s monoSource) truth() time.Time { return s.base.Add(s.clk.Monotonic()) }
+
+// TestWallStepDoesNotMoveDatabaseTime steps the node's wall clock (an NTP
+// step after boot, a VM resume) both ways: the database time the estimator
+// reports carries on from its measurement, before the next resync and
+// after it; the resync only finds the new offset.
+func TestWallStepDoesNotMoveDatabaseTime(t *testing.T) {
+	for _, step := range []time.Duration{time.Hour, -time.Hour} {
+		t.Run(step.String(), func(t *testing.T) {
+			clk := clock.NewFake(start)
+			src := monoSource{clk, start.Add(42 * time.Second)}
+			e := New(src, clk, Options{Burst: 1, Gap: -1})
+			first, err := e.Sync(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, 42*time.Second, first.Offset)
+
+			clk.Advance(time.Second)
+			clk.StepWall(step)
+			clk.Advance(time.Second)
+			db, bound, ok := e.Now()
+			require.True(t, ok)
+			require.LessOrEqual(t, db.Sub(src.truth()).Abs(), bound, "a wall step moved the database time by %v", db.Sub(src.truth()))
+
+			second, err := e.Sync(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, 42*time.Second-step, second.Offset, "the resync measures the stepped wall clock")
+			cur, ok := e.Current()
+			require.True(t, ok)
+			require.Equal(t, second, cur, "the fresher estimate wins, whatever the wall clock says")
+			db, bound, _ = e.Now()
+			require.LessOrEqual(t, db.Sub(src.truth()).Abs(), bound)
+			require.Equal(t, second.DBTime(clk.Now()), db, "after the resync offset and database time agree again")
+		})
+	}
 }
 
 func TestSyncStopsWhenContextDone(t *testing.T) {

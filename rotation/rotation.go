@@ -75,10 +75,11 @@ type Waiter struct {
 	started bool
 }
 
-// Wait blocks until this node's next turn and returns it. It never returns
-// the same slot twice and skips turns it woke up too late for. Sleeps are
-// capped at one slot, so a change of membership or mode is noticed within
-// one slot even without a nudge.
+// Wait blocks until this node's next turn and returns it. It skips turns it
+// woke up too late for, and does not return a slot twice unless the
+// database time goes back by more than a slot (see forgetFutureTurn). Sleeps
+// are capped at one slot, so a change of membership or mode, or a step of
+// the database time, is noticed within one slot even without a nudge.
 func (w *Waiter) Wait(ctx context.Context) (Turn, error) {
 	for {
 		if err := ctx.Err(); err != nil {
@@ -92,6 +93,7 @@ func (w *Waiter) Wait(ctx context.Context) (Turn, error) {
 		// late costs fairness, never safety (the claim is conditional).
 		errBound = min(errBound, w.Slot/4)
 		if ok {
+			w.forgetFutureTurn(db.Add(-errBound))
 			turn, wait, now := w.next(db, errBound, w.Members())
 			if now {
 				w.last, w.started = turn.Slot, true
@@ -104,6 +106,19 @@ func (w *Waiter) Wait(ctx context.Context) (Turn, error) {
 		if err := w.sleep(ctx, sleep); err != nil {
 			return Turn{}, err
 		}
+	}
+}
+
+// forgetFutureTurn forgets the last turn once the database time (its
+// earliest, safe) is more than a slot before it: the database clock stepped
+// back (a failover to a host whose clock is behind) or the estimate moved.
+// Waiting for that turn to come round again would silence the node for the
+// length of the step; forgetting it may let the node poll a slot again, which
+// is safe because the claim is conditional. Within a slot of it the turn is
+// kept, so that an estimate nudged back by its error does not repeat a slot.
+func (w *Waiter) forgetFutureTurn(safe time.Time) {
+	if w.started && Slot(safe, w.Slot) < w.last-1 {
+		w.started = false
 	}
 }
 

@@ -17,6 +17,12 @@ type Clock interface {
 	// Now returns the local time (with a monotonic reading where the
 	// implementation has one).
 	Now() time.Time
+	// Monotonic returns the time elapsed on a clock that only counts
+	// forward, since an origin of the Clock's choosing: a step of the wall
+	// clock (an NTP step, an operator, a VM resume) does not move it, so
+	// the difference of two readings is the time that really passed. Only
+	// differences between readings of one Clock mean anything.
+	Monotonic() time.Duration
 	// NewTimer returns a timer that fires once after d.
 	NewTimer(d time.Duration) Timer
 }
@@ -28,11 +34,17 @@ type Timer interface {
 }
 
 // Real returns the operating system's clock.
-func Real() Clock { return realClock{} }
+func Real() Clock { return realClock{origin: time.Now()} }
 
-type realClock struct{}
+type realClock struct {
+	origin time.Time // carries the monotonic reading Monotonic counts from
+}
 
 func (realClock) Now() time.Time { return time.Now() }
+
+// Monotonic relies on time.Since subtracting monotonic readings, which Go
+// does when both times carry one, as time.Now's do.
+func (c realClock) Monotonic() time.Duration { return time.Since(c.origin) }
 func (realClock) NewTimer(d time.Duration) Timer {
 	return realTimer{time.NewTimer(d)}
 }
@@ -45,7 +57,7 @@ func (t realTimer) Stop() bool          { return t.t.Stop() }
 // Skewed returns c read as if it were off by skew. It exists so that an
 // operator (config key clock.skew) or a test can show that a node's local
 // wall clock does not matter: only durations and the measured offset to the
-// database clock do. Timers are durations and are not affected.
+// database clock do. Timers and Monotonic are durations and are not affected.
 func Skewed(c Clock, skew time.Duration) Clock {
 	if skew == 0 {
 		return c
@@ -76,9 +88,15 @@ func Sleep(ctx context.Context, c Clock, d time.Duration) error {
 }
 
 // Fake is a Clock that moves only when told to. It is safe for concurrent use.
+//
+// It keeps two times, as an operating system does: the wall time Now reads,
+// and the monotonic time Monotonic reads and timers wait on. Advance moves
+// both (time passes); StepWall and Set move only the wall time (the clock is
+// stepped), so a test can show what a stepped wall clock does.
 type Fake struct {
 	mu      sync.Mutex
 	now     time.Time
+	mono    time.Duration
 	timers  []*fakeTimer
 	changed chan struct{} // closed and replaced whenever a timer is added
 }
@@ -88,18 +106,25 @@ func NewFake(start time.Time) *Fake {
 	return &Fake{now: start, changed: make(chan struct{})}
 }
 
-// Now returns the fake time.
+// Now returns the fake wall time.
 func (f *Fake) Now() time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.now
 }
 
-// NewTimer returns a timer that fires when the fake time reaches now+d.
+// Monotonic returns the time Advance has moved the clock by since NewFake.
+func (f *Fake) Monotonic() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mono
+}
+
+// NewTimer returns a timer that fires once the clock has advanced by d.
 func (f *Fake) NewTimer(d time.Duration) Timer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t := &fakeTimer{f: f, when: f.now.Add(d), c: make(chan time.Time, 1)}
+	t := &fakeTimer{f: f, when: f.mono + d, c: make(chan time.Time, 1)}
 	if d <= 0 {
 		t.c <- f.now
 		t.fired = true
@@ -111,17 +136,23 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 	return t
 }
 
-// Advance moves the fake time forward by d and fires every timer that falls
-// due, in order of their deadlines.
+// Advance lets d pass: it moves the wall and the monotonic time forward by d
+// and fires every timer that falls due. A fired timer reports the wall time
+// of its deadline. Time cannot pass backwards: a negative d panics (StepWall
+// steps the wall clock back).
 func (f *Fake) Advance(d time.Duration) {
+	if d < 0 {
+		panic("clock: Fake.Advance with a negative duration; use StepWall to step the wall clock back")
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.now = f.now.Add(d)
+	f.mono += d
 	kept := f.timers[:0]
 	for _, t := range f.timers {
-		if !t.when.After(f.now) {
+		if t.when <= f.mono {
 			t.fired = true
-			t.c <- t.when
+			t.c <- f.now.Add(t.when - f.mono)
 			continue
 		}
 		kept = append(kept, t)
@@ -129,12 +160,19 @@ func (f *Fake) Advance(d time.Duration) {
 	f.timers = kept
 }
 
-// Set moves the fake time to t (forward or back) and fires due timers.
+// StepWall steps the wall time by d, forward or back, as an NTP step or an
+// operator would: no time passes, so Monotonic and the timers do not move.
+func (f *Fake) StepWall(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = f.now.Add(d)
+}
+
+// Set steps the wall time to t, forward or back (see StepWall).
 func (f *Fake) Set(t time.Time) {
 	f.mu.Lock()
-	d := t.Sub(f.now)
-	f.mu.Unlock()
-	f.Advance(d)
+	defer f.mu.Unlock()
+	f.now = t
 }
 
 // Waiters returns how many timers are pending.
@@ -164,7 +202,7 @@ func (f *Fake) BlockUntil(ctx context.Context, n int) error {
 
 type fakeTimer struct {
 	f     *Fake
-	when  time.Time
+	when  time.Duration // on the monotonic time
 	c     chan time.Time
 	fired bool
 }

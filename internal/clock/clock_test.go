@@ -63,3 +63,36 @@ func TestSkewedShiftsNowNotTimers(t *testing.T) {
 	<-tm.C()
 	require.Equal(t, f, Skewed(f, 0), "no skew is the clock itself")
 }
+
+func TestStepWallMovesNowNotTimersOrMonotonic(t *testing.T) {
+	f := NewFake(t0)
+	tm := f.NewTimer(time.Second)
+	f.Advance(300 * time.Millisecond)
+	require.Equal(t, 300*time.Millisecond, f.Monotonic())
+
+	f.StepWall(time.Hour)
+	require.Equal(t, t0.Add(time.Hour+300*time.Millisecond), f.Now())
+	require.Equal(t, 300*time.Millisecond, f.Monotonic(), "a wall step is not time passing")
+	require.Equal(t, 1, f.Waiters(), "a wall step fires no timer")
+
+	f.StepWall(-2 * time.Hour)
+	f.Advance(700 * time.Millisecond)
+	require.Equal(t, t0.Add(-time.Hour+time.Second), <-tm.C(), "the timer fires after its duration, at the stepped wall time")
+	require.Equal(t, time.Second, f.Monotonic())
+
+	f.Set(t0)
+	require.Equal(t, t0, f.Now())
+	require.Equal(t, time.Second, f.Monotonic())
+	require.Panics(t, func() { f.Advance(-time.Nanosecond) }, "time does not pass backwards")
+
+	s := Skewed(f, 5*time.Second)
+	require.Equal(t, f.Monotonic(), s.Monotonic(), "a skew shifts the wall time only")
+}
+
+func TestRealMonotonicCountsForward(t *testing.T) {
+	c := Real()
+	a := c.Monotonic()
+	b := c.Monotonic()
+	require.GreaterOrEqual(t, a, time.Duration(0))
+	require.GreaterOrEqual(t, b, a)
+}

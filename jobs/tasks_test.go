@@ -361,9 +361,7 @@ func TestHandoffLetsTheCallInFlightFinishFirst(t *testing.T) {
 	require.NoError(t, k.Renew(ctx))
 	<-started // a call is in flight
 
-	ok, err := s.TaskRequestHandoff(ctx, "slow", 1)
-	require.NoError(t, err)
-	require.True(t, ok)
+	requestHandoff(ctx, t, s, "slow")
 	require.NoError(t, k.Renew(ctx))
 	task, err := s.TaskGet(ctx, "slow")
 	require.NoError(t, err)
@@ -381,6 +379,7 @@ func TestHandoffLetsTheCallInFlightFinishFirst(t *testing.T) {
 // [start, end] on one logical clock (a counter, so order is exact), with
 // the calling node. Calls are held open until letGo.
 type callLog struct {
+	base    *url.URL
 	mu      sync.Mutex
 	seq     int
 	calls   []callInterval
@@ -394,7 +393,7 @@ type callInterval struct {
 	start, end int // end 0: still running
 }
 
-func holdingEndpoint(t *testing.T) (*url.URL, *callLog) {
+func holdingEndpoint(t *testing.T) *callLog {
 	l := &callLog{started: make(chan string, 100), hold: make(chan struct{})}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l.mu.Lock()
@@ -411,8 +410,8 @@ func holdingEndpoint(t *testing.T) (*url.URL, *callLog) {
 	}))
 	t.Cleanup(srv.Close)
 	t.Cleanup(l.letGo) // before srv.Close, which waits for the handlers
-	u, _ := url.Parse(srv.URL)
-	return u, l
+	l.base, _ = url.Parse(srv.URL)
+	return l
 }
 
 // letGo ends the calls held open and lets later calls answer at once.
@@ -462,6 +461,31 @@ func newLongLeaseKeeper(s *store.Store, base *url.URL, c clock.Clock, node strin
 		BackoffMax: time.Minute, MinHold: 10 * time.Second, Clock: c, Rand: func() float64 { return 0 }})
 }
 
+// slowCallInFlight gives node-a's keeper (long lease) a task "slow" and
+// returns once its first call is in flight, held open by the endpoint.
+func slowCallInFlight(t *testing.T) (context.Context, *store.Store, *clock.Fake, *jobs.Keeper, *callLog) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	calls := holdingEndpoint(t)
+	c := clock.NewFake(t0)
+	k := newLongLeaseKeeper(s, calls.base, c, "node-a")
+	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "slow", Endpoint: "/slow", Every: time.Second}))
+	assign(t, s, "slow", "node-a")
+	require.NoError(t, k.Renew(ctx))
+	require.Equal(t, "node-a", calls.next(t))
+	return ctx, s, c, k, calls
+}
+
+func requestHandoff(ctx context.Context, t *testing.T, s *store.Store, task string) {
+	t.Helper()
+	cur, err := s.TaskGet(ctx, task)
+	require.NoError(t, err)
+	ok, err := s.TaskRequestHandoff(ctx, task, cur.Token)
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
 // slotOwnerTries plays the next slot owner for a while: it gives the task
 // to node-b whenever it is unowned (the Balance path) and lets node-b's
 // keeper renew, as it would at its heartbeats.
@@ -480,22 +504,11 @@ func slotOwnerTries(ctx context.Context, t *testing.T, kb *jobs.Keeper) {
 // asked to hand the task off: the task must not move (and node-b must not
 // call) before that call ended.
 func TestHandoffWaitsForTheCallAcrossHeartbeats(t *testing.T) {
-	s, _ := storetest.Open(t, "sqlite")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	base, calls := holdingEndpoint(t)
-	c := clock.NewFake(t0)
-	ka := newLongLeaseKeeper(s, base, c, "node-a")
-	kb := newLongLeaseKeeper(s, base, c, "node-b")
-	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "slow", Endpoint: "/slow", Every: time.Second}))
-	assign(t, s, "slow", "node-a")
+	ctx, s, c, ka, calls := slowCallInFlight(t)
+	kb := newLongLeaseKeeper(s, calls.base, c, "node-b")
 	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-b", Incarnation: "inc-node-b", Capacity: 4, Free: 4}))
-	require.NoError(t, ka.Renew(ctx))
-	require.Equal(t, "node-a", calls.next(t))
 
-	ok, err := s.TaskRequestHandoff(ctx, "slow", 1)
-	require.NoError(t, err)
-	require.True(t, ok)
+	requestHandoff(ctx, t, s, "slow")
 	for hb := range 3 {
 		c.Advance(time.Second)
 		require.NoError(t, ka.Renew(ctx))
@@ -513,7 +526,7 @@ func TestHandoffWaitsForTheCallAcrossHeartbeats(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "the task moves once its call ended")
 	require.Equal(t, []string{"node-a", "node-b"}, calls.nodes())
 	require.Empty(t, calls.overlaps())
-	_, err = ka.Release(ctx)
+	_, err := ka.Release(ctx)
 	require.NoError(t, err)
 	_, err = kb.Release(ctx)
 	require.NoError(t, err)
@@ -521,16 +534,7 @@ func TestHandoffWaitsForTheCallAcrossHeartbeats(t *testing.T) {
 
 // The same for a delete: it is confirmed only after the call in flight.
 func TestDeleteWaitsForTheCallAcrossHeartbeats(t *testing.T) {
-	s, _ := storetest.Open(t, "sqlite")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	base, calls := holdingEndpoint(t)
-	c := clock.NewFake(t0)
-	k := newLongLeaseKeeper(s, base, c, "node-a")
-	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "slow", Endpoint: "/slow", Every: time.Second}))
-	assign(t, s, "slow", "node-a")
-	require.NoError(t, k.Renew(ctx))
-	require.Equal(t, "node-a", calls.next(t))
+	ctx, s, c, k, calls := slowCallInFlight(t)
 
 	state, err := s.TaskRequestDelete(ctx, "slow")
 	require.NoError(t, err)
@@ -559,19 +563,8 @@ func TestDeleteWaitsForTheCallAcrossHeartbeats(t *testing.T) {
 // A graceful stop while a handoff is pending waits for the call too, and
 // gives the task up only after it.
 func TestReleaseDuringAPendingHandoffWaitsForTheCall(t *testing.T) {
-	s, _ := storetest.Open(t, "sqlite")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	base, calls := holdingEndpoint(t)
-	c := clock.NewFake(t0)
-	k := newLongLeaseKeeper(s, base, c, "node-a")
-	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "slow", Endpoint: "/slow", Every: time.Second}))
-	assign(t, s, "slow", "node-a")
-	require.NoError(t, k.Renew(ctx))
-	require.Equal(t, "node-a", calls.next(t))
-	ok, err := s.TaskRequestHandoff(ctx, "slow", 1)
-	require.NoError(t, err)
-	require.True(t, ok)
+	ctx, s, c, k, calls := slowCallInFlight(t)
+	requestHandoff(ctx, t, s, "slow")
 	for range 2 {
 		c.Advance(time.Second)
 		require.NoError(t, k.Renew(ctx))
@@ -604,4 +597,57 @@ func TestReleaseDuringAPendingHandoffWaitsForTheCall(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.TaskCreated, task.State)
 	require.Equal(t, []string{"node-a"}, calls.nodes())
+}
+
+// A worker stopped because its lease could not be confirmed keeps its call
+// in flight (that call's deadline is within the lease); when the renewals
+// come back, the restarted worker waits for that call before its own.
+func TestRestartedWorkerWaitsForThePreviousCall(t *testing.T) {
+	ctx, _, c, k, calls := slowCallInFlight(t)
+
+	// The renewals fail until less than a heartbeat and the margin of the
+	// 30s lease is left: the worker is stopped.
+	failed, fail := context.WithCancel(ctx)
+	fail()
+	c.Advance(29 * time.Second)
+	require.Error(t, k.Renew(failed))
+	require.Empty(t, k.Held())
+	// The database answers again, the task is still this node's.
+	require.NoError(t, k.Renew(ctx))
+	require.Equal(t, []string{"slow"}, k.Held())
+	select {
+	case n := <-calls.started:
+		t.Fatalf("%s called again while its previous call ran: %v", n, calls.overlaps())
+	case <-time.After(200 * time.Millisecond):
+	}
+	calls.letGo()
+	require.Equal(t, "node-a", calls.next(t), "the restarted worker calls once the previous call ended")
+	require.Empty(t, calls.overlaps())
+	_, err := k.Release(ctx)
+	require.NoError(t, err)
+}
+
+// A task lost while being handed off (its lease ran out and the farm gave
+// it to another node) has its call cut, and the pending release does not
+// touch the new owner's task.
+func TestTaskLostWhileHandedOffStaysWithItsNewOwner(t *testing.T) {
+	ctx, s, _, k, _ := slowCallInFlight(t)
+	requestHandoff(ctx, t, s, "slow")
+	require.NoError(t, k.Renew(ctx))
+	require.Equal(t, 1, k.Stats().Stopping)
+
+	_, err := s.TasksRenew(ctx, "inc-node-a", -time.Second) // the lease ran out
+	require.NoError(t, err)
+	assign(t, s, "slow", "node-b")
+	require.NoError(t, k.Renew(ctx))
+	require.Eventually(t, func() bool { return k.Stats().Stopping == 0 }, 10*time.Second, 10*time.Millisecond,
+		"the lost task's call is cut and its give-up ends")
+	require.Equal(t, int64(1), k.Stats().Lost)
+	task, err := s.TaskGet(ctx, "slow")
+	require.NoError(t, err)
+	require.Equal(t, store.TaskRunning, task.State)
+	require.Equal(t, "node-b", task.OwnerNode)
+	require.Equal(t, int64(2), task.Token)
+	_, err = k.Release(ctx)
+	require.NoError(t, err)
 }

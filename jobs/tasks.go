@@ -14,11 +14,9 @@ import (
 	"github.com/slotpoller/slotpoller/internal/store"
 )
 
-// Reasons a task worker stops, read back with context.Cause.
-var (
-	errTaskLost     = errors.New("task lost: the farm gave it to another node")
-	errTaskStopping = errors.New("task stopping")
-)
+// errTaskLost is why a worker's calls are cut short, read back with
+// context.Cause.
+var errTaskLost = errors.New("task lost: the farm gave it to another node")
 
 // TaskOptions configure a Keeper.
 type TaskOptions struct {
@@ -58,16 +56,36 @@ type Keeper struct {
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	workers map[string]*taskWorker
+	closed  bool                   // Release ran: no more workers or stops
+	workers map[string]*taskWorker // working tasks, by name
+	// stops are the tasks being given up (handoff, delete): their call in
+	// flight runs to its end, then a fenced write releases or deletes them.
+	// A task stays here until that write is done, so that a renewal that
+	// still returns it (its lease is renewed meanwhile) neither restarts it
+	// nor gives it up a second time without waiting for the call.
+	stops map[taskKey]*taskWorker
+	// last is the latest worker started per task, whatever became of it: a
+	// new worker or a give-up for the same task waits for its goroutine, so
+	// no two calls of a task ever run at once from this node.
+	last map[string]*taskWorker
 
 	calls, failures, lost, stale atomic.Int64
 }
 
+// taskKey names one ownership of a task: a new token is a new ownership.
+type taskKey struct {
+	name  string
+	token int64
+}
+
 type taskWorker struct {
 	task   store.HeldTask
-	cancel context.CancelCauseFunc // hard stop: the lease is lost or cannot be confirmed
-	done   chan struct{}
-	// stop asks for a soft stop (handoff, delete, node stop): no new call,
+	cancel context.CancelCauseFunc // hard stop: the task was lost
+	// done is closed once the worker's goroutine, and every earlier
+	// worker's for the same task, has exited: no call of theirs runs.
+	done chan struct{}
+	// stop asks for a soft stop (handoff, delete, node stop, a lease that
+	// cannot be confirmed): no new call,
 	// but the one in flight ends on its own, within its lease, so that the
 	// next owner's first call never overlaps it at the endpoint.
 	stop     chan struct{}
@@ -111,12 +129,17 @@ func NewKeeper(s *store.Store, inv *Invoker, opts TaskOptions) *Keeper {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	base, cancel := context.WithCancel(context.Background())
-	return &Keeper{store: s, inv: inv, opts: opts, base: base, cancel: cancel, workers: map[string]*taskWorker{}}
+	return &Keeper{store: s, inv: inv, opts: opts, base: base, cancel: cancel,
+		workers: map[string]*taskWorker{}, stops: map[taskKey]*taskWorker{}, last: map[string]*taskWorker{}}
 }
 
 // TaskStats are the keeper's counters.
 type TaskStats struct {
-	Held             int
+	Held int // tasks being worked
+	// Stopping are tasks being handed off or deleted: still held (their
+	// leases renewed) until their call in flight ended and they were
+	// given up.
+	Stopping         int
 	Calls, Failures  int64
 	Lost, StaleStops int64
 }
@@ -124,9 +147,10 @@ type TaskStats struct {
 // Stats returns the counters.
 func (k *Keeper) Stats() TaskStats {
 	k.mu.Lock()
-	held := len(k.workers)
+	held, stopping := len(k.workers), len(k.stops)
 	k.mu.Unlock()
-	return TaskStats{Held: held, Calls: k.calls.Load(), Failures: k.failures.Load(), Lost: k.lost.Load(), StaleStops: k.stale.Load()}
+	return TaskStats{Held: held, Stopping: stopping, Calls: k.calls.Load(), Failures: k.failures.Load(),
+		Lost: k.lost.Load(), StaleStops: k.stale.Load()}
 }
 
 // Held returns the names of the tasks this node is working, sorted.
@@ -159,6 +183,9 @@ func (k *Keeper) Renew(ctx context.Context) error {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.closed {
+		return nil
+	}
 	for name, w := range k.workers {
 		h, ok := byName[name]
 		if !ok || h.Token != w.task.Token {
@@ -172,24 +199,52 @@ func (k *Keeper) Renew(ctx context.Context) error {
 			delete(k.workers, name) // stopped on its own (lease unconfirmed); restarted below if still ours
 		}
 	}
+	for key, w := range k.stops {
+		if h, ok := byName[key.name]; (!ok || h.Token != key.token) && w != nil && !w.exited() {
+			// Lost while being given up (its lease ran out): the farm may
+			// have moved it, so its call must not run on. The fenced
+			// write that follows finds the token moved on and does nothing.
+			k.lost.Add(1)
+			k.opts.Logger.Warn("task lost while being given up: stopping its call", "task", key.name, "token", key.token)
+			w.cancel(errTaskLost)
+		}
+	}
 	for _, h := range held {
+		key := taskKey{h.Name, h.Token}
+		if w, ok := k.stops[key]; ok {
+			// Being given up: the renewal above kept its lease while its
+			// call runs; it gets neither a worker nor a second give-up.
+			if w != nil {
+				w.confirm(until)
+			}
+			continue
+		}
 		w := k.workers[h.Name]
 		switch {
 		case h.State == store.TaskDeleting:
-			k.stopThen(h, w, "delete", func(ctx context.Context) (bool, error) { return k.store.TaskMarkDeleted(ctx, h.Name, h.Token) })
+			k.stopThen(key, "delete", func(ctx context.Context) (bool, error) { return k.store.TaskMarkDeleted(ctx, h.Name, h.Token) })
 		case h.Handoff:
-			k.stopThen(h, w, "hand off", func(ctx context.Context) (bool, error) { return k.store.TaskReleaseIfHeld(ctx, h.Name, h.Token) })
+			k.stopThen(key, "hand off", func(ctx context.Context) (bool, error) { return k.store.TaskReleaseIfHeld(ctx, h.Name, h.Token) })
 		case w != nil:
 			w.confirm(until)
 		default:
 			k.start(h, until)
 		}
 	}
+	for name, w := range k.last {
+		if w.exited() && k.workers[name] != w {
+			delete(k.last, name) // nothing left to wait for
+		}
+	}
 	return nil
 }
 
 // stopUnconfirmed stops, while there is still time, every worker whose
-// lease would run out before the next renewal could confirm it.
+// lease would run out before the next renewal could confirm it. The stop
+// is soft: a call in flight already has a deadline within the lease it
+// started under, and cutting it short would leave the endpoint working on
+// while a restarted worker calls again. Tasks being given up are left
+// alone for the same reason.
 func (k *Keeper) stopUnconfirmed() {
 	now := k.opts.Clock.Now()
 	k.mu.Lock()
@@ -197,21 +252,27 @@ func (k *Keeper) stopUnconfirmed() {
 	for name, w := range k.workers {
 		if !now.Add(k.opts.Heartbeat + k.opts.Margin).Before(w.lease()) {
 			k.opts.Logger.Warn("task lease cannot be confirmed: stopping its calls", "task", name)
-			w.cancel(errTaskStopping)
+			w.finishAndStop()
 			delete(k.workers, name)
 		}
 	}
 }
 
-// stopThen stops a worker (if any), waits for its call to end, then runs
-// the fenced write that gives the task up. Holds k.mu.
-func (k *Keeper) stopThen(h store.HeldTask, w *taskWorker, what string, write func(context.Context) (bool, error)) {
-	delete(k.workers, h.Name)
+// stopThen gives a task up: it soft-stops the task's worker, if working,
+// waits until no call of the task runs on this node any more, then runs
+// the fenced write that releases or deletes it. The task stays in k.stops
+// until that write is done. Holds k.mu.
+func (k *Keeper) stopThen(key taskKey, what string, write func(context.Context) (bool, error)) {
+	if w := k.workers[key.name]; w != nil {
+		w.finishAndStop()
+		delete(k.workers, key.name)
+	}
+	w := k.last[key.name] // the working one, or one stopped earlier whose call may still run
+	k.stops[key] = w
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
 		if w != nil {
-			w.finishAndStop()
 			<-w.done
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), k.opts.Lease)
@@ -219,22 +280,35 @@ func (k *Keeper) stopThen(h store.HeldTask, w *taskWorker, what string, write fu
 		ok, err := write(ctx)
 		switch {
 		case err != nil:
-			k.opts.Logger.Error("could not "+what+" task; it frees up when its lease ends", "task", h.Name, "err", err)
+			k.opts.Logger.Error("could not "+what+" task; trying again at the next renewal", "task", key.name, "err", err)
 		case ok:
-			k.opts.Logger.Info("task "+what+" done", "task", h.Name, "token", h.Token)
+			k.opts.Logger.Info("task "+what+" done", "task", key.name, "token", key.token)
 		}
+		// Only now may a renewal that still returns the task (its answer
+		// read before the write) act on it again; the write is fenced, so
+		// a second one does nothing once the task moved on.
+		k.mu.Lock()
+		delete(k.stops, key)
+		k.mu.Unlock()
 	}()
 }
 
 func (k *Keeper) start(h store.HeldTask, until time.Time) {
 	ctx, cancel := context.WithCancelCause(k.base)
 	w := &taskWorker{task: h, cancel: cancel, done: make(chan struct{}), stop: make(chan struct{}), leaseUntil: until}
-	k.workers[h.Name] = w
+	prev := k.last[h.Name]
+	k.workers[h.Name], k.last[h.Name] = w, w
 	k.opts.Logger.Info("task taken", "task", h.Name, "token", h.Token, "every", h.Every)
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
 		defer close(w.done)
+		if prev != nil {
+			// A restarted worker never calls while the previous one's call
+			// runs; waiting here, even when stopped, also keeps done
+			// closing only after every earlier worker has exited.
+			<-prev.done
+		}
 		defer cancel(nil)
 		k.work(ctx, w)
 	}()
@@ -256,6 +330,13 @@ func (k *Keeper) work(ctx context.Context, w *taskWorker) {
 			t.Stop()
 			return
 		case <-t.C():
+		}
+		// A timer and a stop that are both ready are picked at random:
+		// check the stop again, a stopped worker makes no new call.
+		select {
+		case <-w.stop:
+			return
+		default:
 		}
 		// The lease is judged on this node's own monotonic clock: a node
 		// that froze or lost the database past its lease stops here, before
@@ -462,6 +543,7 @@ func fullest(members []Member, load map[string]int) Member {
 // graceful stop.
 func (k *Keeper) Release(ctx context.Context) (int64, error) {
 	k.mu.Lock()
+	k.closed = true
 	for name, w := range k.workers {
 		w.finishAndStop() // a call in flight ends within its lease
 		delete(k.workers, name)

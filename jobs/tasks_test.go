@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -360,9 +361,7 @@ func TestHandoffLetsTheCallInFlightFinishFirst(t *testing.T) {
 	require.NoError(t, k.Renew(ctx))
 	<-started // a call is in flight
 
-	ok, err := s.TaskRequestHandoff(ctx, "slow", 1)
-	require.NoError(t, err)
-	require.True(t, ok)
+	requestHandoff(ctx, t, s, "slow")
 	require.NoError(t, k.Renew(ctx))
 	task, err := s.TaskGet(ctx, "slow")
 	require.NoError(t, err)
@@ -372,6 +371,283 @@ func TestHandoffLetsTheCallInFlightFinishFirst(t *testing.T) {
 		task, err := s.TaskGet(ctx, "slow")
 		return err == nil && task.State == store.TaskCreated
 	}, 5*time.Second, 10*time.Millisecond, "released once the call ended")
+	_, err = k.Release(ctx)
+	require.NoError(t, err)
+}
+
+// callLog is a task endpoint that records every call as an interval
+// [start, end] on one logical clock (a counter, so order is exact), with
+// the calling node. Calls are held open until letGo.
+type callLog struct {
+	base    *url.URL
+	mu      sync.Mutex
+	seq     int
+	calls   []callInterval
+	started chan string // the node of each call, as it starts
+	hold    chan struct{}
+	once    sync.Once
+}
+
+type callInterval struct {
+	node       string
+	start, end int // end 0: still running
+}
+
+func holdingEndpoint(t *testing.T) *callLog {
+	l := &callLog{started: make(chan string, 100), hold: make(chan struct{})}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.mu.Lock()
+		l.seq++
+		i := len(l.calls)
+		l.calls = append(l.calls, callInterval{node: r.Header.Get("X-Slotpoller-Node"), start: l.seq})
+		l.mu.Unlock()
+		l.started <- r.Header.Get("X-Slotpoller-Node")
+		<-l.hold
+		l.mu.Lock()
+		l.seq++
+		l.calls[i].end = l.seq
+		l.mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(l.letGo) // before srv.Close, which waits for the handlers
+	l.base, _ = url.Parse(srv.URL)
+	return l
+}
+
+// letGo ends the calls held open and lets later calls answer at once.
+func (l *callLog) letGo() { l.once.Do(func() { close(l.hold) }) }
+
+func (l *callLog) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case n := <-l.started:
+		return n
+	case <-time.After(10 * time.Second):
+		t.Fatal("no task call arrived")
+		return ""
+	}
+}
+
+// overlaps returns every pair of calls that ran at the same time.
+func (l *callLog) overlaps() [][2]callInterval {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out [][2]callInterval
+	for i, a := range l.calls {
+		for _, b := range l.calls[i+1:] {
+			if (a.end == 0 || b.start < a.end) && (b.end == 0 || a.start < b.end) {
+				out = append(out, [2]callInterval{a, b})
+			}
+		}
+	}
+	return out
+}
+
+func (l *callLog) nodes() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, c := range l.calls {
+		out = append(out, c.node)
+	}
+	return out
+}
+
+// newLongLeaseKeeper is newKeeper with a lease long enough that a call held
+// open by the test never reaches its lease-bound deadline in real time.
+func newLongLeaseKeeper(s *store.Store, base *url.URL, c clock.Clock, node string) *jobs.Keeper {
+	return jobs.NewKeeper(s, &jobs.Invoker{Base: base}, jobs.TaskOptions{Node: node, Incarnation: "inc-" + node,
+		Lease: 30 * time.Second, Heartbeat: time.Second, Margin: 500 * time.Millisecond, Timeout: time.Minute,
+		BackoffMax: time.Minute, MinHold: 10 * time.Second, Clock: c, Rand: func() float64 { return 0 }})
+}
+
+// slowCallInFlight gives node-a's keeper (long lease) a task "slow" and
+// returns once its first call is in flight, held open by the endpoint.
+func slowCallInFlight(t *testing.T) (context.Context, *store.Store, *clock.Fake, *jobs.Keeper, *callLog) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	calls := holdingEndpoint(t)
+	c := clock.NewFake(t0)
+	k := newLongLeaseKeeper(s, calls.base, c, "node-a")
+	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "slow", Endpoint: "/slow", Every: time.Second}))
+	assign(t, s, "slow", "node-a")
+	require.NoError(t, k.Renew(ctx))
+	require.Equal(t, "node-a", calls.next(t))
+	return ctx, s, c, k, calls
+}
+
+func requestHandoff(ctx context.Context, t *testing.T, s *store.Store, task string) {
+	t.Helper()
+	cur, err := s.TaskGet(ctx, task)
+	require.NoError(t, err)
+	ok, err := s.TaskRequestHandoff(ctx, task, cur.Token)
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+// slotOwnerTries plays the next slot owner for a while: it gives the task
+// to node-b whenever it is unowned (the Balance path) and lets node-b's
+// keeper renew, as it would at its heartbeats.
+func slotOwnerTries(ctx context.Context, t *testing.T, kb *jobs.Keeper) {
+	t.Helper()
+	members := []jobs.Member{{Name: "node-b", Incarnation: "inc-node-b", Capacity: 4}}
+	for range 10 {
+		_, err := kb.Balance(ctx, members, time.Hour)
+		require.NoError(t, err)
+		require.NoError(t, kb.Renew(ctx))
+		time.Sleep(20 * time.Millisecond) // real time for an early release write to land
+	}
+}
+
+// A call in flight outlives several heartbeats of its owner, which was
+// asked to hand the task off: the task must not move (and node-b must not
+// call) before that call ended.
+func TestHandoffWaitsForTheCallAcrossHeartbeats(t *testing.T) {
+	ctx, s, c, ka, calls := slowCallInFlight(t)
+	kb := newLongLeaseKeeper(s, calls.base, c, "node-b")
+	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-b", Incarnation: "inc-node-b", Capacity: 4, Free: 4}))
+
+	requestHandoff(ctx, t, s, "slow")
+	for hb := range 3 {
+		c.Advance(time.Second)
+		require.NoError(t, ka.Renew(ctx))
+		slotOwnerTries(ctx, t, kb)
+		require.Empty(t, calls.overlaps(), "heartbeat %d: two owners called at once", hb+1)
+		task, err := s.TaskGet(ctx, "slow")
+		require.NoError(t, err)
+		require.Equal(t, "node-a", task.OwnerNode, "heartbeat %d: the task moved while its call ran", hb+1)
+		require.True(t, task.Held, "heartbeat %d: the lease of a task being handed off is still renewed", hb+1)
+	}
+	calls.letGo()
+	require.Eventually(t, func() bool {
+		slotOwnerTries(ctx, t, kb)
+		return len(calls.nodes()) == 2
+	}, 10*time.Second, 10*time.Millisecond, "the task moves once its call ended")
+	require.Equal(t, []string{"node-a", "node-b"}, calls.nodes())
+	require.Empty(t, calls.overlaps())
+	_, err := ka.Release(ctx)
+	require.NoError(t, err)
+	_, err = kb.Release(ctx)
+	require.NoError(t, err)
+}
+
+// The same for a delete: it is confirmed only after the call in flight.
+func TestDeleteWaitsForTheCallAcrossHeartbeats(t *testing.T) {
+	ctx, s, c, k, calls := slowCallInFlight(t)
+
+	state, err := s.TaskRequestDelete(ctx, "slow")
+	require.NoError(t, err)
+	require.Equal(t, store.TaskDeleting, state)
+	for hb := range 3 {
+		c.Advance(time.Second)
+		require.NoError(t, k.Renew(ctx))
+		for range 10 {
+			task, err := s.TaskGet(ctx, "slow")
+			require.NoError(t, err)
+			require.Equal(t, store.TaskDeleting, task.State, "heartbeat %d: deleted while its call ran", hb+1)
+			require.True(t, task.Held, "heartbeat %d: the lease of a task being deleted is still renewed", hb+1)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	calls.letGo()
+	require.Eventually(t, func() bool {
+		task, err := s.TaskGet(ctx, "slow")
+		return err == nil && task.State == store.TaskDeleted
+	}, 10*time.Second, 10*time.Millisecond, "deleted once its call ended")
+	require.Equal(t, []string{"node-a"}, calls.nodes())
+	_, err = k.Release(ctx)
+	require.NoError(t, err)
+}
+
+// A graceful stop while a handoff is pending waits for the call too, and
+// gives the task up only after it.
+func TestReleaseDuringAPendingHandoffWaitsForTheCall(t *testing.T) {
+	ctx, s, c, k, calls := slowCallInFlight(t)
+	requestHandoff(ctx, t, s, "slow")
+	for range 2 {
+		c.Advance(time.Second)
+		require.NoError(t, k.Renew(ctx))
+	}
+
+	released := make(chan error, 1)
+	go func() {
+		_, err := k.Release(ctx)
+		released <- err
+	}()
+	for range 10 {
+		select {
+		case err := <-released:
+			t.Fatalf("Release returned (%v) while a call was in flight", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		task, err := s.TaskGet(ctx, "slow")
+		require.NoError(t, err)
+		require.Equal(t, store.TaskRunning, task.State, "given up while its call ran")
+		require.Equal(t, "node-a", task.OwnerNode, "given up while its call ran")
+	}
+	calls.letGo()
+	select {
+	case err := <-released:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Release did not return once the call ended")
+	}
+	task, err := s.TaskGet(ctx, "slow")
+	require.NoError(t, err)
+	require.Equal(t, store.TaskCreated, task.State)
+	require.Equal(t, []string{"node-a"}, calls.nodes())
+}
+
+// A worker stopped because its lease could not be confirmed keeps its call
+// in flight (that call's deadline is within the lease); when the renewals
+// come back, the restarted worker waits for that call before its own.
+func TestRestartedWorkerWaitsForThePreviousCall(t *testing.T) {
+	ctx, _, c, k, calls := slowCallInFlight(t)
+
+	// The renewals fail until less than a heartbeat and the margin of the
+	// 30s lease is left: the worker is stopped.
+	failed, fail := context.WithCancel(ctx)
+	fail()
+	c.Advance(29 * time.Second)
+	require.Error(t, k.Renew(failed))
+	require.Empty(t, k.Held())
+	// The database answers again, the task is still this node's.
+	require.NoError(t, k.Renew(ctx))
+	require.Equal(t, []string{"slow"}, k.Held())
+	select {
+	case n := <-calls.started:
+		t.Fatalf("%s called again while its previous call ran: %v", n, calls.overlaps())
+	case <-time.After(200 * time.Millisecond):
+	}
+	calls.letGo()
+	require.Equal(t, "node-a", calls.next(t), "the restarted worker calls once the previous call ended")
+	require.Empty(t, calls.overlaps())
+	_, err := k.Release(ctx)
+	require.NoError(t, err)
+}
+
+// A task lost while being handed off (its lease ran out and the farm gave
+// it to another node) has its call cut, and the pending release does not
+// touch the new owner's task.
+func TestTaskLostWhileHandedOffStaysWithItsNewOwner(t *testing.T) {
+	ctx, s, _, k, _ := slowCallInFlight(t)
+	requestHandoff(ctx, t, s, "slow")
+	require.NoError(t, k.Renew(ctx))
+	require.Equal(t, 1, k.Stats().Stopping)
+
+	_, err := s.TasksRenew(ctx, "inc-node-a", -time.Second) // the lease ran out
+	require.NoError(t, err)
+	assign(t, s, "slow", "node-b")
+	require.NoError(t, k.Renew(ctx))
+	require.Eventually(t, func() bool { return k.Stats().Stopping == 0 }, 10*time.Second, 10*time.Millisecond,
+		"the lost task's call is cut and its give-up ends")
+	require.Equal(t, int64(1), k.Stats().Lost)
+	task, err := s.TaskGet(ctx, "slow")
+	require.NoError(t, err)
+	require.Equal(t, store.TaskRunning, task.State)
+	require.Equal(t, "node-b", task.OwnerNode)
+	require.Equal(t, int64(2), task.Token)
 	_, err = k.Release(ctx)
 	require.NoError(t, err)
 }

@@ -314,7 +314,9 @@ func (n *Node) taskLoop(ctx context.Context, log *slog.Logger, k *jobs.Keeper, r
 			nudged = true
 		}
 		m := reg.Membership()
-		if !nudged && m.OK && k.Stats().Held == 0 && m.TasksOf(reg.Incarnation()) == 0 {
+		// A task being handed off or deleted is still held: its lease is
+		// renewed until its call in flight ended and it was given up.
+		if st := k.Stats(); !nudged && m.OK && st.Held+st.Stopping == 0 && m.TasksOf(reg.Incarnation()) == 0 {
 			continue
 		}
 		err := k.Renew(ctx)

@@ -468,7 +468,8 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 	req.Header.Set(HeaderTimeoutMs, strconv.FormatInt(c.Timeout.Milliseconds(), 10))
 	if len(inv.SigningKey) > 0 {
 		// Signed last, over exactly what is sent: the method and request
-		// line target of req, and the payload as its body.
+		// line target of req, the headers set above, and the payload as
+		// its body.
 		signRequest(req, c.Payload, inv.SigningKey, start)
 	} else {
 		req.Header.Del(HeaderTimestamp)

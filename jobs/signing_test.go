@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/slotpoller/slotpoller/internal/clock"
 )
 
 var testSigningKey = []byte("0123456789abcdef-test-key")
@@ -62,7 +64,7 @@ func (s signedRequest) replay(method, requestURI, body string) *http.Request {
 	return r
 }
 
-func TestSignKnownAnswer(t *testing.T) {
+func TestSignV1KnownAnswer(t *testing.T) {
 	cases := []struct {
 		method, uri string
 		ts          int64
@@ -88,16 +90,90 @@ func TestSignKnownAnswer(t *testing.T) {
 		if tc.body != "" {
 			body = []byte(tc.body)
 		}
-		got := Sign(tc.method, tc.uri, tc.ts, body, testSigningKey)
+		got := SignV1(tc.method, tc.uri, tc.ts, body, testSigningKey)
 		require.Equal(t, "v1="+tc.want, got)
 	}
 	// Every input matters.
-	base := Sign("POST", "/x", 1, []byte("b"), testSigningKey)
-	require.NotEqual(t, base, Sign("PUT", "/x", 1, []byte("b"), testSigningKey))
-	require.NotEqual(t, base, Sign("POST", "/y", 1, []byte("b"), testSigningKey))
-	require.NotEqual(t, base, Sign("POST", "/x", 2, []byte("b"), testSigningKey))
-	require.NotEqual(t, base, Sign("POST", "/x", 1, []byte("c"), testSigningKey))
-	require.NotEqual(t, base, Sign("POST", "/x", 1, []byte("b"), []byte("another-key-0123456")))
+	base := SignV1("POST", "/x", 1, []byte("b"), testSigningKey)
+	require.NotEqual(t, base, SignV1("PUT", "/x", 1, []byte("b"), testSigningKey))
+	require.NotEqual(t, base, SignV1("POST", "/y", 1, []byte("b"), testSigningKey))
+	require.NotEqual(t, base, SignV1("POST", "/x", 2, []byte("b"), testSigningKey))
+	require.NotEqual(t, base, SignV1("POST", "/x", 1, []byte("c"), testSigningKey))
+	require.NotEqual(t, base, SignV1("POST", "/x", 1, []byte("b"), []byte("another-key-0123456")))
+}
+
+func TestSignKnownAnswer(t *testing.T) {
+	jobCall := http.Header{}
+	jobCall.Set("Idempotency-Key", "slotpoller-job-42")
+	jobCall.Set("X-Slotpoller-Attempt", "1")
+	jobCall.Set("X-Slotpoller-Deadline", "2024-05-01T12:00:30.000Z")
+	jobCall.Set("X-Slotpoller-Job", "42")
+	jobCall.Set("X-Slotpoller-Node", "web-01")
+	jobCall.Set("X-Slotpoller-Timeout-Ms", "30000")
+	jobCall.Set("X-Slotpoller-Token", "7")
+	jobCall.Set("Content-Type", "application/json") // not signed
+	taskCall := http.Header{}
+	taskCall.Set("Idempotency-Key", "slotpoller-task-mailer-7-3")
+	taskCall.Set("X-Slotpoller-Attempt", "2")
+	taskCall.Set("X-Slotpoller-Deadline", "2024-05-01T12:00:10.000Z")
+	taskCall.Set("X-Slotpoller-Node", "") // sent empty, unlike the absent job
+	taskCall.Set("X-Slotpoller-Task", "mailer")
+	taskCall.Set("X-Slotpoller-Timeout-Ms", "10000")
+	taskCall.Set("X-Slotpoller-Token", "7")
+
+	cases := []struct {
+		method, uri string
+		header      http.Header
+		body        string
+		// canonical is spelled out here, independently of the package, and
+		// want was computed outside Go, with
+		//   printf '%s' "$canonical" | openssl dgst -sha256 -hmac '0123456789abcdef-test-key'
+		// (docs/signed-calls.md shows the full printf for the first vector).
+		canonical, want string
+	}{
+		{"POST", "/app/jobs/report?day=2024-05-01&x=%20y", jobCall, `{"id":42}`,
+			"v2\nPOST\n/app/jobs/report?day=2024-05-01&x=%20y\n1714572000\n" +
+				"idempotency-key:slotpoller-job-42\nx-slotpoller-attempt:1\nx-slotpoller-deadline:2024-05-01T12:00:30.000Z\n" +
+				"x-slotpoller-job:42\nx-slotpoller-node:web-01\nx-slotpoller-scheduled-for\nx-slotpoller-task\n" +
+				"x-slotpoller-timeout-ms:30000\nx-slotpoller-token:7\n" + `{"id":42}`,
+			"1fc092da394486e4ac2d15c51f1149b3c07ec6cc2e3484250590f5e816b51bc8"},
+		{"GET", "/jobs/ping", taskCall, "",
+			"v2\nGET\n/jobs/ping\n1714572000\n" +
+				"idempotency-key:slotpoller-task-mailer-7-3\nx-slotpoller-attempt:2\nx-slotpoller-deadline:2024-05-01T12:00:10.000Z\n" +
+				"x-slotpoller-job\nx-slotpoller-node:\nx-slotpoller-scheduled-for\nx-slotpoller-task:mailer\n" +
+				"x-slotpoller-timeout-ms:10000\nx-slotpoller-token:7\n",
+			"b683d1f72cac779ad7f1b7f1e2f7947dbd07bb70a2f6dc7acd62676dfa81e5ef"},
+	}
+	for _, tc := range cases {
+		m := hmac.New(sha256.New, testSigningKey)
+		m.Write([]byte(tc.canonical))
+		require.Equal(t, tc.want, hex.EncodeToString(m.Sum(nil)), "test vector")
+
+		var body []byte
+		if tc.body != "" {
+			body = []byte(tc.body)
+		}
+		require.Equal(t, "v2="+tc.want, Sign(tc.method, tc.uri, 1714572000, tc.header, body, testSigningKey))
+	}
+	require.Equal(t, []string{"idempotency-key", "x-slotpoller-attempt", "x-slotpoller-deadline", "x-slotpoller-job",
+		"x-slotpoller-node", "x-slotpoller-scheduled-for", "x-slotpoller-task", "x-slotpoller-timeout-ms",
+		"x-slotpoller-token"}, SignedHeaders())
+
+	// Every input matters; surrounding spaces and tabs in a value do not
+	// (servers strip them), nor does the case of a header's name.
+	h := http.Header{HeaderJob: {"1"}}
+	base := Sign("POST", "/x", 1, h, []byte("b"), testSigningKey)
+	require.NotEqual(t, base, Sign("PUT", "/x", 1, h, []byte("b"), testSigningKey))
+	require.NotEqual(t, base, Sign("POST", "/y", 1, h, []byte("b"), testSigningKey))
+	require.NotEqual(t, base, Sign("POST", "/x", 2, h, []byte("b"), testSigningKey))
+	require.NotEqual(t, base, Sign("POST", "/x", 1, h, []byte("c"), testSigningKey))
+	require.NotEqual(t, base, Sign("POST", "/x", 1, h, []byte("b"), []byte("another-key-0123456")))
+	require.NotEqual(t, base, Sign("POST", "/x", 1, http.Header{HeaderJob: {"2"}}, []byte("b"), testSigningKey))
+	require.NotEqual(t, base, Sign("POST", "/x", 1, http.Header{HeaderJob: {""}}, []byte("b"), testSigningKey))
+	require.NotEqual(t, base, Sign("POST", "/x", 1, nil, []byte("b"), testSigningKey))
+	require.Equal(t, base, Sign("POST", "/x", 1, http.Header{HeaderJob: {" \t1 "}}, []byte("b"), testSigningKey))
+	require.Equal(t, base, Sign("POST", "/x", 1, http.Header{HeaderJob: {"1"}, "X-Other": {"x"}}, []byte("b"), testSigningKey))
+	require.NotEqual(t, base, SignV1("POST", "/x", 1, []byte("b"), testSigningKey))
 }
 
 func TestInvokeSignedCallVerifies(t *testing.T) {
@@ -124,9 +200,9 @@ func TestInvokeSignedCallVerifies(t *testing.T) {
 		require.Equal(t, tc.payload, got.body)
 		require.Equal(t, tc.payload, got.bodyAfter, "the body is restored after verifying")
 		require.Equal(t, strconv.FormatInt(fixed.Unix(), 10), got.header.Get(HeaderTimestamp))
-		require.Equal(t, Sign(got.method, tc.wantURI, fixed.Unix(), []byte(tc.payload), testSigningKey),
+		require.Equal(t, Sign(got.method, tc.wantURI, fixed.Unix(), got.header, []byte(tc.payload), testSigningKey),
 			got.header.Get(HeaderSignature))
-		require.Regexp(t, `^v1=[0-9a-f]{64}$`, got.header.Get(HeaderSignature))
+		require.Regexp(t, `^v2=[0-9a-f]{64}$`, got.header.Get(HeaderSignature))
 	}
 }
 
@@ -186,21 +262,22 @@ func TestVerifySignatureMalformed(t *testing.T) {
 	got := captureSigned(t)
 	now := time.Now()
 	sig := got.header.Get(HeaderSignature)
-	hexSig := strings.TrimPrefix(sig, "v1=")
+	hexSig := strings.TrimPrefix(sig, "v2=")
 	stamp := got.header.Get(HeaderTimestamp)
 
 	for name, set := range map[string]func(h http.Header){
-		"v2 prefix":           func(h http.Header) { h.Set(HeaderSignature, "v2="+hexSig) },
+		"v3 prefix":           func(h http.Header) { h.Set(HeaderSignature, "v3="+hexSig) },
+		"v1 prefix":           func(h http.Header) { h.Set(HeaderSignature, "v1="+hexSig) },
 		"no prefix":           func(h http.Header) { h.Set(HeaderSignature, hexSig) },
 		"short":               func(h http.Header) { h.Set(HeaderSignature, sig[:len(sig)-2]) },
-		"not hex":             func(h http.Header) { h.Set(HeaderSignature, "v1="+strings.Repeat("zz", 32)) },
+		"not hex":             func(h http.Header) { h.Set(HeaderSignature, "v2="+strings.Repeat("zz", 32)) },
 		"two signatures":      func(h http.Header) { h.Add(HeaderSignature, sig) },
 		"two timestamps":      func(h http.Header) { h.Add(HeaderTimestamp, stamp) },
 		"signed timestamp":    func(h http.Header) { h.Set(HeaderTimestamp, "+"+stamp) },
 		"leading zero":        func(h http.Header) { h.Set(HeaderTimestamp, "0"+stamp) },
 		"fractional":          func(h http.Header) { h.Set(HeaderTimestamp, stamp+".5") },
 		"milliseconds":        func(h http.Header) { h.Set(HeaderTimestamp, stamp+"000") },
-		"uppercase other sig": func(h http.Header) { h.Set(HeaderSignature, "v1="+strings.Repeat("AB", 32)) },
+		"uppercase other sig": func(h http.Header) { h.Set(HeaderSignature, "v2="+strings.Repeat("AB", 32)) },
 	} {
 		r := got.replay(got.method, got.requestURI, got.body)
 		set(r.Header)
@@ -263,7 +340,7 @@ func TestVerifySignatureWindow(t *testing.T) {
 	newReq := func() *http.Request {
 		r := httptest.NewRequest(http.MethodPost, "/jobs/x", strings.NewReader("b"))
 		r.Header.Set(HeaderTimestamp, strconv.Itoa(ts))
-		r.Header.Set(HeaderSignature, Sign(http.MethodPost, "/jobs/x", ts, []byte("b"), testSigningKey))
+		r.Header.Set(HeaderSignature, Sign(http.MethodPost, "/jobs/x", ts, nil, []byte("b"), testSigningKey))
 		return r
 	}
 	for _, tc := range []struct {
@@ -320,7 +397,7 @@ func TestInvokeSignatureHeadersReserved(t *testing.T) {
 	got := <-seen
 	require.NoError(t, got.verifyErr)
 	require.Equal(t, []string{strconv.FormatInt(fixed.Unix(), 10)}, got.header.Values(HeaderTimestamp))
-	require.Equal(t, []string{Sign(http.MethodPost, "/jobs/x", fixed.Unix(), c.Payload, testSigningKey)},
+	require.Equal(t, []string{Sign(http.MethodPost, "/jobs/x", fixed.Unix(), got.header, c.Payload, testSigningKey)},
 		got.header.Values(HeaderSignature))
 	require.Equal(t, "kept", got.header.Get("X-Custom"))
 }
@@ -365,7 +442,7 @@ func TestInvokeSignedRedirect(t *testing.T) {
 
 func TestVerifySignatureRequestTarget(t *testing.T) {
 	ts := time.Now().Unix()
-	sig := Sign(http.MethodPost, "/app/jobs/x?a=1", ts, []byte("b"), testSigningKey)
+	sig := Sign(http.MethodPost, "/app/jobs/x?a=1", ts, nil, []byte("b"), testSigningKey)
 	set := func(r *http.Request) *http.Request {
 		r.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
 		r.Header.Set(HeaderSignature, sig)
@@ -398,7 +475,7 @@ func TestVerifySignatureBodyReadError(t *testing.T) {
 	boom := errors.New("connection dropped")
 	r.Body = io.NopCloser(io.MultiReader(strings.NewReader("partial"), errReader{boom}))
 	r.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
-	r.Header.Set(HeaderSignature, Sign(http.MethodPost, "/jobs/x", ts, []byte("partial"), testSigningKey))
+	r.Header.Set(HeaderSignature, Sign(http.MethodPost, "/jobs/x", ts, nil, []byte("partial"), testSigningKey))
 	err := VerifySignature(r, testSigningKey, time.Minute, time.Time{})
 	require.ErrorIs(t, err, boom)
 	require.NotErrorIs(t, err, ErrSignatureInvalid)
@@ -422,4 +499,196 @@ func TestVerifySignatureStaleMessage(t *testing.T) {
 		require.ErrorIs(t, err, ErrSignatureStale)
 		require.Contains(t, err.Error(), want)
 	}
+}
+
+func TestVerifySignatureCoversHeaders(t *testing.T) {
+	// A job call (X-Slotpoller-Task and -Scheduled-For absent) and a
+	// scheduled task-style call (X-Slotpoller-Job absent), as sent.
+	srv, seen := recordingServer(t, testSigningKey, time.Time{}, nil)
+	inv := &Invoker{Base: mustURL(t, srv.URL), SigningKey: testSigningKey}
+	jobCall := baseCall()
+	jobCall.Payload = []byte(`{"amount":10}`)
+	taskCall := baseCall()
+	taskCall.Task, taskCall.IdempotencyKey = "mailer", "slotpoller-task-mailer-1-1"
+	taskCall.Headers = map[string]string{HeaderScheduledFor: "2024-05-01T12:00:00Z"}
+	var calls []signedRequest
+	for _, c := range []Call{jobCall, taskCall} {
+		res := inv.Invoke(context.Background(), c)
+		require.Equal(t, Succeeded, res.Verdict, res.Err)
+		got := <-seen
+		require.NoError(t, got.verifyErr)
+		calls = append(calls, got)
+	}
+	now := time.Now()
+
+	for _, got := range calls {
+		for _, name := range SignedHeaders() {
+			tamper := map[string]func(http.Header){
+				"repeated": func(h http.Header) { h.Add(name, h.Get(name)) },
+			}
+			if len(got.header.Values(name)) > 0 {
+				tamper["changed"] = func(h http.Header) { h.Set(name, h.Get(name)+"9") }
+				tamper["emptied"] = func(h http.Header) { h.Set(name, "") }
+				tamper["removed"] = func(h http.Header) { h.Del(name) }
+			} else {
+				tamper["added"] = func(h http.Header) { h.Set(name, "1") }
+				tamper["added empty"] = func(h http.Header) { h.Set(name, "") }
+			}
+			for how, change := range tamper {
+				r := got.replay(got.method, got.requestURI, got.body)
+				change(r.Header)
+				err := VerifySignature(r, testSigningKey, time.Minute, now)
+				require.ErrorIs(t, err, ErrSignatureInvalid, "%s %s", name, how)
+			}
+		}
+		// Headers outside the list are not signed: a proxy may change them.
+		r := got.replay(got.method, got.requestURI, got.body)
+		r.Header.Set("User-Agent", "curl")
+		r.Header.Set("X-Forwarded-For", "10.0.0.1")
+		require.NoError(t, VerifySignature(r, testSigningKey, time.Minute, now))
+	}
+	require.Equal(t, "mailer", calls[1].header.Get(HeaderTask))
+	require.NotEmpty(t, calls[1].header.Get(HeaderScheduledFor))
+	require.Empty(t, calls[1].header.Values(HeaderJob))
+}
+
+// signedAt builds a server-side request signed with key at ts, as v2 or v1.
+func signedAt(t *testing.T, key []byte, ts int64, v1 bool, idempotencyKey string) *http.Request {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, "/jobs/x?a=1", strings.NewReader(`{"n":1}`))
+	r.Header.Set(HeaderIdempotencyKey, idempotencyKey)
+	r.Header.Set(HeaderJob, "42")
+	r.Header.Set(HeaderAttempt, "1")
+	r.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+	if v1 {
+		r.Header.Set(HeaderSignature, SignV1(r.Method, r.RequestURI, ts, []byte(`{"n":1}`), key))
+	} else {
+		r.Header.Set(HeaderSignature, Sign(r.Method, r.RequestURI, ts, r.Header, []byte(`{"n":1}`), key))
+	}
+	return r
+}
+
+func TestVerifierV1AndKeyRotation(t *testing.T) {
+	const ts = 1714572000
+	at := func() time.Time { return time.Unix(ts, 0) }
+	oldKey, newKey := []byte("the-old-key-0123456"), testSigningKey
+
+	// A node before v2 signatures: refused unless v1 is accepted.
+	v1 := signedAt(t, newKey, ts, true, "k")
+	err := (&Verifier{Keys: [][]byte{newKey}, Now: at}).Verify(v1)
+	require.ErrorIs(t, err, ErrSignatureInvalid)
+	require.Contains(t, err.Error(), "v1 is not accepted")
+	require.ErrorIs(t, VerifySignature(signedAt(t, newKey, ts, true, "k"), newKey, time.Minute, at()), ErrSignatureInvalid)
+	accepting := &Verifier{Keys: [][]byte{newKey, oldKey}, AcceptV1: true, Now: at}
+	require.NoError(t, accepting.Verify(signedAt(t, newKey, ts, true, "k")))
+	require.NoError(t, accepting.Verify(signedAt(t, oldKey, ts, true, "k")))
+	// v1 covers no header: that is why it is refused by default.
+	r := signedAt(t, newKey, ts, true, "k")
+	r.Header.Set(HeaderIdempotencyKey, "fresh")
+	require.NoError(t, accepting.Verify(r))
+	// A tampered v1 call is still refused, and v2 still verifies.
+	r = signedAt(t, newKey, ts, true, "k")
+	r.Header.Set(HeaderTimestamp, strconv.Itoa(ts+1))
+	require.ErrorIs(t, accepting.Verify(r), ErrSignatureInvalid)
+	require.NoError(t, accepting.Verify(signedAt(t, newKey, ts, false, "k")))
+
+	// Rotation: the current and the previous key both verify, others not.
+	both := &Verifier{Keys: [][]byte{newKey, oldKey}, Now: at}
+	require.NoError(t, both.Verify(signedAt(t, newKey, ts, false, "k")))
+	require.NoError(t, both.Verify(signedAt(t, oldKey, ts, false, "k")))
+	require.ErrorIs(t, both.Verify(signedAt(t, []byte("some-other-key-0123"), ts, false, "k")), ErrSignatureInvalid)
+	require.ErrorIs(t, (&Verifier{Keys: [][]byte{newKey}, Now: at}).Verify(signedAt(t, oldKey, ts, false, "k")),
+		ErrSignatureInvalid)
+	require.ErrorIs(t, (&Verifier{Keys: [][]byte{nil, {}}, Now: at}).Verify(signedAt(t, newKey, ts, false, "k")),
+		ErrSignatureInvalid)
+	require.ErrorIs(t, (&Verifier{Now: at}).Verify(signedAt(t, newKey, ts, false, "k")), ErrSignatureInvalid)
+}
+
+func TestVerifierRefusesReplays(t *testing.T) {
+	got := captureSigned(t)
+	stamp, err := strconv.ParseInt(got.header.Get(HeaderTimestamp), 10, 64)
+	require.NoError(t, err)
+	clk := clock.NewFake(time.Unix(stamp, 0))
+	v := &Verifier{Keys: [][]byte{testSigningKey}, MaxAge: 5 * time.Minute, Replays: NewReplayCache(0), Now: clk.Now}
+
+	require.NoError(t, v.Verify(got.replay(got.method, got.requestURI, got.body)))
+	clk.Advance(4 * time.Minute)
+	err = v.Verify(got.replay(got.method, got.requestURI, got.body))
+	require.ErrorIs(t, err, ErrSignatureReplayed, "the same call again, within the window")
+	require.NotErrorIs(t, err, ErrSignatureInvalid)
+	// Under a fresh Idempotency-Key it is not even a valid signature.
+	r := got.replay(got.method, got.requestURI, got.body)
+	r.Header.Set(HeaderIdempotencyKey, "fresh-key")
+	require.ErrorIs(t, v.Verify(r), ErrSignatureInvalid)
+	// A replay is refused whatever key of a rotation signed it.
+	rotating := &Verifier{Keys: [][]byte{[]byte("the-new-key-0123456"), testSigningKey}, Replays: v.Replays, Now: clk.Now}
+	require.ErrorIs(t, rotating.Verify(got.replay(got.method, got.requestURI, got.body)), ErrSignatureReplayed)
+	// Once the window is over, the timestamp refuses it and the cache
+	// forgets it.
+	clk.Advance(time.Minute + time.Second)
+	require.ErrorIs(t, v.Verify(got.replay(got.method, got.requestURI, got.body)), ErrSignatureStale)
+	require.NoError(t, v.Verify(signedAt(t, testSigningKey, clk.Now().Unix(), false, "next")))
+	require.Equal(t, 1, v.Replays.(*ReplayCache).Len())
+
+	// With v1 accepted, the cache also stops a v1 replay under a fresh
+	// Idempotency-Key: the signature is the same.
+	v.AcceptV1 = true
+	require.NoError(t, v.Verify(signedAt(t, testSigningKey, clk.Now().Unix(), true, "a")))
+	require.ErrorIs(t, v.Verify(signedAt(t, testSigningKey, clk.Now().Unix(), true, "b")), ErrSignatureReplayed)
+
+	// Without a cache, a replay verifies (the endpoint's dedupe by
+	// Idempotency-Key, which v2 now signs, must catch it).
+	clk.Advance(time.Minute)
+	fresh := signedAt(t, testSigningKey, clk.Now().Unix(), false, "k")
+	v.Replays = nil
+	require.NoError(t, v.Verify(fresh))
+	require.NoError(t, v.Verify(fresh))
+}
+
+func TestVerifierReplayConcurrent(t *testing.T) {
+	const ts = 1714572000
+	v := &Verifier{Keys: [][]byte{testSigningKey}, Replays: NewReplayCache(10), Now: func() time.Time { return time.Unix(ts, 0) }}
+	errs := make(chan error, 8)
+	for range cap(errs) {
+		go func() { errs <- v.Verify(signedAt(t, testSigningKey, ts, false, "k")) }()
+	}
+	accepted := 0
+	for range cap(errs) {
+		if err := <-errs; err == nil {
+			accepted++
+		} else {
+			require.ErrorIs(t, err, ErrSignatureReplayed)
+		}
+	}
+	require.Equal(t, 1, accepted)
+}
+
+func TestReplayCacheBounded(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1714572000, 0)
+	c := NewReplayCache(2)
+	for id, ttl := range map[string]time.Duration{"a": 5 * time.Minute, "b": 3 * time.Minute} {
+		first, err := c.FirstUse(ctx, id, t0, t0.Add(ttl))
+		require.NoError(t, err)
+		require.True(t, first, id)
+	}
+	first, err := c.FirstUse(ctx, "c", t0, t0.Add(4*time.Minute))
+	require.NoError(t, err)
+	require.True(t, first)
+	require.Equal(t, 2, c.Len())
+	// Full, it forgot the entry closest to going stale ("b"), not the others.
+	for _, id := range []string{"a", "c"} {
+		first, err := c.FirstUse(ctx, id, t0, t0.Add(time.Hour))
+		require.NoError(t, err)
+		require.False(t, first, id)
+	}
+	// Entries go when they expire: "c" at t0+4m, "a" at t0+5m.
+	later := t0.Add(4*time.Minute + time.Second)
+	first, err = c.FirstUse(ctx, "a", later, t0.Add(10*time.Minute))
+	require.NoError(t, err)
+	require.False(t, first, "still within its window")
+	require.Equal(t, 1, c.Len(), "c expired")
+	first, err = c.FirstUse(ctx, "c", later, t0.Add(10*time.Minute))
+	require.NoError(t, err)
+	require.True(t, first, "expired, then recorded afresh")
 }

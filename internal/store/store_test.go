@@ -168,6 +168,45 @@ func TestClaimLifecycle(t *testing.T) {
 	})
 }
 
+// Due work an overlap-forbid occurrence cannot take (another occurrence of
+// its schedule runs, or an earlier one waits) is not counted as due: it
+// would keep the rotation widened for nothing.
+func TestLoadCountsOnlyClaimableWork(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		now, err := s.Now(ctx)
+		require.NoError(t, err)
+		occurrence := func(schedule string, ago time.Duration) {
+			fire := now.Add(-ago).Truncate(time.Millisecond)
+			by := now.Add(time.Hour)
+			key := fmt.Sprintf("%s:%d", schedule, fire.UnixMilli())
+			_, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/" + schedule, Method: "POST", RunAt: &fire, MaxAttempts: 3,
+				UniqueKey: key, IdempotencyKey: key, Schedule: schedule, ScheduledFor: &fire, StartBy: &by, Exclusive: true})
+			require.NoError(t, err)
+		}
+		occurrence("serial", 3*time.Second)
+		occurrence("serial", 2*time.Second)
+		occurrence("serial", time.Second)
+		load, err := s.JobsLoad(ctx, time.Hour, 0)
+		require.NoError(t, err)
+		require.Equal(t, store.QueueLoad{Due: 1, Urgent: 1}, load, "only the earliest waiting occurrence can be claimed")
+
+		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 10, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, claims, 1)
+		load, err = s.JobsLoad(ctx, time.Hour, 0)
+		require.NoError(t, err)
+		require.Equal(t, store.QueueLoad{Due: 0, Urgent: 0, Running: 1}, load, "nothing claimable while an occurrence runs")
+
+		occurrence("other", time.Second)
+		enqueue(t, s, "/one-off", 0)
+		load, err = s.JobsLoad(ctx, time.Hour, 0)
+		require.NoError(t, err)
+		require.Equal(t, store.QueueLoad{Due: 2, Urgent: 2, Running: 1}, load, "other work still counts")
+	})
+}
+
 func TestFinishFencedByToken(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)

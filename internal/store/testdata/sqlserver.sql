@@ -75,10 +75,15 @@ WHERE (state = 'running' AND lease_until < SYSUTCDATETIME()) OR (state = 'ready'
 -- JobsLoad
 -- @p1 int64, @p2 int64
 SELECT
-  COALESCE(SUM(CASE WHEN state = 'ready' THEN 1 ELSE 0 END), 0),
-  COALESCE(SUM(CASE WHEN state = 'ready' AND ((start_by IS NULL AND run_at <= DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))) OR start_by <= DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END), 0),
+  COALESCE(SUM(CASE WHEN claimable = 1 THEN 1 ELSE 0 END), 0),
+  COALESCE(SUM(CASE WHEN claimable = 1 AND ((start_by IS NULL AND run_at <= DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))) OR start_by <= DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END), 0),
   COALESCE(SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END), 0)
-FROM [sp_unit].[jobs] WHERE (state = 'ready' AND run_at <= SYSUTCDATETIME()) OR state = 'running';
+FROM (SELECT j.state, j.run_at, j.start_by,
+    CASE WHEN j.state = 'ready' AND (j.exclusive = 0 OR (
+    NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = j.schedule AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = j.schedule AND e.state = 'ready'
+      AND e.scheduled_for < j.scheduled_for))) THEN 1 ELSE 0 END AS claimable
+  FROM [sp_unit].[jobs] j WHERE (j.state = 'ready' AND j.run_at <= SYSUTCDATETIME()) OR j.state = 'running') AS pending;
 
 -- JobsClaim
 -- @p1 string, @p2 string, @p3 int64, @p4 int

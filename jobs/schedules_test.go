@@ -266,3 +266,83 @@ func TestPauseSurvivesConfigAndResumeOnlyResumes(t *testing.T) {
 	cur, _ = s.ScheduleGet(ctx, "cfg")
 	require.Equal(t, version, cur.Version, "resuming a running schedule changes nothing")
 }
+
+func hourly(name string) store.Schedule {
+	sc := everySecond(name, store.MisfireOnce)
+	sc.Every, sc.Tolerance = time.Hour, time.Minute
+	return sc
+}
+
+// A node that read a schedule just before it was removed must not write an
+// occurrence after the removal cancelled the waiting ones; nor after a
+// pause.
+func TestRemovedOrPausedScheduleGetsNoOccurrenceFromAnEarlierRead(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		lookahead := 2 * time.Hour
+		require.NoError(t, jobs.AddSchedule(ctx, s, hourly("gone")))
+		require.NoError(t, jobs.AddSchedule(ctx, s, hourly("paused")))
+		due, now, err := s.SchedulesDue(ctx, lookahead) // the materializer reads them
+		require.NoError(t, err)
+		require.Len(t, due, 2)
+
+		ok, err := s.ScheduleDelete(ctx, "gone") // an operator removes one
+		require.NoError(t, err)
+		require.True(t, ok)
+		ok, err = s.ScheduleSetEnabled(ctx, "paused", false, nil) // and pauses the other
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		res, err := jobs.MaterializeDue(ctx, s, due, now, lookahead, quiet) // then the materializer writes
+		require.NoError(t, err)
+		require.Zero(t, res.Created)
+		for _, name := range []string{"gone", "paused"} {
+			for _, j := range occurrences(t, s, name) {
+				require.NotEqual(t, store.StateReady, j.State, "schedule %q got occurrence %v after it was stopped", name, j.ScheduledFor)
+			}
+		}
+	})
+}
+
+// Removing a schedule and adding it again before its next occurrence: the
+// removed schedule's cancelled occurrence must not take the new one's
+// place.
+func TestReaddedScheduleGetsItsOccurrence(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		lookahead := 2 * time.Hour
+		require.NoError(t, jobs.AddSchedule(ctx, s, hourly("again")))
+		_, err := jobs.Materialize(ctx, s, lookahead, quiet)
+		require.NoError(t, err)
+		first := occurrences(t, s, "again")
+		require.NotEmpty(t, first)
+
+		_, err = s.ScheduleDelete(ctx, "again")
+		require.NoError(t, err)
+		require.NoError(t, jobs.AddSchedule(ctx, s, hourly("again")))
+		_, err = jobs.Materialize(ctx, s, lookahead, quiet)
+		require.NoError(t, err)
+
+		ready := map[time.Time]int{}
+		for _, j := range occurrences(t, s, "again") {
+			if j.State == store.StateReady {
+				ready[*j.ScheduledFor]++
+			}
+		}
+		for _, j := range first {
+			require.Equal(t, 1, ready[*j.ScheduledFor], "occurrence %v of the re-added schedule", j.ScheduledFor)
+		}
+
+		// Once per occurrence still holds for the live schedule.
+		sc, err := s.ScheduleGet(ctx, "again")
+		require.NoError(t, err)
+		_, err = s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {schedules} SET next_fire_at = ? WHERE name = ?`),
+			s.Dialect().TimeArg(*first[len(first)-1].ScheduledFor), "again")
+		require.NoError(t, err)
+		res, err := jobs.Materialize(ctx, s, lookahead, quiet)
+		require.NoError(t, err)
+		require.Zero(t, res.Created, "an occurrence of a live schedule is written once (next was %v)", sc.NextFireAt)
+	})
+}

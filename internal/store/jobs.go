@@ -110,9 +110,14 @@ func qualified(table, cols string) string {
 	return strings.Join(parts, ", ")
 }
 
-// JobInsert enqueues a job and returns its id. A taken unique key gives
-// ErrDuplicate along with the id of the job that holds it.
-func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
+// jobInsertColumns are the columns a new job writes, in the order of
+// jobValues.
+const jobInsertColumns = `endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive`
+
+// jobValues returns the value list of a new job for jobInsertColumns and
+// its arguments.
+func (s *Store) jobValues(j NewJob) (string, []any) {
 	runAt, runArg := "{now+?}", any(millis(j.Delay))
 	if j.RunAt != nil {
 		runAt, runArg = "?", s.d.TimeArg(*j.RunAt)
@@ -135,13 +140,20 @@ func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
 	if j.Exclusive {
 		exclusive = 1
 	}
-	q := expand(s.d, `INSERT INTO {jobs} (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) {output id}
-VALUES (?, ?, ?, 'ready', `+runAt+`, 0, ?, ?, ?, ?, 0, {now}, ?, ?, ?, ?) {returning id}`)
+	return `?, ?, ?, 'ready', ` + runAt + `, 0, ?, ?, ?, ?, 0, {now}, ?, ?, ?, ?`,
+		[]any{j.Endpoint, j.Method, j.Payload, runArg, j.MaxAttempts, millis(j.Timeout),
+			unique, j.IdempotencyKey, schedule, scheduledFor, startBy, exclusive}
+}
+
+// JobInsert enqueues a job and returns its id. A taken unique key gives
+// ErrDuplicate along with the id of the job that holds it.
+func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
+	values, args := s.jobValues(j)
+	q := expand(s.d, `INSERT INTO {jobs} (`+jobInsertColumns+`) {output id}
+VALUES (`+values+`) {returning id}`)
 	var id int64
 	err := s.retry(ctx, func() error {
-		return s.queryRow(ctx, q, j.Endpoint, j.Method, j.Payload, runArg, j.MaxAttempts, millis(j.Timeout),
-			unique, j.IdempotencyKey, schedule, scheduledFor, startBy, exclusive).Scan(&id)
+		return s.queryRow(ctx, q, args...).Scan(&id)
 	})
 	if err != nil && s.d.UniqueViolation(err) {
 		var existing int64

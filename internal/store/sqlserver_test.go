@@ -69,6 +69,10 @@ func sqlServerOps() []op {
 	at := time.Date(2030, 5, 6, 9, 8, 9, 123456700, time.FixedZone("CEST", 2*3600))
 	atJob := mJob
 	atJob.RunAt, atJob.UniqueKey = &at, ""
+	by := at.Add(time.Minute)
+	mOccurrence := store.NewJob{Endpoint: "/jobs/MARK", Method: "POST", Payload: []byte("MARK"), RunAt: &at, MaxAttempts: 3,
+		UniqueKey: "slotpoller-schedule:schedule-MARK", IdempotencyKey: "slotpoller-schedule:schedule-MARK",
+		Schedule: "schedule-MARK", ScheduledFor: &at, StartBy: &by, Exclusive: true}
 	return []op{
 		{name: "Now", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.Now(ctx); return err }},
 		{name: "NodeCheckIn (row exists)", sends: 1, run: func(ctx context.Context, s *store.Store) error { return s.NodeCheckIn(ctx, mNode) }},
@@ -185,10 +189,15 @@ func sqlServerOps() []op {
 			_, _, err := s.SchedulesDue(ctx, 2*time.Second)
 			return err
 		}},
-		{name: "ScheduleAdvance", sends: 1, run: func(ctx context.Context, s *store.Store) error {
-			_, err := s.ScheduleAdvance(ctx, "schedule-MARK", 7, at, &at, 3)
+		{name: "ScheduleMaterialize", sends: 2, run: func(ctx context.Context, s *store.Store) error {
+			_, _, err := s.ScheduleMaterialize(ctx, "schedule-MARK", 7, []store.NewJob{mOccurrence}, at, &at, 3)
 			return err
 		}},
+		{name: "ScheduleMaterialize (schedule moved on)", sends: 1, respond: answer("UPDATE", nil, 0),
+			run: func(ctx context.Context, s *store.Store) error {
+				_, _, err := s.ScheduleMaterialize(ctx, "schedule-MARK", 7, []store.NewJob{mOccurrence}, at, nil, 0)
+				return err
+			}},
 		{name: "ScheduleSetEnabled", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			_, err := s.ScheduleSetEnabled(ctx, "schedule-MARK", true, &at)
 			return err

@@ -250,10 +250,17 @@ SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, m
 -- @p1 int64
 SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, max_attempts, tolerance_ms, misfire, overlap, enabled, source, next_fire_at, missed, last_fire_at, version, SYSUTCDATETIME() FROM [sp_unit].[schedules] WHERE enabled = 1 AND next_fire_at <= DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY name;
 
--- ScheduleAdvance
--- @p1 civil.DateTime, @p2 civil.DateTime, @p3 int64, @p4 string, @p5 int64
-UPDATE [sp_unit].[schedules] SET next_fire_at = @p1, last_fire_at = COALESCE(@p2, last_fire_at),
-  missed = missed + @p3, version = version + 1 WHERE name = @p4 AND version = @p5;
+-- ScheduleMaterialize
+-- @p1 civil.DateTime, @p2 int64, @p3 civil.DateTime, @p4 string, @p5 int64
+UPDATE [sp_unit].[schedules] SET next_fire_at = @p1, missed = missed + @p2, version = version + 1, last_fire_at = @p3 WHERE name = @p4 AND version = @p5 AND enabled = 1;
+-- @p1 string, @p2 string, @p3 []uint8, @p4 civil.DateTime, @p5 int, @p6 int64, @p7 string, @p8 string, @p9 string, @p10 civil.DateTime, @p11 civil.DateTime, @p12 int, @p13 string
+INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive)
+SELECT @p1, @p2, @p3, 'ready', @p4, 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12 WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE unique_key = @p13);
+
+-- ScheduleMaterialize (schedule moved on)
+-- @p1 civil.DateTime, @p2 int64, @p3 string, @p4 int64
+UPDATE [sp_unit].[schedules] SET next_fire_at = @p1, missed = missed + @p2, version = version + 1 WHERE name = @p3 AND version = @p4 AND enabled = 1;
 
 -- ScheduleSetEnabled
 -- @p1 int, @p2 civil.DateTime, @p3 string
@@ -263,7 +270,7 @@ UPDATE [sp_unit].[schedules] SET enabled = @p1, version = version + 1, updated_a
 -- @p1 string
 DELETE FROM [sp_unit].[schedules] WHERE name = @p1;
 -- @p1 string, @p2 string
-UPDATE [sp_unit].[jobs] SET state = 'cancelled', finished_at = SYSUTCDATETIME(), last_error = @p1
+UPDATE [sp_unit].[jobs] SET state = 'cancelled', finished_at = SYSUTCDATETIME(), last_error = @p1, unique_key = NULL
 WHERE schedule = @p2 AND state = 'ready';
 
 -- ScheduleOutcomes

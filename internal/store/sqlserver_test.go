@@ -75,9 +75,17 @@ func sqlServerOps() []op {
 		Schedule: "schedule-MARK", ScheduledFor: &at, StartBy: &by, Exclusive: true}
 	return []op{
 		{name: "Now", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.Now(ctx); return err }},
-		{name: "NodeCheckIn (row exists)", sends: 1, run: func(ctx context.Context, s *store.Store) error { return s.NodeCheckIn(ctx, mNode) }},
-		{name: "NodeCheckIn (new node)", sends: 2, respond: answer("UPDATE", nil, 0),
-			run: func(ctx context.Context, s *store.Store) error { return s.NodeCheckIn(ctx, mNode) }},
+		{name: "NodeCheckIn (row exists)", sends: 1, run: func(ctx context.Context, s *store.Store) error { return s.NodeCheckIn(ctx, mNode, 3*time.Second) }},
+		{name: "NodeCheckIn (new node)", sends: 3, respond: answer("UPDATE", nil, 0),
+			run: func(ctx context.Context, s *store.Store) error { return s.NodeCheckIn(ctx, mNode, 3*time.Second) }},
+		{name: "NodeCheckIn (name held by a live node)", sends: 2, respond: func(c storetest.Call) storetest.Reply {
+			if strings.HasPrefix(c.Query, "SELECT") {
+				seen := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+				return storetest.Reply{Columns: []string{"incarnation", "last_seen", "now", "live"},
+					Rows: [][]any{{"inc-other", seen, seen.Add(time.Second), int64(1)}}}
+			}
+			return storetest.Reply{Affected: 0}
+		}, run: func(ctx context.Context, s *store.Store) error { return s.NodeCheckIn(ctx, mNode, 3*time.Second) }},
 		{name: "NodeHeartbeat", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.NodeHeartbeat(ctx, mNode); return err }},
 		{name: "NodeSignalBacklog", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			return s.NodeSignalBacklog(ctx, mNode.Name, mNode.Incarnation, 5*time.Second)

@@ -39,8 +39,8 @@ func TestNodeRegistry(t *testing.T) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		a := store.NodeState{Name: "node-a", Incarnation: "inc-1", Capacity: 4, Free: 4, Offset: 1500 * time.Microsecond, OffsetError: 200 * time.Microsecond}
-		require.NoError(t, s.NodeCheckIn(ctx, a))
-		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-b", Incarnation: "inc-2", Capacity: 2, Free: 2}))
+		require.NoError(t, s.NodeCheckIn(ctx, a, time.Hour))
+		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-b", Incarnation: "inc-2", Capacity: 2, Free: 2}, time.Hour))
 
 		nodes, now, err := s.Nodes(ctx, time.Hour)
 		require.NoError(t, err)
@@ -62,9 +62,19 @@ func TestNodeRegistry(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 
-		// A new process under the same name takes the row over; the old
-		// incarnation's heartbeats are refused.
-		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-3", Capacity: 4, Free: 4}))
+		// A new process under the same name may not take the row of a live
+		// incarnation: it is told who holds it and since when.
+		err = s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-3", Capacity: 4, Free: 4}, time.Hour)
+		var inUse *store.NodeNameInUse
+		require.ErrorAs(t, err, &inUse)
+		require.Equal(t, "inc-1", inUse.Incarnation)
+		require.Less(t, inUse.Age, time.Minute)
+		require.ErrorContains(t, err, `"node-a"`)
+		require.NoError(t, s.NodeCheckIn(ctx, a, time.Hour), "checking in again under its own incarnation is no conflict")
+
+		// Once its heartbeat is older than the TTL, the new process takes the
+		// row over; the old incarnation's heartbeats are refused.
+		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-3", Capacity: 4, Free: 4}, 0))
 		ok, err = s.NodeHeartbeat(ctx, a)
 		require.NoError(t, err)
 		require.False(t, ok, "old incarnation's heartbeat must not count")
@@ -92,14 +102,21 @@ func TestConcurrentCheckIns(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs <- s.NodeCheckIn(ctx, store.NodeState{Name: "same", Incarnation: string(rune('a' + i)), Capacity: 1, Free: 1})
+				errs <- s.NodeCheckIn(ctx, store.NodeState{Name: "same", Incarnation: string(rune('a' + i)), Capacity: 1, Free: 1}, time.Hour)
 			}()
 		}
 		wg.Wait()
 		close(errs)
+		won := 0
 		for err := range errs {
-			require.NoError(t, err)
+			var inUse *store.NodeNameInUse
+			if err != nil {
+				require.ErrorAs(t, err, &inUse)
+				continue
+			}
+			won++
 		}
+		require.Equal(t, 1, won, "one process gets the name, the others are told it is in use")
 		nodes, _, err := s.Nodes(ctx, time.Hour)
 		require.NoError(t, err)
 		require.Len(t, nodes, 1)

@@ -5,19 +5,31 @@
 SELECT SYSUTCDATETIME();
 
 -- NodeCheckIn (row exists)
--- @p1 string, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 string
+-- @p1 string, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 string, @p7 string, @p8 int64
 UPDATE [sp_unit].[nodes] SET incarnation = @p1, state = 'up', capacity = @p2, free = @p3,
   offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), left_at = NULL, backlog_until = NULL
-WHERE name = @p6;
+WHERE name = @p6 AND (state <> 'up' OR incarnation = @p7 OR last_seen <= DATEADD(millisecond, CAST(@p8 % 86400000 AS int), DATEADD(day, CAST(@p8 / 86400000 AS int), SYSUTCDATETIME())));
 
 -- NodeCheckIn (new node)
--- @p1 string, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 string
+-- @p1 string, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 string, @p7 string, @p8 int64
 UPDATE [sp_unit].[nodes] SET incarnation = @p1, state = 'up', capacity = @p2, free = @p3,
   offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), left_at = NULL, backlog_until = NULL
-WHERE name = @p6;
+WHERE name = @p6 AND (state <> 'up' OR incarnation = @p7 OR last_seen <= DATEADD(millisecond, CAST(@p8 % 86400000 AS int), DATEADD(day, CAST(@p8 / 86400000 AS int), SYSUTCDATETIME())));
+-- @p1 int64, @p2 string
+SELECT incarnation, last_seen, SYSUTCDATETIME(), CASE WHEN state = 'up' AND last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END
+FROM [sp_unit].[nodes] WHERE name = @p2;
 -- @p1 string, @p2 string, @p3 int, @p4 int, @p5 int64, @p6 int64
 INSERT INTO [sp_unit].[nodes] (name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen)
 VALUES (@p1, @p2, 'up', @p3, @p4, @p5, @p6, SYSUTCDATETIME(), SYSUTCDATETIME());
+
+-- NodeCheckIn (name held by a live node)
+-- @p1 string, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 string, @p7 string, @p8 int64
+UPDATE [sp_unit].[nodes] SET incarnation = @p1, state = 'up', capacity = @p2, free = @p3,
+  offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), left_at = NULL, backlog_until = NULL
+WHERE name = @p6 AND (state <> 'up' OR incarnation = @p7 OR last_seen <= DATEADD(millisecond, CAST(@p8 % 86400000 AS int), DATEADD(day, CAST(@p8 / 86400000 AS int), SYSUTCDATETIME())));
+-- @p1 int64, @p2 string
+SELECT incarnation, last_seen, SYSUTCDATETIME(), CASE WHEN state = 'up' AND last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END
+FROM [sp_unit].[nodes] WHERE name = @p2;
 
 -- NodeHeartbeat
 -- @p1 int, @p2 int64, @p3 int64, @p4 string, @p5 string

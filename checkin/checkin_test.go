@@ -93,15 +93,22 @@ func join(t *testing.T, c *clock.Fake, h *checkin.Heartbeats, step time.Duration
 	return nil, 0
 }
 
+// heldName checks in a node "web1" whose last heartbeat was a second ago,
+// and returns the options for another process under its name.
+func heldName(t *testing.T, driver string) (*store.Store, *clock.Fake, checkin.Options, *checkin.Heartbeats) {
+	s, _ := storetest.Open(t, driver)
+	c := clock.NewFake(t0)
+	o := checkin.Options{Name: "web1", Capacity: 1, Heartbeat: time.Second, TTL: 3 * time.Second, Clock: c}
+	holder := checkin.New(s, o)
+	require.NoError(t, holder.Join(context.Background()))
+	lastSeen(t, s, "web1", time.Second)
+	return s, c, o, holder
+}
+
 func TestSecondNodeWithTheSameNameIsRefusedWhileTheFirstHeartbeats(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
-		s, _ := storetest.Open(t, driver)
+		s, c, o, first := heldName(t, driver) // its last heartbeat was a second ago
 		ctx := context.Background()
-		c := clock.NewFake(t0)
-		o := checkin.Options{Name: "web1", Capacity: 1, Heartbeat: time.Second, TTL: 3 * time.Second, Clock: c}
-		first := checkin.New(s, o)
-		require.NoError(t, first.Join(ctx))
-		lastSeen(t, s, "web1", time.Second) // its last heartbeat was a second ago
 
 		second := checkin.New(s, o)
 		err, waited := join(t, c, second, time.Second, func() {
@@ -118,13 +125,8 @@ func TestSecondNodeWithTheSameNameIsRefusedWhileTheFirstHeartbeats(t *testing.T)
 
 func TestRestartAfterACrashTakesItsNameOnceTheOldHeartbeatIsOlderThanTheTTL(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
-		s, _ := storetest.Open(t, driver)
+		s, c, o, old := heldName(t, driver) // killed a second after its last heartbeat
 		ctx := context.Background()
-		c := clock.NewFake(t0)
-		o := checkin.Options{Name: "web1", Capacity: 1, Heartbeat: time.Second, TTL: 3 * time.Second, Clock: c}
-		old := checkin.New(s, o)
-		require.NoError(t, old.Join(ctx))
-		lastSeen(t, s, "web1", time.Second) // killed a second after its last heartbeat
 
 		restarted := checkin.New(s, o)
 		seen := time.Second

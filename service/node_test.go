@@ -12,10 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func sameNameConfig(t *testing.T, dsn string) Config {
+// fastNodeConfig is a valid config of a node on a SQLite file whose slots,
+// heartbeats and TTL are short enough for a test.
+func fastNodeConfig(t *testing.T, dsn, name string, capacity int) Config {
 	cfg := DefaultConfig()
 	cfg.Database.DSN = dsn
-	cfg.Node = NodeConfig{Name: "twin", Capacity: 1}
+	cfg.Node = NodeConfig{Name: name, Capacity: capacity}
 	cfg.Jobs.DrainTimeout = Duration(time.Second)
 	cfg.Rotation.Slot = Duration(100 * time.Millisecond)
 	cfg.Checkin.Heartbeat = Duration(100 * time.Millisecond)
@@ -41,7 +43,7 @@ func liveIncarnation(s *store.Store, name string) string {
 // that names the problem, and the first keeps its name.
 func TestSecondNodeUnderALiveNodesNameRefusesToStart(t *testing.T) {
 	dsn := filepath.Join(t.TempDir(), "farm.db")
-	cfg := sameNameConfig(t, dsn)
+	cfg := fastNodeConfig(t, dsn, "twin", 1)
 	logs := &programLog{}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -74,7 +76,7 @@ func TestSecondNodeUnderALiveNodesNameRefusesToStart(t *testing.T) {
 // for the old heartbeat to pass the TTL and starts.
 func TestNodeRestartedAfterACrashStartsAfterTheTTL(t *testing.T) {
 	dsn := filepath.Join(t.TempDir(), "farm.db")
-	cfg := sameNameConfig(t, dsn)
+	cfg := fastNodeConfig(t, dsn, "twin", 1)
 	logs := &programLog{}
 	defer func() {
 		if t.Failed() {

@@ -30,9 +30,12 @@ func outage(t *testing.T, s *store.Store, name string) {
 	// Align to the every-second grid like a real occurrence.
 	sc, err := s.ScheduleGet(context.Background(), name)
 	require.NoError(t, err)
-	aligned := sc.NextFireAt.Truncate(time.Second)
-	_, err = s.DB().ExecContext(context.Background(),
-		store.Expand(s.Dialect(), `UPDATE {schedules} SET next_fire_at = ? WHERE name = ?`), s.Dialect().TimeArg(aligned), name)
+	setNext(t, s, name, sc.NextFireAt.Truncate(time.Second))
+}
+
+func setNext(t *testing.T, s *store.Store, name string, next time.Time) {
+	_, err := s.DB().ExecContext(context.Background(),
+		store.Expand(s.Dialect(), `UPDATE {schedules} SET next_fire_at = ? WHERE name = ?`), s.Dialect().TimeArg(next), name)
 	require.NoError(t, err)
 }
 
@@ -54,8 +57,14 @@ func TestMisfirePolicies(t *testing.T) {
 		ctx := context.Background()
 		for _, p := range []string{store.MisfireSkip, store.MisfireOnce, store.MisfireAll} {
 			require.NoError(t, jobs.AddSchedule(ctx, s, everySecond("s-"+p, p)))
-			outage(t, s, "s-"+p)
 		}
+		// One outage for all three, so that they are compared on one grid
+		// (three outages could straddle a second).
+		outage(t, s, "s-skip")
+		start, err := s.ScheduleGet(ctx, "s-skip")
+		require.NoError(t, err)
+		setNext(t, s, "s-once", *start.NextFireAt)
+		setNext(t, s, "s-all", *start.NextFireAt)
 		res, err := jobs.Materialize(ctx, s, 500*time.Millisecond, quiet)
 		require.NoError(t, err)
 		require.Equal(t, 3, res.Schedules)

@@ -25,6 +25,10 @@ import (
 // ErrReplaced means another process checked in under this node's name.
 var ErrReplaced = errors.New("another slotpoller process checked in under this node name; two nodes must not share a name")
 
+// ErrNameInUse means another live process runs under this node's name:
+// the node refuses to start instead of taking the name from it.
+var ErrNameInUse = errors.New("the node name is in use by another running slotpoller process")
+
 // Member is a live node as the registry last read it.
 type Member struct {
 	Name        string
@@ -154,11 +158,40 @@ func (h *Heartbeats) state() store.NodeState {
 }
 
 // Join checks the node in and reads the membership.
+//
+// While another incarnation holds the node's name and is live, Join waits
+// for its heartbeat to grow older than the TTL: a node restarted after a
+// crash finds its previous incarnation's row still live for up to the TTL,
+// and takes it then. If the holder heartbeats meanwhile (its last_seen
+// moves on), another running process has the name: Join returns
+// ErrNameInUse rather than evict it, and the node must not retry.
 func (h *Heartbeats) Join(ctx context.Context) error {
-	if err := h.store.NodeCheckIn(ctx, h.state()); err != nil {
-		return err
+	var prev *store.NodeNameInUse
+	for {
+		err := h.store.NodeCheckIn(ctx, h.state(), h.opts.TTL)
+		var held *store.NodeNameInUse
+		if !errors.As(err, &held) {
+			if err != nil {
+				return err
+			}
+			return h.refresh(ctx)
+		}
+		if prev != nil && held.Incarnation == prev.Incarnation && held.LastSeen.After(prev.LastSeen) {
+			return fmt.Errorf("%w: %v, and it heartbeats: another slotpoller process runs as %q; give each node a unique node.name",
+				ErrNameInUse, held, h.opts.Name)
+		}
+		// Look again once its heartbeat would be older than the TTL, and
+		// never sooner than a heartbeat, which a live holder sends.
+		wait := max(h.opts.TTL-held.Age, h.opts.Heartbeat) + h.opts.Heartbeat/4
+		if prev == nil || held.Incarnation != prev.Incarnation {
+			h.opts.Logger.Warn("node name is held by another process; waiting to see whether it is alive (a restart after a crash takes the name once the old heartbeat is older than the TTL)",
+				"node", h.opts.Name, "holder", held.Incarnation, "last_seen_ago", held.Age, "ttl", h.opts.TTL, "wait", wait)
+		}
+		prev = held
+		if err := clock.Sleep(ctx, h.opts.Clock, wait); err != nil {
+			return err
+		}
 	}
-	return h.refresh(ctx)
 }
 
 // Beat writes one heartbeat and reads the membership.

@@ -56,19 +56,93 @@ func TestJoinLeaveAndMembership(t *testing.T) {
 	})
 }
 
-func TestRestartGetsNewIncarnationAndOldOneIsReplaced(t *testing.T) {
+// lastSeen sets a node's last heartbeat to ago before now on the database
+// clock, as if that much time had passed since.
+func lastSeen(t *testing.T, s *store.Store, name string, ago time.Duration) {
+	t.Helper()
+	_, err := s.DB().ExecContext(context.Background(),
+		store.Expand(s.Dialect(), `UPDATE {nodes} SET last_seen = {now+?} WHERE name = ?`), -ago.Milliseconds(), name)
+	require.NoError(t, err)
+}
+
+// join runs Join in the background, advancing the fake clock by step
+// whenever it waits, and returns its answer and how far the clock went.
+func join(t *testing.T, c *clock.Fake, h *checkin.Heartbeats, step time.Duration, whileWaiting func()) (error, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := c.Now()
+	done := make(chan error, 1)
+	go func() { done <- h.Join(ctx) }()
+	for range 50 {
+		for c.Waiters() == 0 { // until Join sleeps, or returns
+			select {
+			case err := <-done:
+				return err, c.Now().Sub(start)
+			case <-ctx.Done():
+				t.Fatal("Join neither waited nor returned")
+			case <-time.After(time.Millisecond):
+			}
+		}
+		if whileWaiting != nil {
+			whileWaiting()
+		}
+		c.Advance(step)
+	}
+	t.Fatal("Join did not return")
+	return nil, 0
+}
+
+// heldName checks in a node "web1" whose last heartbeat was a second ago,
+// and returns the options for another process under its name.
+func heldName(t *testing.T, driver string) (*store.Store, *clock.Fake, checkin.Options, *checkin.Heartbeats) {
+	s, _ := storetest.Open(t, driver)
+	c := clock.NewFake(t0)
+	o := checkin.Options{Name: "web1", Capacity: 1, Heartbeat: time.Second, TTL: 3 * time.Second, Clock: c}
+	holder := checkin.New(s, o)
+	require.NoError(t, holder.Join(context.Background()))
+	lastSeen(t, s, "web1", time.Second)
+	return s, c, o, holder
+}
+
+func TestSecondNodeWithTheSameNameIsRefusedWhileTheFirstHeartbeats(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
-		s, _ := storetest.Open(t, driver)
+		s, c, o, first := heldName(t, driver) // its last heartbeat was a second ago
 		ctx := context.Background()
-		o := checkin.Options{Name: "web1", Capacity: 1, Heartbeat: time.Second, TTL: time.Hour, Clock: clock.NewFake(t0)}
-		old := checkin.New(s, o)
-		require.NoError(t, old.Join(ctx))
+
+		second := checkin.New(s, o)
+		err, waited := join(t, c, second, time.Second, func() {
+			require.NoError(t, first.Beat(ctx)) // the first goes on heartbeating
+		})
+		require.ErrorIs(t, err, checkin.ErrNameInUse)
+		require.ErrorContains(t, err, `"web1"`)
+		require.ErrorContains(t, err, "node.name")
+		require.LessOrEqual(t, waited, o.TTL+o.Heartbeat)
+		require.NoError(t, first.Beat(ctx), "the first keeps its name")
+		require.Equal(t, first.Incarnation(), first.Membership().Members[0].Incarnation)
+	})
+}
+
+func TestRestartAfterACrashTakesItsNameOnceTheOldHeartbeatIsOlderThanTheTTL(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, c, o, old := heldName(t, driver) // killed a second after its last heartbeat
+		ctx := context.Background()
+
 		restarted := checkin.New(s, o)
-		require.NoError(t, restarted.Join(ctx))
+		seen := time.Second
+		err, waited := join(t, c, restarted, time.Second, func() {
+			seen += time.Second // time passes; nobody heartbeats
+			lastSeen(t, s, "web1", seen)
+		})
+		require.NoError(t, err)
+		require.LessOrEqual(t, waited, o.TTL+o.Heartbeat, "waits about the TTL at most")
+		require.Equal(t, restarted.Incarnation(), restarted.Membership().Members[0].Incarnation)
 		require.ErrorIs(t, old.Beat(ctx), checkin.ErrReplaced)
-		require.NoError(t, restarted.Beat(ctx))
-		m := restarted.Membership()
-		require.Equal(t, restarted.Incarnation(), m.Members[0].Incarnation)
+
+		// A node that left can be replaced at once.
+		require.NoError(t, restarted.Leave(ctx))
+		third := checkin.New(s, o)
+		require.NoError(t, third.Join(ctx))
 	})
 }
 
@@ -97,7 +171,7 @@ func TestRunHeartbeatsOnTheClockAndSurvivesDatabaseErrors(t *testing.T) {
 		require.Equal(t, int64(6), s.Statements()-before, "each heartbeat is one write and one read")
 
 		// Another process takes the name: Run stops with ErrReplaced.
-		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "a", Incarnation: "intruder", Capacity: 1}))
+		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "a", Incarnation: "intruder", Capacity: 1}, 0))
 		c.Advance(time.Second)
 		require.ErrorIs(t, <-done, checkin.ErrReplaced)
 	})

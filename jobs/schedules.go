@@ -162,12 +162,16 @@ type MaterializeResult struct {
 // nodes race), its misfire policy applied to those it can no longer start
 // within tolerance, and is advanced past them.
 func Materialize(ctx context.Context, s *store.Store, lookahead time.Duration, log *slog.Logger) (MaterializeResult, error) {
-	var res MaterializeResult
 	due, now, err := s.SchedulesDue(ctx, lookahead)
 	if err != nil {
-		return res, err
+		return MaterializeResult{}, err
 	}
-	res.Schedules = len(due)
+	return materializeDue(ctx, s, due, now, lookahead, log)
+}
+
+// materializeDue writes the occurrences of schedules read as due at now.
+func materializeDue(ctx context.Context, s *store.Store, due []store.Schedule, now time.Time, lookahead time.Duration, log *slog.Logger) (MaterializeResult, error) {
+	res := MaterializeResult{Schedules: len(due)}
 	for _, sc := range due {
 		ft, err := CompileSchedule(sc)
 		if err != nil {
@@ -241,7 +245,7 @@ func materializeOne(ctx context.Context, s *store.Store, sc store.Schedule, ft *
 			startBy = append([]time.Time{now.Add(sc.Tolerance)}, startBy...)
 		}
 	}
-	created := 0
+	occurrences := make([]store.NewJob, len(run))
 	for i, f := range run {
 		fire := f
 		var by *time.Time
@@ -249,28 +253,22 @@ func materializeOne(ctx context.Context, s *store.Store, sc store.Schedule, ft *
 			by = &startBy[i]
 		}
 		key := occurrenceKey(sc.Name, fire)
-		_, err := s.JobInsert(ctx, store.NewJob{Endpoint: sc.Endpoint, Method: sc.Method, Payload: sc.Payload, RunAt: &fire,
+		occurrences[i] = store.NewJob{Endpoint: sc.Endpoint, Method: sc.Method, Payload: sc.Payload, RunAt: &fire,
 			MaxAttempts: sc.MaxAttempts, Timeout: sc.Timeout, UniqueKey: key, IdempotencyKey: key,
-			Schedule: sc.Name, ScheduledFor: &fire, StartBy: by, Exclusive: sc.Overlap == store.OverlapForbid})
-		switch {
-		case errors.Is(err, store.ErrDuplicate):
-			// Another slot owner wrote it first: it exists once.
-		case err != nil:
-			return created, 0, err
-		default:
-			created++
-		}
+			Schedule: sc.Name, ScheduledFor: &fire, StartBy: by, Exclusive: sc.Overlap == store.OverlapForbid}
 	}
 	var lastFire *time.Time
 	if len(run) > 0 {
 		lastFire = &run[len(run)-1]
 	}
-	ok, err := s.ScheduleAdvance(ctx, sc.Name, sc.Version, next, lastFire, int64(missed))
+	// Written with the advance, or not at all: a schedule removed, paused
+	// or advanced by another slot owner since it was read gets nothing.
+	created, ok, err := s.ScheduleMaterialize(ctx, sc.Name, sc.Version, occurrences, next, lastFire, int64(missed))
 	if err != nil {
-		return created, 0, err
+		return 0, 0, err
 	}
 	if !ok {
-		missed = 0 // another node advanced it and counted
+		missed = 0 // another node advanced it and counted, or it was stopped
 	}
 	return created, missed, nil
 }

@@ -30,9 +30,12 @@ func outage(t *testing.T, s *store.Store, name string) {
 	// Align to the every-second grid like a real occurrence.
 	sc, err := s.ScheduleGet(context.Background(), name)
 	require.NoError(t, err)
-	aligned := sc.NextFireAt.Truncate(time.Second)
-	_, err = s.DB().ExecContext(context.Background(),
-		store.Expand(s.Dialect(), `UPDATE {schedules} SET next_fire_at = ? WHERE name = ?`), s.Dialect().TimeArg(aligned), name)
+	setNext(t, s, name, sc.NextFireAt.Truncate(time.Second))
+}
+
+func setNext(t *testing.T, s *store.Store, name string, next time.Time) {
+	_, err := s.DB().ExecContext(context.Background(),
+		store.Expand(s.Dialect(), `UPDATE {schedules} SET next_fire_at = ? WHERE name = ?`), s.Dialect().TimeArg(next), name)
 	require.NoError(t, err)
 }
 
@@ -54,8 +57,14 @@ func TestMisfirePolicies(t *testing.T) {
 		ctx := context.Background()
 		for _, p := range []string{store.MisfireSkip, store.MisfireOnce, store.MisfireAll} {
 			require.NoError(t, jobs.AddSchedule(ctx, s, everySecond("s-"+p, p)))
-			outage(t, s, "s-"+p)
 		}
+		// One outage for all three, so that they are compared on one grid
+		// (three outages could straddle a second).
+		outage(t, s, "s-skip")
+		start, err := s.ScheduleGet(ctx, "s-skip")
+		require.NoError(t, err)
+		setNext(t, s, "s-once", *start.NextFireAt)
+		setNext(t, s, "s-all", *start.NextFireAt)
 		res, err := jobs.Materialize(ctx, s, 500*time.Millisecond, quiet)
 		require.NoError(t, err)
 		require.Equal(t, 3, res.Schedules)
@@ -265,4 +274,84 @@ func TestPauseSurvivesConfigAndResumeOnlyResumes(t *testing.T) {
 	require.NoError(t, jobs.ResumeSchedule(ctx, s, "cfg"))
 	cur, _ = s.ScheduleGet(ctx, "cfg")
 	require.Equal(t, version, cur.Version, "resuming a running schedule changes nothing")
+}
+
+func hourly(name string) store.Schedule {
+	sc := everySecond(name, store.MisfireOnce)
+	sc.Every, sc.Tolerance = time.Hour, time.Minute
+	return sc
+}
+
+// A node that read a schedule just before it was removed must not write an
+// occurrence after the removal cancelled the waiting ones; nor after a
+// pause.
+func TestRemovedOrPausedScheduleGetsNoOccurrenceFromAnEarlierRead(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		lookahead := 2 * time.Hour
+		require.NoError(t, jobs.AddSchedule(ctx, s, hourly("gone")))
+		require.NoError(t, jobs.AddSchedule(ctx, s, hourly("paused")))
+		due, now, err := s.SchedulesDue(ctx, lookahead) // the materializer reads them
+		require.NoError(t, err)
+		require.Len(t, due, 2)
+
+		ok, err := s.ScheduleDelete(ctx, "gone") // an operator removes one
+		require.NoError(t, err)
+		require.True(t, ok)
+		ok, err = s.ScheduleSetEnabled(ctx, "paused", false, nil) // and pauses the other
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		res, err := jobs.MaterializeDue(ctx, s, due, now, lookahead, quiet) // then the materializer writes
+		require.NoError(t, err)
+		require.Zero(t, res.Created)
+		for _, name := range []string{"gone", "paused"} {
+			for _, j := range occurrences(t, s, name) {
+				require.NotEqual(t, store.StateReady, j.State, "schedule %q got occurrence %v after it was stopped", name, j.ScheduledFor)
+			}
+		}
+	})
+}
+
+// Removing a schedule and adding it again before its next occurrence: the
+// removed schedule's cancelled occurrence must not take the new one's
+// place.
+func TestReaddedScheduleGetsItsOccurrence(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		lookahead := 2 * time.Hour
+		require.NoError(t, jobs.AddSchedule(ctx, s, hourly("again")))
+		_, err := jobs.Materialize(ctx, s, lookahead, quiet)
+		require.NoError(t, err)
+		first := occurrences(t, s, "again")
+		require.NotEmpty(t, first)
+
+		_, err = s.ScheduleDelete(ctx, "again")
+		require.NoError(t, err)
+		require.NoError(t, jobs.AddSchedule(ctx, s, hourly("again")))
+		_, err = jobs.Materialize(ctx, s, lookahead, quiet)
+		require.NoError(t, err)
+
+		ready := map[time.Time]int{}
+		for _, j := range occurrences(t, s, "again") {
+			if j.State == store.StateReady {
+				ready[*j.ScheduledFor]++
+			}
+		}
+		for _, j := range first {
+			require.Equal(t, 1, ready[*j.ScheduledFor], "occurrence %v of the re-added schedule", j.ScheduledFor)
+		}
+
+		// Once per occurrence still holds for the live schedule.
+		sc, err := s.ScheduleGet(ctx, "again")
+		require.NoError(t, err)
+		_, err = s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {schedules} SET next_fire_at = ? WHERE name = ?`),
+			s.Dialect().TimeArg(*first[len(first)-1].ScheduledFor), "again")
+		require.NoError(t, err)
+		res, err := jobs.Materialize(ctx, s, lookahead, quiet)
+		require.NoError(t, err)
+		require.Zero(t, res.Created, "an occurrence of a live schedule is written once (next was %v)", sc.NextFireAt)
+	})
 }

@@ -66,7 +66,7 @@ func noCall(t *testing.T, calls chan taskCall) {
 func assign(t *testing.T, s *store.Store, task, node string) {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: node, Incarnation: "inc-" + node, Capacity: 4, Free: 4}))
+	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: node, Incarnation: "inc-" + node, Capacity: 4, Free: 4}, time.Hour))
 	ok, err := s.TaskAssignIfUnowned(ctx, task, "inc-"+node, node, 3*time.Second, time.Hour)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -245,7 +245,7 @@ func TestBalanceSpreadsAndRebalancesWithHysteresis(t *testing.T) {
 		k := newKeeper(s, &url.URL{Scheme: "http", Host: "localhost"}, c, "node-a")
 		var members []jobs.Member
 		for _, n := range []string{"node-a", "node-b", "node-c"} {
-			require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: n, Incarnation: "inc-" + n, Capacity: 4, Free: 4}))
+			require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: n, Incarnation: "inc-" + n, Capacity: 4, Free: 4}, time.Hour))
 			members = append(members, jobs.Member{Name: n, Incarnation: "inc-" + n, Capacity: 4})
 		}
 		for i := range 6 {
@@ -259,7 +259,7 @@ func TestBalanceSpreadsAndRebalancesWithHysteresis(t *testing.T) {
 
 		// A fourth node joins. Nothing moves before the tasks were held for
 		// MinHold (10s)...
-		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-d", Incarnation: "inc-node-d", Capacity: 4, Free: 4}))
+		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-d", Incarnation: "inc-node-d", Capacity: 4, Free: 4}, time.Hour))
 		members = append(members, jobs.Member{Name: "node-d", Incarnation: "inc-node-d", Capacity: 4})
 		res, err = k.Balance(ctx, members, time.Hour)
 		require.NoError(t, err)
@@ -328,8 +328,8 @@ func TestBalanceSkipsAMemberTheDatabaseNoLongerCountsLive(t *testing.T) {
 	s, _ := storetest.Open(t, "sqlite")
 	ctx := context.Background()
 	k := newKeeper(s, &url.URL{Scheme: "http", Host: "localhost"}, clock.NewFake(t0), "node-a")
-	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-node-a", Capacity: 4}))
-	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-b", Incarnation: "inc-node-b", Capacity: 4}))
+	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-node-a", Capacity: 4}, time.Hour))
+	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-b", Incarnation: "inc-node-b", Capacity: 4}, time.Hour))
 	require.NoError(t, s.NodeLeave(ctx, "node-b", "inc-node-b")) // gone, but still in this node's cached membership
 	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "t1", Endpoint: "/t", Every: time.Second}))
 	require.NoError(t, s.TaskInsert(ctx, store.NewTask{Name: "t0", Endpoint: "/t", Method: "POST", Every: time.Second}))

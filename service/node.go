@@ -175,7 +175,10 @@ func (n *Node) Run(ctx context.Context) error {
 	n.mu.Unlock()
 
 	if err := retry(ctx, n.clock, log, "check in to the node registry", func() error { return reg.Join(ctx) }); err != nil {
-		return nil
+		if ctx.Err() != nil {
+			return nil // stopped before it could start
+		}
+		return err // another live process has the node's name
 	}
 	log.Info("checked in", "incarnation", reg.Incarnation(), "live_nodes", len(reg.Membership().Members))
 	n.putSchedules(ctx, log, s)
@@ -461,8 +464,9 @@ func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, err
 }
 
 // retry runs op until it succeeds, with backoff from 1s to 30s, logging
-// each failure. Errors about the schema being ahead of or behind the binary
-// are not retried: waiting will not fix them.
+// each failure. Errors about the schema being ahead of or behind the binary,
+// or about another live process using the node's name, are not retried:
+// waiting will not fix them.
 func retry(ctx context.Context, clk clock.Clock, log *slog.Logger, what string, op func() error) error {
 	pause := time.Second
 	for {
@@ -470,7 +474,7 @@ func retry(ctx context.Context, clk clock.Clock, log *slog.Logger, what string, 
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, install.ErrSchemaNewer) || errors.Is(err, install.ErrSchemaBehind) {
+		if errors.Is(err, install.ErrSchemaNewer) || errors.Is(err, install.ErrSchemaBehind) || errors.Is(err, checkin.ErrNameInUse) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		if ctx.Err() != nil {

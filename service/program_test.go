@@ -95,14 +95,7 @@ func TestProgramReportsANodeThatGaveUp(t *testing.T) {
 // StopTimeout.
 func TestProgramRunsARealNode(t *testing.T) {
 	dsn := filepath.Join(t.TempDir(), "farm.db")
-	cfg := DefaultConfig()
-	cfg.Database.DSN = dsn
-	cfg.Node = NodeConfig{Name: "svc-node", Capacity: 2}
-	cfg.Jobs.DrainTimeout = Duration(time.Second)
-	cfg.Rotation.Slot = Duration(100 * time.Millisecond)
-	cfg.Checkin.Heartbeat = Duration(100 * time.Millisecond)
-	cfg.Checkin.TTL = Duration(time.Second)
-	require.NoError(t, cfg.Validate())
+	cfg := fastNodeConfig(t, dsn, "svc-node", 2)
 
 	logs := &programLog{}
 	log := NewLogger(logs, LogConfig{Level: "debug", Format: "text"})

@@ -110,9 +110,14 @@ func qualified(table, cols string) string {
 	return strings.Join(parts, ", ")
 }
 
-// JobInsert enqueues a job and returns its id. A taken unique key gives
-// ErrDuplicate along with the id of the job that holds it.
-func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
+// jobInsertColumns are the columns a new job writes, in the order of
+// jobValues.
+const jobInsertColumns = `endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive`
+
+// jobValues returns the value list of a new job for jobInsertColumns and
+// its arguments.
+func (s *Store) jobValues(j NewJob) (string, []any) {
 	runAt, runArg := "{now+?}", any(millis(j.Delay))
 	if j.RunAt != nil {
 		runAt, runArg = "?", s.d.TimeArg(*j.RunAt)
@@ -135,13 +140,20 @@ func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
 	if j.Exclusive {
 		exclusive = 1
 	}
-	q := expand(s.d, `INSERT INTO {jobs} (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) {output id}
-VALUES (?, ?, ?, 'ready', `+runAt+`, 0, ?, ?, ?, ?, 0, {now}, ?, ?, ?, ?) {returning id}`)
+	return `?, ?, ?, 'ready', ` + runAt + `, 0, ?, ?, ?, ?, 0, {now}, ?, ?, ?, ?`,
+		[]any{j.Endpoint, j.Method, j.Payload, runArg, j.MaxAttempts, millis(j.Timeout),
+			unique, j.IdempotencyKey, schedule, scheduledFor, startBy, exclusive}
+}
+
+// JobInsert enqueues a job and returns its id. A taken unique key gives
+// ErrDuplicate along with the id of the job that holds it.
+func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
+	values, args := s.jobValues(j)
+	q := expand(s.d, `INSERT INTO {jobs} (`+jobInsertColumns+`) {output id}
+VALUES (`+values+`) {returning id}`)
 	var id int64
 	err := s.retry(ctx, func() error {
-		return s.queryRow(ctx, q, j.Endpoint, j.Method, j.Payload, runArg, j.MaxAttempts, millis(j.Timeout),
-			unique, j.IdempotencyKey, schedule, scheduledFor, startBy, exclusive).Scan(&id)
+		return s.queryRow(ctx, q, args...).Scan(&id)
 	})
 	if err != nil && s.d.UniqueViolation(err) {
 		var existing int64
@@ -184,12 +196,21 @@ type QueueLoad struct {
 // those that would miss their start window if left to a poll nextPoll from
 // now. A job's start window ends at its start_by (a schedule's tolerance),
 // or, for a one-off job, window after its run time.
+//
+// Due and urgent count only what a claim could take now (claimable): an
+// overlap-forbid occurrence waiting behind a running or earlier occurrence
+// of its schedule is work no poller can do, and counting it would keep the
+// rotation widened for nothing. The claim test is read in a derived table
+// because SQL Server allows no subquery inside an aggregate; it needs no
+// lock hint, as a count decides nothing about which rows are taken.
 func (s *Store) JobsLoad(ctx context.Context, nextPoll, window time.Duration) (QueueLoad, error) {
 	q := expand(s.d, `SELECT
-  COALESCE(SUM(CASE WHEN state = 'ready' THEN 1 ELSE 0 END), 0),
-  COALESCE(SUM(CASE WHEN state = 'ready' AND ((start_by IS NULL AND run_at <= {now+?}) OR start_by <= {now+?}) THEN 1 ELSE 0 END), 0),
+  COALESCE(SUM(CASE WHEN claimable = 1 THEN 1 ELSE 0 END), 0),
+  COALESCE(SUM(CASE WHEN claimable = 1 AND ((start_by IS NULL AND run_at <= {now+?}) OR start_by <= {now+?}) THEN 1 ELSE 0 END), 0),
   COALESCE(SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END), 0)
-FROM {jobs} WHERE (state = 'ready' AND run_at <= {now}) OR state = 'running'`)
+FROM (SELECT j.state, j.run_at, j.start_by,
+    CASE WHEN j.state = 'ready' AND `+claimable("j", "")+` THEN 1 ELSE 0 END AS claimable
+  FROM {jobs} j WHERE (j.state = 'ready' AND j.run_at <= {now}) OR j.state = 'running') AS pending`)
 	var l QueueLoad
 	err := s.retry(ctx, func() error {
 		return s.queryRow(ctx, q, millis(nextPoll-window), millis(nextPoll)).Scan(&l.Due, &l.Urgent, &l.Running)

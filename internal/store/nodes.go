@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -30,20 +31,42 @@ type Node struct {
 	Tasks    int  // endless tasks its incarnation holds: how it learns it was given one
 }
 
-// NodeCheckIn registers the node (or re-registers it under a new
-// incarnation). It is an UPDATE, then an INSERT if no row was there, rather
+// NodeNameInUse is NodeCheckIn's answer when another incarnation holds the
+// node's name and is live: its last heartbeat is younger than the TTL on
+// the database clock.
+type NodeNameInUse struct {
+	Name        string
+	Incarnation string        // the holder's
+	LastSeen    time.Time     // its last heartbeat, database time
+	Age         time.Duration // how long before the check-in, by the database clock
+}
+
+func (e *NodeNameInUse) Error() string {
+	return fmt.Sprintf("node name %q is held by a live process (incarnation %s, last heartbeat %v ago)",
+		e.Name, e.Incarnation, e.Age.Round(time.Millisecond))
+}
+
+// NodeCheckIn registers the node under a new incarnation. It takes the
+// name's row only when the row is free: the node left, its last heartbeat
+// is older than ttl (the holder is dead by the rotation's own rule), or it
+// is this incarnation's already (a check-in sent again). Otherwise it
+// returns *NodeNameInUse: two live processes under one name must not evict
+// each other. It is an UPDATE, then an INSERT if no row was there, rather
 // than a dialect upsert: it is the same SQL everywhere, and a duplicate-key
 // error from a racing insert just sends it round again.
-func (s *Store) NodeCheckIn(ctx context.Context, n NodeState) error {
+func (s *Store) NodeCheckIn(ctx context.Context, n NodeState, ttl time.Duration) error {
 	upd := expand(s.d, `UPDATE {nodes} SET incarnation = ?, state = 'up', capacity = ?, free = ?,
   offset_us = ?, offset_error_us = ?, started_at = {now}, last_seen = {now}, left_at = NULL, backlog_until = NULL
-WHERE name = ?`)
+WHERE name = ? AND (state <> 'up' OR incarnation = ? OR last_seen <= {now+?})`)
+	holder := expand(s.d, `SELECT incarnation, last_seen, {now}, CASE WHEN state = 'up' AND last_seen > {now+?} THEN 1 ELSE 0 END
+FROM {nodes} WHERE name = ?`)
 	ins := expand(s.d, `INSERT INTO {nodes} (name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen)
 VALUES (?, ?, 'up', ?, ?, ?, ?, {now}, {now})`)
 	for range 5 {
 		var res sql.Result
 		err := s.retry(ctx, func() (err error) {
-			res, err = s.exec(ctx, upd, n.Incarnation, n.Capacity, n.Free, n.Offset.Microseconds(), n.OffsetError.Microseconds(), n.Name)
+			res, err = s.exec(ctx, upd, n.Incarnation, n.Capacity, n.Free, n.Offset.Microseconds(), n.OffsetError.Microseconds(),
+				n.Name, n.Incarnation, -millis(ttl))
 			return err
 		})
 		if err != nil {
@@ -51,6 +74,20 @@ VALUES (?, ?, 'up', ?, ?, ?, ?, {now}, {now})`)
 		}
 		if c, _ := res.RowsAffected(); c > 0 {
 			return nil
+		}
+		var inc string
+		var seen, now dbTime
+		var live int
+		err = s.retry(ctx, func() error {
+			return s.queryRow(ctx, holder, -millis(ttl), n.Name).Scan(&inc, &seen, &now, &live)
+		})
+		switch {
+		case err == nil && live == 1:
+			return &NodeNameInUse{Name: n.Name, Incarnation: inc, LastSeen: seen.T, Age: now.T.Sub(seen.T)}
+		case err == nil:
+			continue // freed between the two statements: take it now
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("check in node %q: read who holds the name: %w", n.Name, err)
 		}
 		err = s.retry(ctx, func() error {
 			_, err := s.exec(ctx, ins, n.Name, n.Incarnation, n.Capacity, n.Free, n.Offset.Microseconds(), n.OffsetError.Microseconds())

@@ -139,18 +139,81 @@ func (s *Store) SchedulesDue(ctx context.Context, lookahead time.Duration) ([]Sc
 	return s.schedules(ctx, "read due schedules", `WHERE enabled = 1 AND next_fire_at <= {now+?}`, millis(lookahead))
 }
 
-// ScheduleAdvance moves a schedule past the occurrences just materialized,
-// if nobody else did since it was read (version): two slot owners racing
-// cannot both advance it, and the occurrences themselves exist once by
-// their unique keys.
-func (s *Store) ScheduleAdvance(ctx context.Context, name string, version int64, next time.Time, lastFire *time.Time, missed int64) (bool, error) {
-	var last any
+// ScheduleMaterialize writes a schedule's occurrences (jobs under their
+// unique keys) and moves the schedule past them, if nobody changed it since
+// it was read (version) and it is still enabled. It reports how many
+// occurrences it wrote and whether it advanced the schedule; when it did
+// not, it wrote nothing.
+//
+// It is one transaction that begins with the advance: the update locks the
+// schedule's row, so a removal or pause either waits for the occurrences to
+// be written (and a removal then cancels them), or goes first and leaves
+// the fenced advance nothing to update, and nothing is written. Checking
+// the schedule in the insert itself would not do: under read committed the
+// insert's snapshot can predate a removal whose cancel then misses the row.
+// Two slot owners racing cannot both advance it; an occurrence that exists
+// already (a changed grid landing on a written one) is not written again.
+func (s *Store) ScheduleMaterialize(ctx context.Context, name string, version int64, occurrences []NewJob,
+	next time.Time, lastFire *time.Time, missed int64) (int, bool, error) {
+	// No NULL parameter for a missing last fire time: an untyped NULL is
+	// refused by Babelfish.
+	advance := `UPDATE {schedules} SET next_fire_at = ?, missed = missed + ?, version = version + 1`
+	args := []any{s.d.TimeArg(next), missed}
 	if lastFire != nil {
-		last = s.d.TimeArg(*lastFire)
+		advance += `, last_fire_at = ?`
+		args = append(args, s.d.TimeArg(*lastFire))
 	}
-	q := expand(s.d, `UPDATE {schedules} SET next_fire_at = ?, last_fire_at = COALESCE(?, last_fire_at),
-  missed = missed + ?, version = version + 1 WHERE name = ? AND version = ?`)
-	return s.fenced(ctx, "advance schedule "+strconv.Quote(name), q, s.d.TimeArg(next), last, missed, name, version)
+	advance = expand(s.d, advance+` WHERE name = ? AND version = ? AND enabled = 1`)
+	args = append(args, name, version)
+	created, advanced := 0, false
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		created, advanced = 0, false
+		n, err := s.txExec(ctx, tx, advance, args...)
+		if err != nil || n == 0 {
+			return err
+		}
+		advanced = true
+		for _, j := range occurrences {
+			values, args := s.jobValues(j)
+			ins := expand(s.d, `INSERT INTO {jobs} (`+jobInsertColumns+`)
+SELECT `+values+` WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE unique_key = ?)`)
+			n, err := s.txExec(ctx, tx, ins, append(args, j.UniqueKey)...)
+			if err != nil {
+				return err
+			}
+			created += int(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("write occurrences of schedule %q: %w", name, err)
+	}
+	return created, advanced, nil
+}
+
+// inTx runs fn in a transaction, all of it again on a transient conflict.
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	return s.retry(ctx, func() error {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+}
+
+// txExec runs a write in a transaction and returns how many rows it changed.
+func (s *Store) txExec(ctx context.Context, tx *sql.Tx, q string, args ...any) (int64, error) {
+	s.stmts.Add(1)
+	res, err := tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // ScheduleSetEnabled pauses or resumes a schedule; resuming starts again at
@@ -167,21 +230,30 @@ func (s *Store) ScheduleSetEnabled(ctx context.Context, name string, enabled boo
 }
 
 // ScheduleDelete removes a schedule and cancels its occurrences that have
-// not started. The schedule goes first, so that a materializer that read it
-// just before cannot advance it any more; the cancel after it then also
-// catches an occurrence such a materializer wrote in between.
+// not started, in one transaction. The removal waits for a materializer
+// writing the schedule's occurrences (ScheduleMaterialize holds its row),
+// so the cancel sees what it wrote; a materializer that comes after finds
+// no schedule to advance and writes nothing. A cancelled occurrence gives
+// up its unique key: the same schedule added again must get its own
+// occurrence at that fire time.
 func (s *Store) ScheduleDelete(ctx context.Context, name string) (bool, error) {
-	ok, err := s.fenced(ctx, "remove schedule "+strconv.Quote(name), expand(s.d, `DELETE FROM {schedules} WHERE name = ?`), name)
-	if err != nil {
-		return false, err
-	}
-	cancel := expand(s.d, `UPDATE {jobs} SET state = 'cancelled', finished_at = {now}, last_error = ?
+	del := expand(s.d, `DELETE FROM {schedules} WHERE name = ?`)
+	cancel := expand(s.d, `UPDATE {jobs} SET state = 'cancelled', finished_at = {now}, last_error = ?, unique_key = NULL
 WHERE schedule = ? AND state = 'ready'`)
-	if _, err := s.execCount(ctx, "cancel occurrences of schedule "+strconv.Quote(name), cancel,
-		"cancelled: its schedule was removed", name); err != nil {
-		return ok, err
+	deleted := false
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		n, err := s.txExec(ctx, tx, del, name)
+		if err != nil {
+			return err
+		}
+		deleted = n == 1
+		_, err = s.txExec(ctx, tx, cancel, "cancelled: its schedule was removed", name)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("remove schedule %q and cancel its occurrences: %w", name, err)
 	}
-	return ok, nil
+	return deleted, nil
 }
 
 // ScheduleOutcome is what became of a schedule's occurrences.

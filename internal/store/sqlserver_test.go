@@ -69,11 +69,23 @@ func sqlServerOps() []op {
 	at := time.Date(2030, 5, 6, 9, 8, 9, 123456700, time.FixedZone("CEST", 2*3600))
 	atJob := mJob
 	atJob.RunAt, atJob.UniqueKey = &at, ""
+	by := at.Add(time.Minute)
+	mOccurrence := store.NewJob{Endpoint: "/jobs/MARK", Method: "POST", Payload: []byte("MARK"), RunAt: &at, MaxAttempts: 3,
+		UniqueKey: "slotpoller-schedule:schedule-MARK", IdempotencyKey: "slotpoller-schedule:schedule-MARK",
+		Schedule: "schedule-MARK", ScheduledFor: &at, StartBy: &by, Exclusive: true}
 	return []op{
 		{name: "Now", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.Now(ctx); return err }},
-		{name: "NodeCheckIn (row exists)", sends: 1, run: func(ctx context.Context, s *store.Store) error { return s.NodeCheckIn(ctx, mNode) }},
-		{name: "NodeCheckIn (new node)", sends: 2, respond: answer("UPDATE", nil, 0),
-			run: func(ctx context.Context, s *store.Store) error { return s.NodeCheckIn(ctx, mNode) }},
+		{name: "NodeCheckIn (row exists)", sends: 1, run: func(ctx context.Context, s *store.Store) error { return s.NodeCheckIn(ctx, mNode, 3*time.Second) }},
+		{name: "NodeCheckIn (new node)", sends: 3, respond: answer("UPDATE", nil, 0),
+			run: func(ctx context.Context, s *store.Store) error { return s.NodeCheckIn(ctx, mNode, 3*time.Second) }},
+		{name: "NodeCheckIn (name held by a live node)", sends: 2, respond: func(c storetest.Call) storetest.Reply {
+			if strings.HasPrefix(c.Query, "SELECT") {
+				seen := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+				return storetest.Reply{Columns: []string{"incarnation", "last_seen", "now", "live"},
+					Rows: [][]any{{"inc-other", seen, seen.Add(time.Second), int64(1)}}}
+			}
+			return storetest.Reply{Affected: 0}
+		}, run: func(ctx context.Context, s *store.Store) error { return s.NodeCheckIn(ctx, mNode, 3*time.Second) }},
 		{name: "NodeHeartbeat", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.NodeHeartbeat(ctx, mNode); return err }},
 		{name: "NodeSignalBacklog", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			return s.NodeSignalBacklog(ctx, mNode.Name, mNode.Incarnation, 5*time.Second)
@@ -185,10 +197,15 @@ func sqlServerOps() []op {
 			_, _, err := s.SchedulesDue(ctx, 2*time.Second)
 			return err
 		}},
-		{name: "ScheduleAdvance", sends: 1, run: func(ctx context.Context, s *store.Store) error {
-			_, err := s.ScheduleAdvance(ctx, "schedule-MARK", 7, at, &at, 3)
+		{name: "ScheduleMaterialize", sends: 2, run: func(ctx context.Context, s *store.Store) error {
+			_, _, err := s.ScheduleMaterialize(ctx, "schedule-MARK", 7, []store.NewJob{mOccurrence}, at, &at, 3)
 			return err
 		}},
+		{name: "ScheduleMaterialize (schedule moved on)", sends: 1, respond: answer("UPDATE", nil, 0),
+			run: func(ctx context.Context, s *store.Store) error {
+				_, _, err := s.ScheduleMaterialize(ctx, "schedule-MARK", 7, []store.NewJob{mOccurrence}, at, nil, 0)
+				return err
+			}},
 		{name: "ScheduleSetEnabled", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			_, err := s.ScheduleSetEnabled(ctx, "schedule-MARK", true, &at)
 			return err

@@ -39,8 +39,8 @@ func TestNodeRegistry(t *testing.T) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		a := store.NodeState{Name: "node-a", Incarnation: "inc-1", Capacity: 4, Free: 4, Offset: 1500 * time.Microsecond, OffsetError: 200 * time.Microsecond}
-		require.NoError(t, s.NodeCheckIn(ctx, a))
-		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-b", Incarnation: "inc-2", Capacity: 2, Free: 2}))
+		require.NoError(t, s.NodeCheckIn(ctx, a, time.Hour))
+		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-b", Incarnation: "inc-2", Capacity: 2, Free: 2}, time.Hour))
 
 		nodes, now, err := s.Nodes(ctx, time.Hour)
 		require.NoError(t, err)
@@ -62,9 +62,19 @@ func TestNodeRegistry(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 
-		// A new process under the same name takes the row over; the old
-		// incarnation's heartbeats are refused.
-		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-3", Capacity: 4, Free: 4}))
+		// A new process under the same name may not take the row of a live
+		// incarnation: it is told who holds it and since when.
+		err = s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-3", Capacity: 4, Free: 4}, time.Hour)
+		var inUse *store.NodeNameInUse
+		require.ErrorAs(t, err, &inUse)
+		require.Equal(t, "inc-1", inUse.Incarnation)
+		require.Less(t, inUse.Age, time.Minute)
+		require.ErrorContains(t, err, `"node-a"`)
+		require.NoError(t, s.NodeCheckIn(ctx, a, time.Hour), "checking in again under its own incarnation is no conflict")
+
+		// Once its heartbeat is older than the TTL, the new process takes the
+		// row over; the old incarnation's heartbeats are refused.
+		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-3", Capacity: 4, Free: 4}, 0))
 		ok, err = s.NodeHeartbeat(ctx, a)
 		require.NoError(t, err)
 		require.False(t, ok, "old incarnation's heartbeat must not count")
@@ -92,14 +102,21 @@ func TestConcurrentCheckIns(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs <- s.NodeCheckIn(ctx, store.NodeState{Name: "same", Incarnation: string(rune('a' + i)), Capacity: 1, Free: 1})
+				errs <- s.NodeCheckIn(ctx, store.NodeState{Name: "same", Incarnation: string(rune('a' + i)), Capacity: 1, Free: 1}, time.Hour)
 			}()
 		}
 		wg.Wait()
 		close(errs)
+		won := 0
 		for err := range errs {
-			require.NoError(t, err)
+			var inUse *store.NodeNameInUse
+			if err != nil {
+				require.ErrorAs(t, err, &inUse)
+				continue
+			}
+			won++
 		}
+		require.Equal(t, 1, won, "one process gets the name, the others are told it is in use")
 		nodes, _, err := s.Nodes(ctx, time.Hour)
 		require.NoError(t, err)
 		require.Len(t, nodes, 1)
@@ -165,6 +182,45 @@ func TestClaimLifecycle(t *testing.T) {
 		ok, err = s.JobFinishIfRunning(ctx, c.ID, c.Token, store.Outcome{State: store.StateDone})
 		require.NoError(t, err)
 		require.False(t, ok)
+	})
+}
+
+// Due work an overlap-forbid occurrence cannot take (another occurrence of
+// its schedule runs, or an earlier one waits) is not counted as due: it
+// would keep the rotation widened for nothing.
+func TestLoadCountsOnlyClaimableWork(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		now, err := s.Now(ctx)
+		require.NoError(t, err)
+		occurrence := func(schedule string, ago time.Duration) {
+			fire := now.Add(-ago).Truncate(time.Millisecond)
+			by := now.Add(time.Hour)
+			key := fmt.Sprintf("%s:%d", schedule, fire.UnixMilli())
+			_, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/" + schedule, Method: "POST", RunAt: &fire, MaxAttempts: 3,
+				UniqueKey: key, IdempotencyKey: key, Schedule: schedule, ScheduledFor: &fire, StartBy: &by, Exclusive: true})
+			require.NoError(t, err)
+		}
+		occurrence("serial", 3*time.Second)
+		occurrence("serial", 2*time.Second)
+		occurrence("serial", time.Second)
+		load, err := s.JobsLoad(ctx, time.Hour, 0)
+		require.NoError(t, err)
+		require.Equal(t, store.QueueLoad{Due: 1, Urgent: 1}, load, "only the earliest waiting occurrence can be claimed")
+
+		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 10, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, claims, 1)
+		load, err = s.JobsLoad(ctx, time.Hour, 0)
+		require.NoError(t, err)
+		require.Equal(t, store.QueueLoad{Due: 0, Urgent: 0, Running: 1}, load, "nothing claimable while an occurrence runs")
+
+		occurrence("other", time.Second)
+		enqueue(t, s, "/one-off", 0)
+		load, err = s.JobsLoad(ctx, time.Hour, 0)
+		require.NoError(t, err)
+		require.Equal(t, store.QueueLoad{Due: 2, Urgent: 2, Running: 1}, load, "other work still counts")
 	})
 }
 

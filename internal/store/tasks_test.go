@@ -11,7 +11,7 @@ import (
 )
 
 func checkIn(t *testing.T, s *store.Store, name, inc string) {
-	require.NoError(t, s.NodeCheckIn(context.Background(), store.NodeState{Name: name, Incarnation: inc, Capacity: 4, Free: 4}))
+	require.NoError(t, s.NodeCheckIn(context.Background(), store.NodeState{Name: name, Incarnation: inc, Capacity: 4, Free: 4}, time.Hour))
 }
 
 func TestTaskOwnership(t *testing.T) {

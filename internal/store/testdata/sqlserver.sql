@@ -5,19 +5,31 @@
 SELECT SYSUTCDATETIME();
 
 -- NodeCheckIn (row exists)
--- @p1 string, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 string
+-- @p1 string, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 string, @p7 string, @p8 int64
 UPDATE [sp_unit].[nodes] SET incarnation = @p1, state = 'up', capacity = @p2, free = @p3,
   offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), left_at = NULL, backlog_until = NULL
-WHERE name = @p6;
+WHERE name = @p6 AND (state <> 'up' OR incarnation = @p7 OR last_seen <= DATEADD(millisecond, CAST(@p8 % 86400000 AS int), DATEADD(day, CAST(@p8 / 86400000 AS int), SYSUTCDATETIME())));
 
 -- NodeCheckIn (new node)
--- @p1 string, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 string
+-- @p1 string, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 string, @p7 string, @p8 int64
 UPDATE [sp_unit].[nodes] SET incarnation = @p1, state = 'up', capacity = @p2, free = @p3,
   offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), left_at = NULL, backlog_until = NULL
-WHERE name = @p6;
+WHERE name = @p6 AND (state <> 'up' OR incarnation = @p7 OR last_seen <= DATEADD(millisecond, CAST(@p8 % 86400000 AS int), DATEADD(day, CAST(@p8 / 86400000 AS int), SYSUTCDATETIME())));
+-- @p1 int64, @p2 string
+SELECT incarnation, last_seen, SYSUTCDATETIME(), CASE WHEN state = 'up' AND last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END
+FROM [sp_unit].[nodes] WHERE name = @p2;
 -- @p1 string, @p2 string, @p3 int, @p4 int, @p5 int64, @p6 int64
 INSERT INTO [sp_unit].[nodes] (name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen)
 VALUES (@p1, @p2, 'up', @p3, @p4, @p5, @p6, SYSUTCDATETIME(), SYSUTCDATETIME());
+
+-- NodeCheckIn (name held by a live node)
+-- @p1 string, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 string, @p7 string, @p8 int64
+UPDATE [sp_unit].[nodes] SET incarnation = @p1, state = 'up', capacity = @p2, free = @p3,
+  offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), left_at = NULL, backlog_until = NULL
+WHERE name = @p6 AND (state <> 'up' OR incarnation = @p7 OR last_seen <= DATEADD(millisecond, CAST(@p8 % 86400000 AS int), DATEADD(day, CAST(@p8 / 86400000 AS int), SYSUTCDATETIME())));
+-- @p1 int64, @p2 string
+SELECT incarnation, last_seen, SYSUTCDATETIME(), CASE WHEN state = 'up' AND last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END
+FROM [sp_unit].[nodes] WHERE name = @p2;
 
 -- NodeHeartbeat
 -- @p1 int, @p2 int64, @p3 int64, @p4 string, @p5 string
@@ -75,10 +87,15 @@ WHERE (state = 'running' AND lease_until < SYSUTCDATETIME()) OR (state = 'ready'
 -- JobsLoad
 -- @p1 int64, @p2 int64
 SELECT
-  COALESCE(SUM(CASE WHEN state = 'ready' THEN 1 ELSE 0 END), 0),
-  COALESCE(SUM(CASE WHEN state = 'ready' AND ((start_by IS NULL AND run_at <= DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))) OR start_by <= DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END), 0),
+  COALESCE(SUM(CASE WHEN claimable = 1 THEN 1 ELSE 0 END), 0),
+  COALESCE(SUM(CASE WHEN claimable = 1 AND ((start_by IS NULL AND run_at <= DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))) OR start_by <= DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END), 0),
   COALESCE(SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END), 0)
-FROM [sp_unit].[jobs] WHERE (state = 'ready' AND run_at <= SYSUTCDATETIME()) OR state = 'running';
+FROM (SELECT j.state, j.run_at, j.start_by,
+    CASE WHEN j.state = 'ready' AND (j.exclusive = 0 OR (
+    NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = j.schedule AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = j.schedule AND e.state = 'ready'
+      AND e.scheduled_for < j.scheduled_for))) THEN 1 ELSE 0 END AS claimable
+  FROM [sp_unit].[jobs] j WHERE (j.state = 'ready' AND j.run_at <= SYSUTCDATETIME()) OR j.state = 'running') AS pending;
 
 -- JobsClaim
 -- @p1 string, @p2 string, @p3 int64, @p4 int
@@ -245,10 +262,17 @@ SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, m
 -- @p1 int64
 SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, max_attempts, tolerance_ms, misfire, overlap, enabled, source, next_fire_at, missed, last_fire_at, version, SYSUTCDATETIME() FROM [sp_unit].[schedules] WHERE enabled = 1 AND next_fire_at <= DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY name;
 
--- ScheduleAdvance
--- @p1 civil.DateTime, @p2 civil.DateTime, @p3 int64, @p4 string, @p5 int64
-UPDATE [sp_unit].[schedules] SET next_fire_at = @p1, last_fire_at = COALESCE(@p2, last_fire_at),
-  missed = missed + @p3, version = version + 1 WHERE name = @p4 AND version = @p5;
+-- ScheduleMaterialize
+-- @p1 civil.DateTime, @p2 int64, @p3 civil.DateTime, @p4 string, @p5 int64
+UPDATE [sp_unit].[schedules] SET next_fire_at = @p1, missed = missed + @p2, version = version + 1, last_fire_at = @p3 WHERE name = @p4 AND version = @p5 AND enabled = 1;
+-- @p1 string, @p2 string, @p3 []uint8, @p4 civil.DateTime, @p5 int, @p6 int64, @p7 string, @p8 string, @p9 string, @p10 civil.DateTime, @p11 civil.DateTime, @p12 int, @p13 string
+INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive)
+SELECT @p1, @p2, @p3, 'ready', @p4, 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12 WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE unique_key = @p13);
+
+-- ScheduleMaterialize (schedule moved on)
+-- @p1 civil.DateTime, @p2 int64, @p3 string, @p4 int64
+UPDATE [sp_unit].[schedules] SET next_fire_at = @p1, missed = missed + @p2, version = version + 1 WHERE name = @p3 AND version = @p4 AND enabled = 1;
 
 -- ScheduleSetEnabled
 -- @p1 int, @p2 civil.DateTime, @p3 string
@@ -258,7 +282,7 @@ UPDATE [sp_unit].[schedules] SET enabled = @p1, version = version + 1, updated_a
 -- @p1 string
 DELETE FROM [sp_unit].[schedules] WHERE name = @p1;
 -- @p1 string, @p2 string
-UPDATE [sp_unit].[jobs] SET state = 'cancelled', finished_at = SYSUTCDATETIME(), last_error = @p1
+UPDATE [sp_unit].[jobs] SET state = 'cancelled', finished_at = SYSUTCDATETIME(), last_error = @p1, unique_key = NULL
 WHERE schedule = @p2 AND state = 'ready';
 
 -- ScheduleOutcomes

@@ -506,7 +506,7 @@ func slotOwnerTries(ctx context.Context, t *testing.T, kb *jobs.Keeper) {
 func TestHandoffWaitsForTheCallAcrossHeartbeats(t *testing.T) {
 	ctx, s, c, ka, calls := slowCallInFlight(t)
 	kb := newLongLeaseKeeper(s, calls.base, c, "node-b")
-	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-b", Incarnation: "inc-node-b", Capacity: 4, Free: 4}))
+	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-b", Incarnation: "inc-node-b", Capacity: 4, Free: 4}, time.Hour))
 
 	requestHandoff(ctx, t, s, "slow")
 	for hb := range 3 {

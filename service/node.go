@@ -176,7 +176,15 @@ func (n *Node) Run(ctx context.Context) error {
 
 	if err := retry(ctx, n.clock, log, "check in to the node registry", func() error { return reg.Join(ctx) }); err != nil {
 		if ctx.Err() != nil {
-			return nil // stopped before it could start
+			// Stopped while checking in: the check-in may have been written
+			// before the stop cut the membership read short. Leaving is
+			// fenced by this process's incarnation, so it is harmless if not.
+			lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := reg.Leave(lctx); err != nil {
+				log.Warn("stopped while checking in, and could not mark the node left; the others count it out after the TTL", "err", err)
+			}
+			return nil
 		}
 		return err // another live process has the node's name
 	}

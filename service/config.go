@@ -192,8 +192,6 @@ const (
 	defaultSQLiteFile = "slotpoller.db"
 	// dsnKey is the key whose value must never appear in an error or a log.
 	dsnKey = "database.dsn"
-	// passwordMask replaces passwords in MaskDSN.
-	passwordMask = "xxxxx"
 	// ttlHeartbeats is the default TTL in heartbeats.
 	ttlHeartbeats = 3
 )
@@ -293,7 +291,7 @@ func (c Config) problems() []problem {
 	masked := MaskDSN(dsn)
 	switch c.Database.Driver {
 	case "sqlite":
-		switch scheme := dsnScheme(dsn); {
+		switch scheme := store.DSNScheme(dsn); {
 		case dsn == "":
 			bad(dsnKey, masked, "the sqlite driver needs a database file path")
 		case scheme == "postgres" || scheme == "postgresql":
@@ -304,14 +302,14 @@ func (c Config) problems() []problem {
 			bad(dsnKey, masked, "must be a file path or a file: URI for the sqlite driver")
 		}
 	case "postgres":
-		switch scheme := dsnScheme(dsn); {
+		switch scheme := store.DSNScheme(dsn); {
 		case strings.TrimSpace(dsn) == "":
 			bad(dsnKey, masked, "the postgres driver has no default DSN; set database.dsn or %s explicitly (e.g. postgres://user:password@host:5432/slotpoller)", envName("database", "dsn"))
 		case scheme != "" && scheme != "postgres" && scheme != "postgresql":
 			bad(dsnKey, masked, "must be a postgres:// URL or key=value pairs for the postgres driver")
 		}
 	case "sqlserver":
-		switch scheme := dsnScheme(dsn); {
+		switch scheme := store.DSNScheme(dsn); {
 		case strings.TrimSpace(dsn) == "":
 			bad(dsnKey, masked, "the sqlserver driver has no default DSN; set database.dsn or %s explicitly (e.g. sqlserver://user:password@host:1433?database=farm)", envName("database", "dsn"))
 		case scheme != "" && scheme != "sqlserver":
@@ -436,25 +434,4 @@ func checkBaseURL(s string) string {
 		return "must not have a fragment (#...)"
 	}
 	return ""
-}
-
-// dsnScheme returns the lower-case URL scheme of dsn ("postgres" for
-// "postgres://..."), or "" when dsn is not in URL form.
-func dsnScheme(dsn string) string {
-	i := strings.Index(dsn, "://")
-	if i <= 0 || !validScheme(dsn[:i]) {
-		return ""
-	}
-	return strings.ToLower(dsn[:i])
-}
-
-func validScheme(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
-		if i == 0 && !letter || !(letter || c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.') {
-			return false
-		}
-	}
-	return s != ""
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"strconv"
@@ -196,6 +197,53 @@ const (
 	ttlHeartbeats = 3
 )
 
+// MaxAttemptsCap is the most attempts a job may have (jobs.max_attempts,
+// a schedule's max_attempts, enqueue -max-attempts).
+const MaxAttemptsCap = 1000
+
+// bounds is a duration key's floor and ceiling, and what a value beyond
+// each would do (appended to the error).
+type bounds struct {
+	min, max        time.Duration
+	lowWhy, highWhy string
+}
+
+// durationBounds holds every duration key's floor and ceiling (a schedule's
+// keys under "schedules."); the README's table and config.yaml's comments
+// repeat them. Floors keep a node from flooding the shared database (a 1ns
+// heartbeat sent thousands of statements a second); ceilings keep a typo
+// (2000000h) from parking work forever. The test farms run with 250ms slots
+// and heartbeats, and unit tests with 100ms, so the floors stay at 100ms.
+var durationBounds = map[string]bounds{
+	"jobs.timeout":         {min: time.Millisecond, max: 24 * time.Hour},
+	"jobs.lease":           {min: time.Second, max: 24 * time.Hour, highWhy: " (a dead node's job waits this long)"},
+	"jobs.backoff":         {min: 100 * time.Millisecond, max: 24 * time.Hour},
+	"jobs.backoff_max":     {min: 100 * time.Millisecond, max: 24 * time.Hour},
+	"jobs.drain_timeout":   {min: 0, max: time.Hour, highWhy: " (a stop waits this long)"},
+	"rotation.slot":        {min: 100 * time.Millisecond, max: time.Minute, lowWhy: " (the farm polls the database once per slot)", highWhy: " (due jobs wait up to a slot per node)"},
+	"checkin.heartbeat":    {min: 100 * time.Millisecond, max: time.Minute, lowWhy: " (every node writes its registry row once per heartbeat)"},
+	"checkin.ttl":          {min: 0, max: time.Hour, highWhy: " (a dead node's work waits this long)"},
+	"clock.skew":           {min: -7 * 24 * time.Hour, max: 7 * 24 * time.Hour},
+	"clock.resync":         {min: time.Second, max: 24 * time.Hour, lowWhy: " (each resync is a burst of queries)"},
+	"clock.ntp_max_offset": {min: time.Millisecond, max: time.Hour},
+	// A schedule's timeout is checked when set; jobs.CompileSchedule checks
+	// the floors of every and tolerance.
+	"schedules.timeout":   {min: time.Millisecond, max: 24 * time.Hour},
+	"schedules.every":     {min: math.MinInt64, max: 366 * 24 * time.Hour},
+	"schedules.tolerance": {min: math.MinInt64, max: 7 * 24 * time.Hour},
+}
+
+// boundsOf returns the bounds of key; a schedule's key
+// ("schedules[2].timeout") has the bounds of "schedules.timeout".
+func boundsOf(key string) bounds {
+	if rest, ok := strings.CutPrefix(key, "schedules["); ok {
+		if _, field, ok := strings.Cut(rest, "]"); ok {
+			key = "schedules" + field
+		}
+	}
+	return durationBounds[key]
+}
+
 // DefaultConfig returns the defaults. Three defaults depend on where and how
 // the node runs and are resolved by Load: database.dsn (empty here),
 // node.name (empty here) and checkin.ttl (three default heartbeats here,
@@ -248,9 +296,15 @@ func (c Config) problems() []problem {
 	bad := func(key string, value any, why string, args ...any) {
 		ps = append(ps, problem{key: key, text: fmt.Sprintf("config: %s = %s: %s", key, showValue(value), fmt.Sprintf(why, args...))})
 	}
-	positive := func(key string, d Duration) {
-		if d <= 0 {
-			bad(key, d, "must be greater than 0")
+	within := func(key string, d Duration) {
+		b := boundsOf(key)
+		switch {
+		case d < 0 && b.min == 0:
+			bad(key, d, "must not be negative")
+		case d < Duration(b.min):
+			bad(key, d, "must be at least %s%s", Duration(b.min), b.lowWhy)
+		case d > Duration(b.max):
+			bad(key, d, "must be at most %s%s", Duration(b.max), b.highWhy)
 		}
 	}
 
@@ -259,8 +313,8 @@ func (c Config) problems() []problem {
 		ps = append(ps, problem{key: "jobs.signing_key", text: "config: jobs.signing_key (value hidden): must be at least 16 characters"})
 	}
 	if l := c.Admin.Listen; l != "" {
-		if _, port, err := net.SplitHostPort(l); err != nil || port == "" {
-			bad("admin.listen", l, "must be host:port or :port (e.g. :9090, which binds to 127.0.0.1)")
+		if why := checkListen(l); why != "" {
+			bad("admin.listen", l, "%s", why)
 		}
 	}
 
@@ -274,6 +328,14 @@ func (c Config) problems() []problem {
 		names[sc.Name] = i
 		if _, err := jobs.CompileSchedule(sc.Schedule(max(1, c.Jobs.MaxAttempts))); err != nil {
 			ps = append(ps, problem{key: key, text: fmt.Sprintf("config: %s: %v", key, err)})
+		}
+		if sc.Timeout != 0 {
+			within(key+".timeout", sc.Timeout)
+		}
+		within(key+".tolerance", sc.Tolerance)
+		within(key+".every", sc.Every)
+		if sc.MaxAttempts != 0 && (sc.MaxAttempts < 1 || sc.MaxAttempts > MaxAttemptsCap) {
+			bad(key+".max_attempts", sc.MaxAttempts, "must be between 1 and %d (or 0 for jobs.max_attempts)", MaxAttemptsCap)
 		}
 	}
 
@@ -339,40 +401,39 @@ func (c Config) problems() []problem {
 
 	// jobs
 	if why := checkBaseURL(c.Jobs.BaseURL); why != "" {
-		bad("jobs.base_url", c.Jobs.BaseURL, "%s", why)
+		bad("jobs.base_url", MaskDSN(c.Jobs.BaseURL), "%s", why)
 	}
-	positive("jobs.timeout", c.Jobs.Timeout)
-	if c.Jobs.Lease < Duration(time.Second) {
-		bad("jobs.lease", c.Jobs.Lease, "must be at least 1s")
+	within("jobs.timeout", c.Jobs.Timeout)
+	within("jobs.lease", c.Jobs.Lease)
+	if c.Jobs.MaxAttempts < 1 || c.Jobs.MaxAttempts > MaxAttemptsCap {
+		bad("jobs.max_attempts", c.Jobs.MaxAttempts, "must be between 1 and %d", MaxAttemptsCap)
 	}
-	if c.Jobs.MaxAttempts < 1 || c.Jobs.MaxAttempts > 1000 {
-		bad("jobs.max_attempts", c.Jobs.MaxAttempts, "must be between 1 and 1000")
-	}
-	positive("jobs.backoff", c.Jobs.Backoff)
+	within("jobs.backoff", c.Jobs.Backoff)
 	if c.Jobs.BackoffMax < c.Jobs.Backoff {
 		bad("jobs.backoff_max", c.Jobs.BackoffMax, "must be at least jobs.backoff (%s)", c.Jobs.Backoff)
+	} else {
+		within("jobs.backoff_max", c.Jobs.BackoffMax)
 	}
-	if c.Jobs.DrainTimeout < 0 {
-		bad("jobs.drain_timeout", c.Jobs.DrainTimeout, "must not be negative")
-	}
+	within("jobs.drain_timeout", c.Jobs.DrainTimeout)
 
 	// rotation
-	if c.Rotation.Slot < Duration(10*time.Millisecond) {
-		bad("rotation.slot", c.Rotation.Slot, "must be at least 10ms")
-	}
+	within("rotation.slot", c.Rotation.Slot)
 
 	// checkin
-	positive("checkin.heartbeat", c.Checkin.Heartbeat)
+	within("checkin.heartbeat", c.Checkin.Heartbeat)
 	if c.Checkin.TTL <= c.Checkin.Heartbeat {
 		bad("checkin.ttl", c.Checkin.TTL, "must be greater than checkin.heartbeat (%s)", c.Checkin.Heartbeat)
+	} else {
+		within("checkin.ttl", c.Checkin.TTL)
 	}
 
 	// clock
-	positive("clock.resync", c.Clock.Resync)
+	within("clock.skew", c.Clock.Skew)
+	within("clock.resync", c.Clock.Resync)
 	if s := c.Clock.NTPServer; s != "" && (strings.Contains(s, "://") || strings.ContainsAny(s, " \t\r\n/")) {
 		bad("clock.ntp_server", s, `must be a host name or "host:port" (or empty to turn the check off)`)
 	}
-	positive("clock.ntp_max_offset", c.Clock.NTPMaxOffset)
+	within("clock.ntp_max_offset", c.Clock.NTPMaxOffset)
 
 	// log
 	switch c.Log.Level {
@@ -410,6 +471,46 @@ func validNodeName(name string) bool {
 	return true
 }
 
+// checkListen returns why l is not an address the admin endpoint can
+// listen on, or "".
+func checkListen(l string) string {
+	host, port, err := net.SplitHostPort(l)
+	if err != nil || port == "" {
+		return "must be host:port or :port (e.g. :9090, which binds to 127.0.0.1)"
+	}
+	if n, err := strconv.Atoi(port); err == nil {
+		if n < 0 || n > 65535 {
+			return fmt.Sprintf("port %d is out of range: a port is 0 to 65535", n)
+		}
+	} else if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Sprintf("port %q is neither a number from 0 to 65535 nor a known service name", port)
+	}
+	if host != "" && net.ParseIP(host) == nil && !validHostName(host) {
+		return fmt.Sprintf("host %q is neither an IP address nor a host name", host)
+	}
+	return ""
+}
+
+// validHostName reports whether h is a syntactically valid DNS host name:
+// dot-separated labels of letters, digits, '-' and '_' (up to 63 each).
+func validHostName(h string) bool {
+	if len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // checkBaseURL returns why s is not a usable base URL, or "".
 func checkBaseURL(s string) string {
 	if s == "" {
@@ -421,11 +522,20 @@ func checkBaseURL(s string) string {
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
+		if MaskDSN(s) != s {
+			// The parser's reason may quote a piece of the password.
+			return "not a valid URL, and it holds user info (user:password@), which base_url must not"
+		}
 		return fmt.Sprintf("not a valid URL: %v", err)
 	}
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
 		return "must be an http or https URL"
+	case u.User != nil:
+		// Credentials here would be logged at start, shown by config show
+		// and sent as Basic auth on every call; calls are authenticated
+		// with jobs.signing_key instead.
+		return "must not hold user info (user:password@): it would be shown in logs and by config show; authenticate calls with jobs.signing_key"
 	case u.Host == "" || u.Hostname() == "":
 		return "must be an absolute URL with a host (e.g. http://localhost)"
 	case u.RawQuery != "" || u.ForceQuery:

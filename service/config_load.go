@@ -53,7 +53,7 @@ func LoadWithSources(path string, explicit bool, environ []string, flags ...Flag
 
 	var errs []error
 	if path != "" {
-		data, err := os.ReadFile(path)
+		data, err := readConfigFile(path)
 		switch {
 		case err == nil:
 			errs = append(errs, decodeYAML(&cfg, path, data, src)...)
@@ -77,16 +77,72 @@ func LoadWithSources(path string, explicit bool, environ []string, flags ...Flag
 	if len(problems) > 0 {
 		errs := make([]error, 0, len(problems))
 		for _, p := range problems {
-			msg := p.text
+			var err error = errors.New(p.text)
 			if from, ok := src[p.key]; ok {
-				msg += " (" + from.phrase() + ")"
+				err = errors.New(p.text + " (" + from.phrase() + ")")
+				if from.Kind == FromFlag {
+					err = &FlagError{Flag: from.Where, Err: err}
+				}
 			}
-			errs = append(errs, errors.New(msg))
+			errs = append(errs, err)
 		}
 		return Config{}, nil, errors.Join(errs...)
 	}
 	return cfg, src, nil
 }
+
+// MaxConfigFileSize is the largest config file Load reads: a config is a
+// few kilobytes, and a path such as /dev/zero must not eat the memory.
+const MaxConfigFileSize = 1 << 20
+
+// readConfigFile reads the config file at path: a regular file (not a FIFO,
+// which would block, nor a device) of at most MaxConfigFileSize bytes.
+func readConfigFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		what := "not a regular file"
+		switch m := fi.Mode(); {
+		case m.IsDir():
+			what = "a directory"
+		case m&fs.ModeNamedPipe != 0:
+			what = "a named pipe (FIFO)"
+		case m&fs.ModeDevice != 0 || m&fs.ModeCharDevice != 0:
+			what = "a device"
+		case m&fs.ModeSocket != 0:
+			what = "a socket"
+		}
+		return nil, fmt.Errorf("%s is %s; the config file must be a regular YAML file", path, what)
+	}
+	if fi.Size() > MaxConfigFileSize {
+		return nil, fmt.Errorf("%s is %d bytes; a config file may be at most 1 MiB", path, fi.Size())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxConfigFileSize { // it grew after the Stat
+		return nil, fmt.Errorf("%s is larger than 1 MiB; a config file may be at most 1 MiB", path)
+	}
+	return data, nil
+}
+
+// FlagError is a problem with a value given on the command line: bad
+// usage, which the CLI reports with exit code 2.
+type FlagError struct {
+	Flag string // as typed, e.g. "-log-format"
+	Err  error
+}
+
+func (e *FlagError) Error() string { return e.Err.Error() }
+func (e *FlagError) Unwrap() error { return e.Err }
 
 // resolveDerived fills the defaults that depend on the file's location, on
 // other keys and on the host.
@@ -527,7 +583,10 @@ func applyEnv(cfg *Config, environ []string, src Sources) []error {
 			}
 		}
 		if si < 0 {
-			continue // not a config section, e.g. SLOTPOLLER_TEST_POSTGRES_DSN
+			if !isTestVariable(rest) {
+				errs = append(errs, fmt.Errorf("config: %s: unknown setting%s", name, suggestEnv(match, ct)))
+			}
+			continue
 		}
 		sv := cv.Field(si)
 		if sv.Kind() != reflect.Struct {
@@ -567,6 +626,58 @@ func applyEnv(cfg *Config, environ []string, src Sources) []error {
 		src[path] = Source{Kind: FromEnv, Where: name}
 	}
 	return errs
+}
+
+// testVariablePrefixes start the variables of slotpoller's own test
+// suites (SLOTPOLLER_TEST_POSTGRES_DSN, SLOTPOLLER_CHAOS_DURATION,
+// SLOTPOLLER_E2E_LOGS): CI sets them and the node processes of the tests
+// inherit them, so they are not settings and not mistakes.
+var testVariablePrefixes = []string{"TEST_", "CHAOS_", "E2E_"}
+
+func isTestVariable(rest string) bool {
+	for _, p := range testVariablePrefixes {
+		if strings.HasPrefix(rest, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// suggestEnv says which setting an unknown SLOTPOLLER_ variable may have
+// meant: the closest variable name, else the setting with the same key in
+// another section (SLOTPOLLER_DB_DSN: SLOTPOLLER_DATABASE_DSN), else how
+// the names are made.
+func suggestEnv(name string, ct reflect.Type) string {
+	var vars []string
+	for i := 0; i < ct.NumField(); i++ {
+		if st := ct.Field(i).Type; st.Kind() == reflect.Struct {
+			section := yamlTag(ct.Field(i))
+			for _, k := range yamlKeys(st) {
+				vars = append(vars, envName(section, k))
+			}
+		}
+	}
+	if hint := suggest(name, vars, ""); hint != "" {
+		return hint
+	}
+	var same []string
+	for _, v := range vars {
+		key := v[strings.IndexByte(v[len(envPrefix):], '_')+len(envPrefix)+1:]
+		if strings.HasSuffix(name, "_"+key) {
+			same = append(same, v)
+		}
+	}
+	if len(same) == 1 {
+		return fmt.Sprintf(" (did you mean %q?)", same[0])
+	}
+	sections := make([]string, 0, ct.NumField())
+	for i := 0; i < ct.NumField(); i++ {
+		if ct.Field(i).Type.Kind() == reflect.Struct {
+			sections = append(sections, strings.ToUpper(yamlTag(ct.Field(i))))
+		}
+	}
+	return fmt.Sprintf(" (settings are %s<SECTION>_<KEY> with SECTION one of %s; %sTEST_*, %sCHAOS_* and %sE2E_* belong to the test suites and are ignored)",
+		envPrefix, strings.Join(sections, ", "), envPrefix, envPrefix, envPrefix)
 }
 
 // suggest returns ` (did you mean "<prefix><candidate>"?)` for the candidate
@@ -632,7 +743,7 @@ func applyFlags(cfg *Config, flags []Flag, src Sources) []error {
 		}
 		sv := cv.Field(si)
 		if err := setValue(sv.Field(fieldIndex(sv.Type(), key)), f.Value); err != nil {
-			errs = append(errs, fmt.Errorf("config: flag %s = %s: %v", f.Name, rawForError(f.Key, f.Value), err))
+			errs = append(errs, &FlagError{Flag: f.Name, Err: fmt.Errorf("config: flag %s = %s: %v", f.Name, rawForError(f.Key, f.Value), err)})
 			continue
 		}
 		src[f.Key] = Source{Kind: FromFlag, Where: f.Name}

@@ -199,7 +199,7 @@ const (
 
 // MaxAttemptsCap is the most attempts a job may have (jobs.max_attempts,
 // a schedule's max_attempts, enqueue -max-attempts).
-const MaxAttemptsCap = 1000
+const MaxAttemptsCap = jobs.MaxAttempts
 
 // bounds is a duration key's floor and ceiling, and what a value beyond
 // each would do (appended to the error).
@@ -215,7 +215,7 @@ type bounds struct {
 // (2000000h) from parking work forever. The test farms run with 250ms slots
 // and heartbeats, and unit tests with 100ms, so the floors stay at 100ms.
 var durationBounds = map[string]bounds{
-	"jobs.timeout":         {min: time.Millisecond, max: 24 * time.Hour},
+	"jobs.timeout":         {min: jobs.MinCallTimeout, max: jobs.MaxCallTimeout},
 	"jobs.lease":           {min: time.Second, max: 24 * time.Hour, highWhy: " (a dead node's job waits this long)"},
 	"jobs.backoff":         {min: 100 * time.Millisecond, max: 24 * time.Hour},
 	"jobs.backoff_max":     {min: 100 * time.Millisecond, max: 24 * time.Hour},
@@ -228,7 +228,7 @@ var durationBounds = map[string]bounds{
 	"clock.ntp_max_offset": {min: time.Millisecond, max: time.Hour},
 	// A schedule's timeout is checked when set; jobs.CompileSchedule checks
 	// the floors of every and tolerance.
-	"schedules.timeout":   {min: time.Millisecond, max: 24 * time.Hour},
+	"schedules.timeout":   {min: jobs.MinCallTimeout, max: jobs.MaxCallTimeout},
 	"schedules.every":     {min: math.MinInt64, max: 366 * 24 * time.Hour},
 	"schedules.tolerance": {min: math.MinInt64, max: 7 * 24 * time.Hour},
 }

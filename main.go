@@ -433,7 +433,10 @@ func cmdEnqueue(args []string, stdout, stderr io.Writer) error {
 		}
 		runAt = &t
 	}
-	if err := checkCallFlags(*method, *timeout, *maxAttempts); err != nil {
+	if err := checkCallFlags(*method, *timeout); err != nil {
+		return err
+	}
+	if err := checkMaxAttempts(*maxAttempts); err != nil {
 		return err
 	}
 	if err := jobs.ValidateEndpoint(*endpoint); err != nil {
@@ -464,10 +467,9 @@ func cmdEnqueue(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// checkCallFlags checks the -method, -timeout and -max-attempts of enqueue,
-// task add and schedule add (maxAttempts 0: not given; -1 for a verb
-// without the flag).
-func checkCallFlags(method string, timeout time.Duration, maxAttempts int) error {
+// checkCallFlags checks the -method and -timeout of enqueue, task add and
+// schedule add.
+func checkCallFlags(method string, timeout time.Duration) error {
 	switch method {
 	case "GET", "POST", "PUT", "PATCH", "DELETE":
 	default:
@@ -476,8 +478,13 @@ func checkCallFlags(method string, timeout time.Duration, maxAttempts int) error
 	if err := jobs.ValidateTimeout(timeout); err != nil {
 		return usageError{fmt.Sprintf("-timeout %v: %v", timeout, err)}
 	}
-	if maxAttempts != -1 && maxAttempts != 0 && (maxAttempts < 1 || maxAttempts > jobs.MaxAttempts) {
-		return usageError{fmt.Sprintf("-max-attempts %d: must be between 1 and %d", maxAttempts, jobs.MaxAttempts)}
+	return nil
+}
+
+// checkMaxAttempts checks -max-attempts; 0 means jobs.max_attempts.
+func checkMaxAttempts(n int) error {
+	if n != 0 && (n < 1 || n > jobs.MaxAttempts) {
+		return usageError{fmt.Sprintf("-max-attempts %d: must be between 1 and %d", n, jobs.MaxAttempts)}
 	}
 	return nil
 }
@@ -602,7 +609,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 		if err := checkName("task", *name); err != nil {
 			return err
 		}
-		if err := checkCallFlags(*method, *timeout, -1); err != nil {
+		if err := checkCallFlags(*method, *timeout); err != nil {
 			return err
 		}
 		if err := jobs.ValidateEndpoint(*endpoint); err != nil {
@@ -717,7 +724,10 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 		if err := checkName("schedule", *name); err != nil {
 			return err
 		}
-		if err := checkCallFlags(*method, *timeout, *maxAttempts); err != nil {
+		if err := checkCallFlags(*method, *timeout); err != nil {
+			return err
+		}
+		if err := checkMaxAttempts(*maxAttempts); err != nil {
 			return err
 		}
 		if err := jobs.ValidateEndpoint(*endpoint); err != nil {

@@ -106,20 +106,22 @@ type NodeConfig struct {
 // JobsConfig holds the defaults for running jobs.
 type JobsConfig struct {
 	// BaseURL is what job endpoints resolve against; default http://localhost.
-	// An absolute http or https URL with a host and no query or fragment.
+	// An absolute http or https URL with a host and no query, fragment or
+	// user info.
 	BaseURL string `yaml:"base_url"`
-	// Timeout is the default deadline of one endpoint call; default 30s.
+	// Timeout is the default deadline of one endpoint call; default 30s;
+	// 1ms..24h.
 	Timeout Duration `yaml:"timeout"`
-	// Lease is how long a claim holds without renewal; default 15s; >= 1s.
+	// Lease is how long a claim holds without renewal; default 15s; 1s..24h.
 	Lease Duration `yaml:"lease"`
 	// MaxAttempts is the default attempt limit for enqueue; default 5; 1..1000.
 	MaxAttempts int `yaml:"max_attempts"`
-	// Backoff is the first retry delay; default 1s.
+	// Backoff is the first retry delay; default 1s; 100ms..24h.
 	Backoff Duration `yaml:"backoff"`
-	// BackoffMax caps the retry delay; default 5m; >= Backoff.
+	// BackoffMax caps the retry delay; default 5m; >= Backoff; at most 24h.
 	BackoffMax Duration `yaml:"backoff_max"`
 	// DrainTimeout is how long a stop waits for in-flight calls before
-	// releasing them; default 20s; 0 releases at once.
+	// releasing them; default 20s; 0 releases at once; at most 1h.
 	DrainTimeout Duration `yaml:"drain_timeout"`
 	// SigningKey, when set, makes every endpoint call carry a timestamp and
 	// an HMAC-SHA-256 signature, so job pages exposed through the load
@@ -133,7 +135,8 @@ type JobsConfig struct {
 // /metrics, /status).
 type AdminConfig struct {
 	// Listen is the address to serve on; empty (the default) turns the
-	// endpoint off. A port alone (":9090") binds to loopback, 127.0.0.1.
+	// endpoint off. A port alone (":9090") binds to loopback, 127.0.0.1. The
+	// port is 0..65535 or a service name.
 	Listen string `yaml:"listen"`
 }
 
@@ -148,33 +151,34 @@ func (a AdminConfig) AdminAddr() string {
 
 // RotationConfig shapes the polling rotation.
 type RotationConfig struct {
-	// Slot is the length of one rotation slot in DB time; default 1s; >= 10ms.
+	// Slot is the length of one rotation slot in DB time; default 1s; 100ms..1m.
 	Slot Duration `yaml:"slot"`
 }
 
 // CheckinConfig shapes the node registry.
 type CheckinConfig struct {
-	// Heartbeat is how often the node refreshes its registry row; default 1s.
+	// Heartbeat is how often the node refreshes its registry row; default 1s;
+	// 100ms..1m.
 	Heartbeat Duration `yaml:"heartbeat"`
 	// TTL is how long a node stays live without a heartbeat; default three
 	// heartbeats (computed by Load from the final heartbeat when neither the
-	// file nor the environment sets it); must be greater than Heartbeat.
+	// file nor the environment sets it); must be greater than Heartbeat and at most 1h.
 	TTL Duration `yaml:"ttl"`
 }
 
 // ClockConfig shapes clock synchronisation with the database.
 type ClockConfig struct {
 	// Skew makes the node read its local clock as off by this much, to
-	// demonstrate that only the database clock matters; default 0; any sign.
+	// demonstrate that only the database clock matters; default 0; -168h..168h.
 	Skew Duration `yaml:"skew"`
 	// Resync is how often the offset to the database clock is measured
-	// again; default 30s.
+	// again; default 30s; 1s..24h.
 	Resync Duration `yaml:"resync"`
 	// NTPServer is the NTP server for the local clock health check
 	// ("host" or "host:port"); default "" (off).
 	NTPServer string `yaml:"ntp_server"`
 	// NTPMaxOffset is the local clock offset from NTP beyond which the health
-	// check fails; default 1s.
+	// check fails; default 1s; 1ms..1h.
 	NTPMaxOffset Duration `yaml:"ntp_max_offset"`
 }
 

@@ -108,12 +108,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var ue usageError
+	var fe *service.FlagError
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.As(err, &fe):
 		fmt.Fprintln(stderr, "slotpoller "+verb+":", err)
 		return 2
 	default:
@@ -415,6 +416,9 @@ func cmdEnqueue(args []string, stdout, stderr io.Writer) error {
 	if *in < 0 {
 		return usageError{fmt.Sprintf("-in %v: must not be negative", *in)}
 	}
+	if *in > jobs.MaxLeadTime {
+		return usageError{fmt.Sprintf("-in %v: a job may be due at most 366 days (8784h) ahead", *in)}
+	}
 	var runAt *time.Time
 	if *at != "" {
 		if *in != 0 {
@@ -424,10 +428,16 @@ func cmdEnqueue(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return usageError{fmt.Sprintf("-at %q: not an RFC 3339 time such as 2026-12-01T02:00:00Z", *at)}
 		}
+		if t.After(time.Now().Add(jobs.MaxLeadTime)) {
+			return usageError{fmt.Sprintf("-at %q: a job may be due at most 366 days ahead", *at)}
+		}
 		runAt = &t
 	}
-	if *timeout < 0 {
-		return usageError{fmt.Sprintf("-timeout %v: must not be negative", *timeout)}
+	if err := checkCallFlags(*method, *timeout); err != nil {
+		return err
+	}
+	if err := checkMaxAttempts(*maxAttempts); err != nil {
+		return err
 	}
 	if err := jobs.ValidateEndpoint(*endpoint); err != nil {
 		return usageError{fmt.Sprintf("-endpoint %q: %v", *endpoint, err)}
@@ -438,9 +448,6 @@ func cmdEnqueue(args []string, stdout, stderr io.Writer) error {
 	}
 	if *maxAttempts == 0 {
 		*maxAttempts = cfg.Jobs.MaxAttempts
-	}
-	if *maxAttempts < 1 {
-		return usageError{fmt.Sprintf("-max-attempts %d: must be at least 1", *maxAttempts)}
 	}
 	ctx := context.Background()
 	s, err := openStore(ctx, cfg)
@@ -457,6 +464,36 @@ func cmdEnqueue(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(stdout, id)
+	return nil
+}
+
+// checkCallFlags checks the -method and -timeout of enqueue, task add and
+// schedule add.
+func checkCallFlags(method string, timeout time.Duration) error {
+	switch method {
+	case "GET", "POST", "PUT", "PATCH", "DELETE":
+	default:
+		return usageError{fmt.Sprintf("-method %q: must be one of GET, POST, PUT, PATCH, DELETE", method)}
+	}
+	if err := jobs.ValidateTimeout(timeout); err != nil {
+		return usageError{fmt.Sprintf("-timeout %v: %v", timeout, err)}
+	}
+	return nil
+}
+
+// checkMaxAttempts checks -max-attempts; 0 means jobs.max_attempts.
+func checkMaxAttempts(n int) error {
+	if n != 0 && (n < 1 || n > jobs.MaxAttempts) {
+		return usageError{fmt.Sprintf("-max-attempts %d: must be between 1 and %d", n, jobs.MaxAttempts)}
+	}
+	return nil
+}
+
+// checkName checks a -name flag that names a schedule or a task.
+func checkName(kind, name string) error {
+	if err := jobs.ValidateName(kind, name); err != nil {
+		return usageError{fmt.Sprintf("-name %q: %v", name, err)}
+	}
 	return nil
 }
 
@@ -569,6 +606,12 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 		case *every <= 0:
 			return usageError{"-every is required and must be positive, e.g. -every 10s"}
 		}
+		if err := checkName("task", *name); err != nil {
+			return err
+		}
+		if err := checkCallFlags(*method, *timeout); err != nil {
+			return err
+		}
 		if err := jobs.ValidateEndpoint(*endpoint); err != nil {
 			return usageError{fmt.Sprintf("-endpoint %q: %v", *endpoint, err)}
 		}
@@ -677,6 +720,18 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 			return usageError{"-endpoint is required"}
 		case (*every == 0) == (*cronExpr == ""):
 			return usageError{"give -every or -cron, one of them"}
+		}
+		if err := checkName("schedule", *name); err != nil {
+			return err
+		}
+		if err := checkCallFlags(*method, *timeout); err != nil {
+			return err
+		}
+		if err := checkMaxAttempts(*maxAttempts); err != nil {
+			return err
+		}
+		if err := jobs.ValidateEndpoint(*endpoint); err != nil {
+			return usageError{fmt.Sprintf("-endpoint %q: %v", *endpoint, err)}
 		}
 		return withSchema(*cfgPath, func(ctx context.Context, cfg service.Config, s *store.Store) error {
 			attempts := *maxAttempts

@@ -124,11 +124,11 @@ func TestFlagsOverrideEnvironmentOverrideFile(t *testing.T) {
 
 	// `run` takes the same flags; a bad value names the flag as its source.
 	code, _, errOut := cli(t, "run", "-config", cfg, "-log-format", "yaml")
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code, "a bad flag value is bad usage")
 	require.Contains(t, errOut, `log.format = "yaml"`)
 	require.Contains(t, errOut, "set by flag -log-format")
 	code, _, errOut = cli(t, "run", "-config", cfg, "-node-name", "bad name")
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code, "a bad flag value is bad usage")
 	require.Contains(t, errOut, "node.name")
 	require.Contains(t, errOut, "set by flag -node-name")
 }

@@ -167,7 +167,7 @@ func checkEndpoint(endpoint string) error {
 			}
 		}
 		for _, seg := range strings.Split(decoded, "/") {
-			if seg == ".." || seg == "." {
+			if isDotSegment(seg) {
 				return fmt.Errorf("endpoint %q has a %q path segment (after percent-decoding); dot segments are not allowed", endpoint, seg)
 			}
 		}

@@ -447,11 +447,8 @@ func Enqueue(ctx context.Context, s *store.Store, j store.NewJob) (int64, error)
 	default:
 		return 0, fmt.Errorf("enqueue: method %q is not one of GET, POST, PUT, PATCH, DELETE", j.Method)
 	}
-	if j.MaxAttempts < 1 {
-		return 0, fmt.Errorf("enqueue: max attempts %d must be at least 1", j.MaxAttempts)
-	}
-	if j.Timeout < 0 {
-		return 0, fmt.Errorf("enqueue: timeout %v must not be negative", j.Timeout)
+	if err := validateNewJob(j.MaxAttempts, j.Timeout, j.Delay, j.RunAt); err != nil {
+		return 0, fmt.Errorf("enqueue: %w", err)
 	}
 	if j.IdempotencyKey == "" {
 		j.IdempotencyKey = NewIdempotencyKey()

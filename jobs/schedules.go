@@ -21,8 +21,8 @@ const maxOccurrencesPerStep = 1000
 
 // CompileSchedule checks a schedule's definition and compiles its timing.
 func CompileSchedule(sc store.Schedule) (*FireTimes, error) {
-	if sc.Name == "" || len(sc.Name) > 200 {
-		return nil, fmt.Errorf("schedule name must be 1 to 200 characters")
+	if err := ValidateName("schedule", sc.Name); err != nil {
+		return nil, err
 	}
 	ft, err := CompileFireSpec(FireSpec{Every: sc.Every, Cron: sc.Cron, TimeZone: sc.TimeZone})
 	if err != nil {

@@ -556,8 +556,8 @@ func (k *Keeper) Release(ctx context.Context) (int64, error) {
 
 // AddTask validates and adds an endless task.
 func AddTask(ctx context.Context, s *store.Store, t store.NewTask) error {
-	if t.Name == "" || len(t.Name) > 200 {
-		return fmt.Errorf("add task: name must be 1 to 200 characters")
+	if err := ValidateName("task", t.Name); err != nil {
+		return fmt.Errorf("add task: %w", err)
 	}
 	if err := ValidateEndpoint(t.Endpoint); err != nil {
 		return fmt.Errorf("add task %q: %w", t.Name, err)
@@ -573,8 +573,8 @@ func AddTask(ctx context.Context, s *store.Store, t store.NewTask) error {
 	if t.Every < 10*time.Millisecond {
 		return fmt.Errorf("add task %q: every %v is too short (at least 10ms)", t.Name, t.Every)
 	}
-	if t.Timeout < 0 {
-		return fmt.Errorf("add task %q: timeout %v must not be negative", t.Name, t.Timeout)
+	if err := ValidateTimeout(t.Timeout); err != nil {
+		return fmt.Errorf("add task %q: %w", t.Name, err)
 	}
 	return s.TaskInsert(ctx, t)
 }

@@ -273,16 +273,30 @@ func TestLoadUnknownEnvKeyInKnownSection(t *testing.T) {
 	require.ErrorContains(t, err, "SLOTPOLLER_NODE_CAPACITY", "lists the section's variables")
 }
 
-func TestLoadIgnoresVariablesOutsideConfigSections(t *testing.T) {
+func TestLoadIgnoresTestSuiteVariablesOnly(t *testing.T) {
 	cfg, err := Load("", false, []string{
 		"SLOTPOLLER_TEST_POSTGRES_DSN=postgres://u:secret@localhost/test",
-		"SLOTPOLLER_JOBS=whatever",
+		"SLOTPOLLER_TEST_SQLSERVER_DSN=sqlserver://sa:secret@localhost",
+		"SLOTPOLLER_CHAOS_DURATION=1m",
+		"SLOTPOLLER_E2E_LOGS=/tmp/logs",
 		"OTHER_JOBS_BASE_URL=ftp://nope",
 		"NOEQUALSSIGN",
 	})
 	require.NoError(t, err)
 	require.Equal(t, "http://localhost", cfg.Jobs.BaseURL)
 	require.Equal(t, "sqlite", cfg.Database.Driver)
+
+	// Any other SLOTPOLLER_ variable is a setting or a mistake.
+	for name, want := range map[string]string{
+		"SLOTPOLLER_JOBS":           "SLOTPOLLER_JOBS: unknown setting (settings are SLOTPOLLER_<SECTION>_<KEY>",
+		"SLOTPOLLER_DATABSE_DRIVER": `SLOTPOLLER_DATABSE_DRIVER: unknown setting (did you mean "SLOTPOLLER_DATABASE_DRIVER"?)`,
+		"SLOTPOLLER_DB_DSN":         `SLOTPOLLER_DB_DSN: unknown setting (did you mean "SLOTPOLLER_DATABASE_DSN"?)`,
+		"SLOTPOLLER_LOGLEVEL":       `SLOTPOLLER_LOGLEVEL: unknown setting (did you mean "SLOTPOLLER_LOG_LEVEL"?)`,
+		"SLOTPOLLER_TESTS_PG":       "SLOTPOLLER_TESTS_PG: unknown setting",
+	} {
+		_, err := Load("", false, []string{name + "=x"})
+		require.ErrorContains(t, err, want, name)
+	}
 }
 
 func TestLoadBadDurationInFile(t *testing.T) {
@@ -465,13 +479,13 @@ func TestValidate(t *testing.T) {
 		{"bad name", func(c *Config) { c.Node.Name = "web 01" }, `node.name = "web 01": may only contain`},
 		{"capacity 0", func(c *Config) { c.Node.Capacity = 0 }, "node.capacity = 0: must be between 1 and 10000"},
 		{"capacity high", func(c *Config) { c.Node.Capacity = 10001 }, "node.capacity = 10001"},
-		{"timeout", func(c *Config) { c.Jobs.Timeout = 0 }, "jobs.timeout = 0s: must be greater than 0"},
+		{"timeout", func(c *Config) { c.Jobs.Timeout = 0 }, "jobs.timeout = 0s: must be at least 1ms"},
 		{"lease", func(c *Config) { c.Jobs.Lease = Duration(999 * time.Millisecond) }, "jobs.lease = 999ms: must be at least 1s"},
 		{"attempts", func(c *Config) { c.Jobs.MaxAttempts = 1001 }, "jobs.max_attempts = 1001"},
 		{"backoff", func(c *Config) { c.Jobs.Backoff = -1 }, "jobs.backoff = -1ns"},
 		{"backoff_max", func(c *Config) { c.Jobs.BackoffMax = Duration(time.Millisecond) }, "jobs.backoff_max = 1ms: must be at least jobs.backoff (1s)"},
 		{"drain", func(c *Config) { c.Jobs.DrainTimeout = Duration(-time.Second) }, "jobs.drain_timeout = -1s: must not be negative"},
-		{"slot", func(c *Config) { c.Rotation.Slot = Duration(5 * time.Millisecond) }, "rotation.slot = 5ms: must be at least 10ms"},
+		{"slot", func(c *Config) { c.Rotation.Slot = Duration(5 * time.Millisecond) }, "rotation.slot = 5ms: must be at least 100ms (the farm polls the database once per slot)"},
 		{"heartbeat", func(c *Config) { c.Checkin.Heartbeat = 0 }, "checkin.heartbeat = 0s"},
 		{"resync", func(c *Config) { c.Clock.Resync = 0 }, "clock.resync = 0s"},
 		{"ntp server", func(c *Config) { c.Clock.NTPServer = "udp://pool.ntp.org" }, `clock.ntp_server = "udp://pool.ntp.org"`},

@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -114,17 +112,19 @@ func Open(ctx context.Context, driver, dsn string, opts ...Option) (*Store, erro
 func New(db *sql.DB, d Dialect) *Store { return &Store{db: db, d: d} }
 
 // scrub removes the DSN's password from an error message: drivers quote
-// connection strings in their errors, and an operator's log is no place for
-// a password.
+// connection strings in their errors, or pieces of a password they
+// misparsed as a host or a port, and an operator's log is no place for a
+// password.
 func scrub(err error, dsn string) error {
 	if err == nil {
 		return nil
 	}
 	msg := err.Error()
-	for _, pw := range dsnPasswords(dsn) {
-		if pw != "" {
-			msg = strings.ReplaceAll(msg, pw, "xxxxx")
-		}
+	if dsn != "" {
+		msg = strings.ReplaceAll(msg, dsn, MaskDSN(dsn))
+	}
+	for _, secret := range dsnSecrets(dsn) {
+		msg = replaceSecret(msg, secret)
 	}
 	if msg == err.Error() {
 		return err
@@ -132,39 +132,33 @@ func scrub(err error, dsn string) error {
 	return errors.New(msg)
 }
 
-// dsnPasswords returns the password as it appears in the DSN and as the
-// driver decodes it: an error may quote either.
-func dsnPasswords(dsn string) []string {
-	pw := dsnPassword(dsn)
-	out := []string{pw}
-	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		if raw, _, ok := strings.Cut(strings.TrimPrefix(u.User.String(), u.User.Username()+":"), "@"); ok || raw != "" {
-			out = append(out, raw)
+// replaceSecret masks secret in msg. A short one is masked only as a
+// whole word, so that a password "pa" does not turn "parse" into
+// "xxxxxrse"; a long one wherever it appears.
+func replaceSecret(msg, secret string) string {
+	if len(secret) >= 4 {
+		return strings.ReplaceAll(msg, secret, passwordMask)
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, secret)
+		if i < 0 {
+			b.WriteString(msg)
+			return b.String()
 		}
+		end := i + len(secret)
+		b.WriteString(msg[:i])
+		if (i > 0 && isWordByte(msg[i-1])) || (end < len(msg) && isWordByte(msg[end])) {
+			b.WriteString(secret)
+		} else {
+			b.WriteString(passwordMask)
+		}
+		msg = msg[end:]
 	}
-	if dec, err := url.QueryUnescape(pw); err == nil {
-		out = append(out, dec)
-	}
-	return out
 }
 
-var kvPassword = regexp.MustCompile(`(?i)(?:^|[\s;])(?:password|pwd)\s*=\s*('[^']*'|[^\s;]*)`)
-
-func dsnPassword(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		if pw, ok := u.User.Password(); ok {
-			return pw
-		}
-	}
-	if u, err := url.Parse(dsn); err == nil {
-		if pw := u.Query().Get("password"); pw != "" {
-			return pw
-		}
-	}
-	if m := kvPassword.FindStringSubmatch(dsn); m != nil {
-		return strings.Trim(m[1], "'")
-	}
-	return ""
+func isWordByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
 }
 
 // Close closes the connection pool.

@@ -1,0 +1,106 @@
+package jobs
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxNameLength is the longest schedule or task name.
+const MaxNameLength = 200
+
+// ValidateName checks the name of a schedule or a task (kind says which).
+// A name travels in a request header of every call (X-Slotpoller-Task, the
+// schedule's in the idempotency key), so it must be a header-safe value:
+// 1 to 200 printable ASCII characters, no control character (a newline
+// would make every call fail with an invalid-header error), nothing outside
+// ASCII (ASP.NET Core's Kestrel refuses it) and no leading or trailing
+// space (servers trim it, and the name would no longer match).
+func ValidateName(kind, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%s name is empty; give 1 to %d characters", kind, MaxNameLength)
+	case len(name) > MaxNameLength:
+		return fmt.Errorf("%s name is %d bytes long; at most %d are allowed", kind, len(name), MaxNameLength)
+	case name[0] == ' ' || name[len(name)-1] == ' ':
+		return fmt.Errorf("%s name %q has a leading or trailing space", kind, name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c < 0x20 || c == 0x7f:
+			return fmt.Errorf("%s name %q has a control character at byte %d; names travel in request headers, which cannot carry it", kind, name, i)
+		case c >= 0x80:
+			r, _ := utf8.DecodeRuneInString(name[i:])
+			if r == utf8.RuneError {
+				return fmt.Errorf("%s name %q is not valid UTF-8 at byte %d", kind, name, i)
+			}
+			return fmt.Errorf("%s name %q has the non-ASCII character %q; names travel in request headers, which take printable ASCII only", kind, name, r)
+		}
+	}
+	return nil
+}
+
+// MaxCallTimeout is the longest deadline of one endpoint call (a job's,
+// a task's or a schedule's timeout); MinCallTimeout the shortest, since
+// the database keeps timeouts in whole milliseconds (1ns would be stored
+// as 0, which means the default).
+const (
+	MinCallTimeout = time.Millisecond
+	MaxCallTimeout = 24 * time.Hour
+)
+
+// ValidateTimeout checks a call timeout; 0 means the node's default.
+func ValidateTimeout(d time.Duration) error {
+	switch {
+	case d == 0:
+		return nil
+	case d < 0:
+		return fmt.Errorf("timeout %v must not be negative", d)
+	case d < MinCallTimeout:
+		return fmt.Errorf("timeout %v is below %v (timeouts are kept in milliseconds; 0 means the default)", d, MinCallTimeout)
+	case d > MaxCallTimeout:
+		return fmt.Errorf("timeout %v is above %v", d, MaxCallTimeout)
+	}
+	return nil
+}
+
+// MaxAttempts is the most attempts a job may have.
+const MaxAttempts = 1000
+
+// MaxLeadTime is how far ahead a job may be due: a run_at years away (a
+// mistyped -at 9999-12-31, -in 2000000h) would sit in the table forever.
+const MaxLeadTime = 366 * 24 * time.Hour
+
+// validateNewJob checks what Enqueue stores beyond the endpoint and method.
+func validateNewJob(maxAttempts int, timeout, delay time.Duration, runAt *time.Time) error {
+	if maxAttempts < 1 || maxAttempts > MaxAttempts {
+		return fmt.Errorf("max attempts %d must be between 1 and %d", maxAttempts, MaxAttempts)
+	}
+	if err := ValidateTimeout(timeout); err != nil {
+		return err
+	}
+	if delay < 0 {
+		return fmt.Errorf("delay %v must not be negative", delay)
+	}
+	if delay > MaxLeadTime {
+		return fmt.Errorf("delay %v is more than 366 days ahead; a job may be due at most that far ahead", delay)
+	}
+	// The local clock is good enough for a bound a year away.
+	if runAt != nil && runAt.After(time.Now().Add(MaxLeadTime)) {
+		return fmt.Errorf("run at %s is more than 366 days ahead; a job may be due at most that far ahead", runAt.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// isDotSegment reports whether a path segment means "." or ".." to some
+// server: Java servlet containers drop ";parameters" ("..;" is ".."), and
+// Windows drops trailing dots and spaces ("..." and ".. " are ".."). So any
+// segment of dots only, once its parameters and trailing spaces are cut,
+// is refused.
+func isDotSegment(seg string) bool {
+	seg, _, _ = strings.Cut(seg, ";")
+	seg = strings.TrimRight(seg, " ")
+	return seg != "" && strings.Trim(seg, ".") == ""
+}

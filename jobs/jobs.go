@@ -5,8 +5,12 @@
 // records each result fenced by the claim's token.
 //
 // Safety rests on the claim and the token, never on timing: a node that
-// lost its lease (froze, lost the database) cancels its call and can no
-// longer write the job.
+// lost its lease (froze, lost the database) can no longer write the job.
+// Each call also has a watchdog on the node's monotonic clock that cuts it
+// off shortly before its lease, as last confirmed, would run out: a failed
+// renewal cancels nothing by itself, and no claim or database stall can
+// keep a call running past its lease. A claim that failed may have
+// committed unseen; the next renewal round gives such jobs back unrun.
 package jobs
 
 import (
@@ -68,22 +72,34 @@ type Runner struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// claimMu keeps a claim and a lease renewal from interleaving: a job
-	// the renewal finds held but not in flight is then truly orphaned (its
-	// claim committed but the answer never reached this node).
-	claimMu sync.Mutex
-
 	mu       sync.Mutex
 	inflight map[store.Held]*inflight // by job id and token: a re-claim is a new entry
+	// claiming counts claim statements under way. A job the database says
+	// this node holds but that is not in flight is an orphan only while no
+	// claim is under way: otherwise it may be that claim's, its answer not
+	// yet registered.
+	claiming int
+	// doubt is set when a claim statement failed: it may have committed
+	// with its answer lost, leaving jobs held that no call runs. Renewals
+	// go on, even on an idle node, until a round finds nothing unknown.
+	// doubts counts the times it was set, so that a round does not clear a
+	// doubt raised while it was under way.
+	doubt  bool
+	doubts int
 
 	polls, claimed, succeeded, retried, failed, dead, released, leasesLost, renewals, cancelled atomic.Int64
 }
 
 type inflight struct {
-	claim      store.Claim
-	cancel     context.CancelCauseFunc
-	claimedAt  time.Time // local, after the claim statement returned
-	leaseUntil time.Time // local, conservative: send time of the last confirmation + lease
+	claim     store.Claim
+	ctx       context.Context // the call's, cancelled with a cause
+	cancel    context.CancelCauseFunc
+	claimedAt time.Time // local, after the claim statement returned
+	// Guarded by Runner.mu:
+	leaseUntil time.Time   // local, conservative: send time of the last confirmation + lease
+	calling    bool        // the endpoint call is under way
+	watchdog   clock.Timer // fires when leaseUntil is a margin away
+	rearmed    chan struct{}
 }
 
 // NewRunner returns a runner; Drain stops it.
@@ -158,10 +174,12 @@ type Turn struct {
 }
 
 // Poll is the node's work in its turn: reclaim, count, claim, start calls.
+// Each statement has a deadline: a poll stuck on a stalled connection
+// would hold up the node's turns and leave the claim's fate unknown.
 func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	r.polls.Add(1)
 	var res PollResult
-	n, err := r.store.JobsReclaimExpired(ctx)
+	n, err := bounded(ctx, r.statementTimeout(), r.store.JobsReclaimExpired)
 	if err != nil {
 		return res, err
 	}
@@ -169,7 +187,9 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	if n > 0 {
 		r.opts.Logger.Info("reclaimed jobs whose lease expired", "count", n)
 	}
-	load, err := r.store.JobsLoad(ctx, turn.NextPoll, turn.StartWindow)
+	load, err := bounded(ctx, r.statementTimeout(), func(ctx context.Context) (store.QueueLoad, error) {
+		return r.store.JobsLoad(ctx, turn.NextPoll, turn.StartWindow)
+	})
 	if err != nil {
 		return res, err
 	}
@@ -180,40 +200,135 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 		res.Left = load.Due
 		return res, nil
 	}
-	r.claimMu.Lock()
-	defer r.claimMu.Unlock()
+	r.mu.Lock()
+	r.claiming++
+	r.mu.Unlock()
 	sent := r.opts.Clock.Now()
-	claims, err := r.store.JobsClaim(ctx, r.opts.Incarnation, r.opts.Node, want, r.opts.Lease)
+	claims, err := bounded(ctx, r.statementTimeout(), func(ctx context.Context) ([]store.Claim, error) {
+		return r.store.JobsClaim(ctx, r.opts.Incarnation, r.opts.Node, want, r.opts.Lease)
+	})
+	now := r.opts.Clock.Now()
+	r.mu.Lock()
+	r.claiming--
 	if err != nil {
+		r.doubt, r.doubts = true, r.doubts+1
+		r.mu.Unlock()
 		return res, err
 	}
-	now := r.opts.Clock.Now()
-	res.Claimed, res.Left = len(claims), max(0, load.Due-len(claims))
+	// Registered in the same critical section that ends the claim, so that
+	// a renewal never sees the claim over and its jobs unknown.
+	started := make([]*inflight, len(claims))
+	for i, c := range claims {
+		started[i] = r.track(c, now, sent.Add(r.opts.Lease))
+	}
+	r.mu.Unlock()
+	res.Claimed = len(claims)
+	// Fewer rows than asked for means the claimable ones ran out (another
+	// node took them, or they wait behind a running occurrence): nothing
+	// was left behind. Only a share smaller than the due work leaves some.
+	if len(claims) == want {
+		res.Left = max(0, load.Due-len(claims))
+	}
 	r.claimed.Add(int64(len(claims)))
-	for _, c := range claims {
-		r.start(c, now, sent.Add(r.opts.Lease))
+	for _, f := range started {
+		r.start(f)
 	}
 	return res, nil
 }
 
-func (r *Runner) start(c store.Claim, claimedAt, leaseUntil time.Time) {
+// bounded runs one statement with a deadline.
+func bounded[T any](ctx context.Context, d time.Duration, stmt func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return stmt(ctx)
+}
+
+// statementTimeout bounds each statement of a poll: a renewal interval,
+// ample on a healthy database. The floor keeps a lease shorter than any
+// config allows (tests) from failing every statement.
+func (r *Runner) statementTimeout() time.Duration {
+	return max(r.opts.Lease/3, 100*time.Millisecond)
+}
+
+// margin is how long before its lease runs out a call is cut off (or not
+// started): time for the cancellation to reach the endpoint.
+func (r *Runner) margin() time.Duration { return r.opts.Lease / 12 }
+
+// track registers a claimed job as in flight and arms its lease watchdog.
+// r.mu is held.
+func (r *Runner) track(c store.Claim, claimedAt, leaseUntil time.Time) *inflight {
 	ctx, cancel := context.WithCancelCause(r.base)
-	key := store.Held{ID: c.ID, Token: c.Token}
-	r.mu.Lock()
-	r.inflight[key] = &inflight{claim: c, cancel: cancel, claimedAt: claimedAt, leaseUntil: leaseUntil}
-	r.mu.Unlock()
-	r.wg.Add(1)
+	f := &inflight{claim: c, ctx: ctx, cancel: cancel, claimedAt: claimedAt, leaseUntil: leaseUntil, rearmed: make(chan struct{}, 1)}
+	r.inflight[store.Held{ID: c.ID, Token: c.Token}] = f
+	r.arm(f, claimedAt)
+	return f
+}
+
+// arm (re)sets f's watchdog to fire when f's lease, as last confirmed, has
+// only the margin left. r.mu is held.
+func (r *Runner) arm(f *inflight, now time.Time) {
+	if f.watchdog != nil {
+		f.watchdog.Stop()
+	}
+	f.watchdog = r.opts.Clock.NewTimer(f.leaseUntil.Add(-r.margin()).Sub(now))
+	select {
+	case f.rearmed <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Runner) start(f *inflight) {
+	r.wg.Add(2)
 	go func() {
 		defer r.wg.Done()
-		defer cancel(nil)
-		r.run(ctx, c, leaseUntil)
+		r.watch(f.ctx, f)
+	}()
+	go func() {
+		defer r.wg.Done()
+		defer f.cancel(nil)
+		r.run(f.ctx, f)
 		r.mu.Lock()
-		delete(r.inflight, key)
+		f.watchdog.Stop()
+		delete(r.inflight, store.Held{ID: f.claim.ID, Token: f.claim.Token})
 		r.mu.Unlock()
 	}()
 }
 
-func (r *Runner) run(ctx context.Context, c store.Claim, leaseUntil time.Time) {
+// watch cuts f's call off when its watchdog fires: a call must never run
+// on a lease this node could not confirm, whatever holds up the renewals
+// (a stalled database, a busy pool) and however long the job's timeout.
+// The lease is measured on the local monotonic clock from the send time of
+// the last confirmation, never against a database time.
+func (r *Runner) watch(ctx context.Context, f *inflight) {
+	for {
+		r.mu.Lock()
+		t := f.watchdog
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.rearmed:
+			continue
+		case <-t.C():
+		}
+		r.mu.Lock()
+		// A timer replaced by a renewal is stale; before and after the
+		// call there is nothing to cut off (run checks the lease itself
+		// before calling).
+		due := f.watchdog == t && f.calling
+		left := f.leaseUntil.Sub(r.opts.Clock.Now())
+		r.mu.Unlock()
+		if due {
+			r.opts.Logger.Warn("cancelling call: its lease could not be confirmed in time", "job", f.claim.ID, "token", f.claim.Token, "lease_left", left)
+			r.cancelled.Add(1)
+			f.cancel(errLeaseUnconfirmed)
+			return
+		}
+	}
+}
+
+func (r *Runner) run(ctx context.Context, f *inflight) {
+	c := f.claim
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = r.opts.Timeout
@@ -222,7 +337,11 @@ func (r *Runner) run(ctx context.Context, c store.Claim, leaseUntil time.Time) {
 	// A node frozen between its claim and the call (or one whose claim's
 	// answer came back late) must not call on a lease that may have run out:
 	// the farm may already have given the job to another node.
-	if !r.opts.Clock.Now().Add(r.opts.Lease / 12).Before(leaseUntil) {
+	r.mu.Lock()
+	calling := r.opts.Clock.Now().Add(r.margin()).Before(f.leaseUntil)
+	f.calling = calling
+	r.mu.Unlock()
+	if !calling {
 		wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer wcancel()
 		if ok, err := r.store.JobReleaseIfRunning(wctx, c.ID, c.Token, "released unrun: its lease ran out before the call"); err == nil && ok {
@@ -238,6 +357,9 @@ func (r *Runner) run(ctx context.Context, c store.Claim, leaseUntil time.Time) {
 	res := r.inv.Invoke(ctx, Call{JobID: c.ID, Node: r.opts.Node, Token: c.Token, Attempt: c.Attempt,
 		IdempotencyKey: c.IdempotencyKey, Method: c.Method, Endpoint: c.Endpoint, Payload: c.Payload, Timeout: timeout,
 		Headers: headers})
+	r.mu.Lock()
+	f.calling = false
+	r.mu.Unlock()
 	if r.opts.OnCall != nil {
 		r.opts.OnCall(res.Verdict, res.Duration)
 	}
@@ -316,8 +438,8 @@ func (r *Runner) finish(ctx context.Context, c store.Claim, o store.Outcome) (bo
 
 // RenewLeases keeps the leases of running calls alive: every lease/3 it
 // renews all of this node's leases in one statement. A call whose job is no
-// longer held is cancelled at once; a call whose lease cannot be confirmed
-// before it would run out is cancelled while there is still time.
+// longer held is cancelled at once; a call whose lease goes unconfirmed is
+// cut off by its watchdog while there is still time.
 func (r *Runner) RenewLeases(ctx context.Context) error {
 	tick := r.opts.Lease / 3
 	for {
@@ -328,59 +450,66 @@ func (r *Runner) RenewLeases(ctx context.Context) error {
 	}
 }
 
-// RenewOnce is one round of RenewLeases.
+// RenewOnce is one round of RenewLeases. A node with no call in flight
+// and no failed claim in doubt sends nothing.
 func (r *Runner) RenewOnce(ctx context.Context) {
-	if r.Running() == 0 {
+	r.mu.Lock()
+	idle, doubts := len(r.inflight) == 0 && !r.doubt, r.doubts
+	r.mu.Unlock()
+	if idle {
 		return
 	}
-	tick := r.opts.Lease / 3
-	r.claimMu.Lock()
-	defer r.claimMu.Unlock()
 	sent := r.opts.Clock.Now()
-	// Half a tick at most: the next check then comes within 1.5 ticks.
-	rctx, cancel := context.WithTimeout(ctx, tick/2)
+	// Half a tick at most: the next round then comes within 1.5 ticks.
+	rctx, cancel := context.WithTimeout(ctx, r.opts.Lease/6)
 	held, err := r.store.JobsRenewLeases(rctx, r.opts.Incarnation, r.opts.Lease)
 	cancel()
+	if err != nil {
+		// Nothing is cancelled here: each call's watchdog cuts it off when
+		// its lease as last confirmed is about to run out. A database blip
+		// shorter than that must not cut off every call on the node.
+		r.opts.Logger.Error("could not renew job leases; calls go on until their leases as last confirmed run out", "err", err)
+		return
+	}
 	now := r.opts.Clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err == nil {
-		r.renewals.Add(1)
-		still := make(map[store.Held]bool, len(held))
-		for _, h := range held {
-			still[h] = true
-			if r.inflight[h] == nil {
-				// Held but not in flight: a claim whose answer was lost.
-				// Give it back now rather than renew it for ever.
-				go r.releaseOrphan(h)
-			}
+	r.renewals.Add(1)
+	still := make(map[store.Held]bool, len(held))
+	unknown := 0
+	for _, h := range held {
+		still[h] = true
+		if r.inflight[h] != nil {
+			continue
 		}
-		for key, f := range r.inflight {
-			if !f.claimedAt.Before(sent) {
-				continue // claimed after the renewal was sent: not judged by it
-			}
-			if still[key] {
-				f.leaseUntil = sent.Add(r.opts.Lease)
-				continue
-			}
-			r.opts.Logger.Warn("cancelling call: lease lost", "job", f.claim.ID, "token", f.claim.Token)
-			r.cancelled.Add(1)
-			f.cancel(errLeaseLost)
+		// Held but not in flight: a claim whose answer was lost. Give it
+		// back now rather than renew it for ever, unless a claim is under
+		// way (the job may be its own); the next round decides then.
+		unknown++
+		if r.claiming == 0 {
+			go r.releaseOrphan(h)
 		}
-		return
 	}
-	r.opts.Logger.Error("could not renew job leases", "err", err)
-	// The next chance to confirm is at most 1.5 ticks away; cancel any call
-	// whose lease would run out before then, with a quarter tick to spare
-	// for the cancellation itself. One failed renewal right after a good
-	// one leaves ~2 ticks of lease and cancels nothing: a database blip of
-	// a second must not cut off every call in the farm.
-	for _, f := range r.inflight {
-		if !now.Add(tick*3/2 + tick/4).Before(f.leaseUntil) {
-			r.opts.Logger.Warn("cancelling call: lease cannot be confirmed", "job", f.claim.ID, "lease_left", f.leaseUntil.Sub(now))
-			r.cancelled.Add(1)
-			f.cancel(errLeaseUnconfirmed)
+	switch {
+	case unknown > 0:
+		r.doubt = true // the next round checks that they are gone
+	case r.claiming == 0 && r.doubts == doubts:
+		r.doubt = false
+	}
+	for key, f := range r.inflight {
+		if !f.claimedAt.Before(sent) {
+			continue // claimed after the renewal was sent: not judged by it
 		}
+		if still[key] {
+			if until := sent.Add(r.opts.Lease); until.After(f.leaseUntil) {
+				f.leaseUntil = until
+			}
+			r.arm(f, now)
+			continue
+		}
+		r.opts.Logger.Warn("cancelling call: lease lost", "job", f.claim.ID, "token", f.claim.Token)
+		r.cancelled.Add(1)
+		f.cancel(errLeaseLost)
 	}
 }
 

@@ -83,9 +83,12 @@ type Runner struct {
 	// with its answer lost, leaving jobs held that no call runs. Renewals
 	// go on, even on an idle node, until a round finds nothing unknown.
 	// doubts counts the times it was set, so that a round does not clear a
-	// doubt raised while it was under way.
-	doubt  bool
-	doubts int
+	// doubt raised while it was under way. doubtUntil keeps it for a lease
+	// after it was raised: a statement the node gave up on may still
+	// commit in the database after a clean round.
+	doubt      bool
+	doubts     int
+	doubtUntil time.Time // local monotonic
 
 	polls, claimed, succeeded, retried, failed, dead, released, leasesLost, renewals, cancelled atomic.Int64
 }
@@ -211,7 +214,7 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	r.mu.Lock()
 	r.claiming--
 	if err != nil {
-		r.doubt, r.doubts = true, r.doubts+1
+		r.raiseDoubtLocked(now)
 		r.mu.Unlock()
 		return res, err
 	}
@@ -397,7 +400,12 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 	ok, err := r.finish(wctx, c, o)
 	switch {
 	case err != nil:
-		log.Error("could not record job result; the job runs again when its lease expires", "err", err, "result", o.State)
+		// The job stays held with no call: renewals find it unknown and
+		// give it back (run again, at least once), idle node or not.
+		log.Error("could not record job result; the job runs again", "err", err, "result", o.State)
+		r.mu.Lock()
+		r.raiseDoubtLocked(r.opts.Clock.Now())
+		r.mu.Unlock()
 		return
 	case !ok:
 		r.leasesLost.Add(1)
@@ -450,6 +458,11 @@ func (r *Runner) RenewLeases(ctx context.Context) error {
 	}
 }
 
+// raiseDoubtLocked notes that the node may hold jobs no call runs. Holds r.mu.
+func (r *Runner) raiseDoubtLocked(now time.Time) {
+	r.doubt, r.doubts, r.doubtUntil = true, r.doubts+1, now.Add(r.opts.Lease)
+}
+
 // RenewOnce is one round of RenewLeases. A node with no call in flight
 // and no failed claim in doubt sends nothing.
 func (r *Runner) RenewOnce(ctx context.Context) {
@@ -493,7 +506,7 @@ func (r *Runner) RenewOnce(ctx context.Context) {
 	switch {
 	case unknown > 0:
 		r.doubt = true // the next round checks that they are gone
-	case r.claiming == 0 && r.doubts == doubts:
+	case r.claiming == 0 && r.doubts == doubts && !now.Before(r.doubtUntil):
 		r.doubt = false
 	}
 	for key, f := range r.inflight {

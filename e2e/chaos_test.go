@@ -3,14 +3,19 @@
 package e2e
 
 // The chaos suite: real node processes, a recording endpoint, and faults —
-// kill -9, SIGSTOP past the TTL, graceful restarts, skewed local clocks and
-// (on PostgreSQL) a server restart — while endless tasks run and 2,000
-// one-off jobs are enqueued. It judges the farm only by what the endpoint
-// saw. A short mode runs in the normal test command; set
+// kill -9, SIGSTOP past the TTL, graceful restarts, skewed local clocks, a
+// node joining and leaving while task calls outlast a heartbeat, its wall
+// clock stepped by an hour each way, and on PostgreSQL a database that
+// stalls (a relay that stops forwarding without closing) under running
+// calls and a server restart — while endless tasks run and 2,000 one-off
+// jobs are enqueued. It judges the farm only by what the endpoint saw: each
+// call's interval, from its arrival to its answer or to the caller going
+// away. A short mode runs in the normal test command; set
 // SLOTPOLLER_CHAOS_DURATION (e.g. 10m) for a long run of repeated fault
 // cycles, and SLOTPOLLER_CHAOS_REPORT to a file to get the summary there.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -20,14 +25,17 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/service"
 	"github.com/stretchr/testify/require"
 )
 
@@ -39,7 +47,16 @@ const (
 	chaosEvery     = 200 * time.Millisecond
 	chaosNodes     = 3
 	chaosTasks     = 6
+	// Slow tasks' calls outlast a heartbeat, so handoffs meet calls in
+	// flight.
+	chaosSlowTasks = 3
+	chaosSlowCall  = 400 * time.Millisecond
 	chaosJobs      = 2000
+	chaosLease     = 2 * time.Second
+	// Long jobs outlast the lease, so a database stall meets calls that
+	// need their lease renewed.
+	chaosLongJobs = 12
+	chaosLongCall = 3 * time.Second
 	// slack is what the bounds allow for process scheduling on a small,
 	// busy test machine; the measured figures are reported as they are.
 	slack = 750 * time.Millisecond
@@ -51,21 +68,53 @@ type chaosCall struct {
 	node       string
 	token      int64
 	start, end time.Time
+	cancelled  bool // the caller went away before the work was done
 }
 
 type chaosRecorder struct {
 	mu    sync.Mutex
 	calls []chaosCall
+	open  map[*http.Request]chaosCall // calls in progress
 }
 
 func (r *chaosRecorder) handler(w http.ResponseWriter, req *http.Request) {
 	c := chaosCall{node: req.Header.Get("X-Slotpoller-Node"), start: time.Now()}
 	c.token, _ = strconv.ParseInt(req.Header.Get("X-Slotpoller-Token"), 10, 64)
+	var work time.Duration
+	defer func() {
+		r.mu.Lock()
+		delete(r.open, req)
+		r.mu.Unlock()
+	}()
 	if task := req.Header.Get("X-Slotpoller-Task"); task != "" {
 		c.kind, c.key = "task", task
+		if req.URL.Path == "/tasks/slow" {
+			work = chaosSlowCall
+		}
 	} else {
 		c.kind, c.key = "job", req.Header.Get("X-Slotpoller-Job")
-		time.Sleep(20 * time.Millisecond)
+		work = 20 * time.Millisecond
+		if req.URL.Path == "/jobs/long" {
+			work = chaosLongCall
+		}
+	}
+	r.mu.Lock()
+	if r.open == nil {
+		r.open = map[*http.Request]chaosCall{}
+	}
+	r.open[req] = c
+	r.mu.Unlock()
+	if work > 0 {
+		// The call ends when the work is done or when the caller goes away
+		// (its lease could not be confirmed, it was lost, the node died):
+		// that is the interval in which the endpoint worked for it.
+		t := time.NewTimer(work)
+		select {
+		case <-t.C:
+		case <-req.Context().Done():
+			t.Stop()
+			c.cancelled = true
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 	c.end = time.Now()
@@ -91,14 +140,29 @@ type fault struct {
 }
 
 type chaosFarm struct {
-	t      *testing.T
-	driver string
-	dsn    string
-	base   string
-	nodes  map[string]*node
-	env    map[string][]string
-	faults []fault
-	rec    *chaosRecorder
+	t       *testing.T
+	driver  string
+	dsn     string
+	base    string
+	store   *store.Store
+	nodes   map[string]*node
+	env     map[string][]string
+	proxies map[string]*storetest.Proxy // PostgreSQL: each node's own relay, to stall one node's database
+	faults  []fault
+	rec     *chaosRecorder
+	ids     []int64 // jobs enqueued by the phases (the trickle has its own)
+	blips   []window
+	steps   []stepResult
+}
+
+// window is a stretch of time the judge looks at.
+type window struct{ from, to time.Time }
+
+// stepResult is what a wall-clock step did to a node's turns.
+type stepResult struct {
+	step             time.Duration
+	expected, polled int64
+	skipped          int64
 }
 
 // busiest returns, of the nodes not in skip, the one that called the most
@@ -162,18 +226,28 @@ func runChaos(t *testing.T, driver string, s *store.Store, dsn string, pg *priva
 	srv := httptest.NewServer(http.HandlerFunc(rec.handler))
 	defer srv.Close()
 
-	f := &chaosFarm{t: t, driver: driver, dsn: dsn, base: srv.URL, nodes: map[string]*node{}, env: map[string][]string{}, rec: rec}
+	f := &chaosFarm{t: t, driver: driver, dsn: dsn, base: srv.URL, store: s, nodes: map[string]*node{}, env: map[string][]string{},
+		proxies: map[string]*storetest.Proxy{}, rec: rec}
 	names := []string{"node-a", "node-b", "node-c"}
 	skews := []string{"5s", "-3s", "0s"} // local clocks that disagree; only the database's counts
 	for i, name := range names {
-		f.env[name] = env(driver, dsn, name, srv.URL, "SLOTPOLLER_CLOCK_SKEW="+skews[i],
+		nodeDSN := dsn
+		if pg != nil {
+			p := storetest.NewProxy(t, pg.Addr())
+			f.proxies[name] = p
+			nodeDSN = pg.DSNVia(p.Addr)
+		}
+		f.env[name] = env(driver, nodeDSN, name, srv.URL, "SLOTPOLLER_CLOCK_SKEW="+skews[i],
 			"SLOTPOLLER_ROTATION_SLOT="+chaosSlot.String(), "SLOTPOLLER_CHECKIN_HEARTBEAT="+chaosHeartbeat.String(),
-			"SLOTPOLLER_JOBS_LEASE=2s", "SLOTPOLLER_JOBS_MAX_ATTEMPTS=20", "SLOTPOLLER_LOG_LEVEL=info")
+			"SLOTPOLLER_JOBS_LEASE="+chaosLease.String(), "SLOTPOLLER_JOBS_MAX_ATTEMPTS=20", "SLOTPOLLER_LOG_LEVEL=info")
 		f.start(name)
 	}
 	waitFor(t, 30*time.Second, "3 live nodes", func() bool { return liveNodes(t, s) == chaosNodes })
 	for i := range chaosTasks {
 		require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: fmt.Sprintf("feed-%d", i), Endpoint: "/tasks/feed", Every: chaosEvery}))
+	}
+	for i := range chaosSlowTasks {
+		require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: fmt.Sprintf("slow-%d", i), Endpoint: "/tasks/slow", Every: chaosEvery}))
 	}
 	waitFor(t, 20*time.Second, "every task to be called", func() bool {
 		seen := map[string]bool{}
@@ -182,7 +256,7 @@ func runChaos(t *testing.T, driver string, s *store.Store, dsn string, pg *priva
 				seen[c.key] = true
 			}
 		}
-		return len(seen) == chaosTasks
+		return len(seen) == chaosTasks+chaosSlowTasks
 	})
 
 	time.Sleep(time.Second)
@@ -221,7 +295,7 @@ func runChaos(t *testing.T, driver string, s *store.Store, dsn string, pg *priva
 	for cycle := 0; cycle == 0 || time.Now().Before(deadline); cycle++ {
 		f.cycle(cycle, pg)
 	}
-	ids := <-enqueued
+	ids := append(<-enqueued, f.ids...)
 
 	waitFor(t, 120*time.Second, "every chaos job to finish", func() bool {
 		counts, err := s.JobCounts(ctx)
@@ -267,10 +341,16 @@ func (f *chaosFarm) cycle(i int, pg *privatePostgres) {
 	// A graceful restart: tasks are released at once.
 	time.Sleep(2 * time.Second)
 	v = victim(2)
-	f.faults = append(f.faults, fault{"SIGTERM", v, time.Now(), rotation + chaosHeartbeat + chaosEvery + slack})
+	// A graceful stop lets the call in flight end before its task moves.
+	f.faults = append(f.faults, fault{"SIGTERM", v, time.Now(), chaosSlowCall + rotation + chaosHeartbeat + chaosEvery + slack})
 	f.nodes[v].stop(t)
 	time.Sleep(2 * time.Second)
 	f.start(v)
+
+	if pg != nil {
+		f.stall()
+	}
+	f.joinAndStep()
 
 	if pg != nil {
 		time.Sleep(2 * time.Second)
@@ -280,6 +360,152 @@ func (f *chaosFarm) cycle(i int, pg *privatePostgres) {
 		f.faults = append(f.faults, fault{"PostgreSQL restart", "", at, time.Since(at) + crashBound})
 	}
 	time.Sleep(2 * time.Second)
+}
+
+// inFlight returns, per node, the job calls in progress at the endpoint.
+func (f *chaosFarm) inFlight() map[string]int {
+	f.rec.mu.Lock()
+	defer f.rec.mu.Unlock()
+	open := map[string]int{}
+	for _, c := range f.rec.open {
+		if c.kind == "job" {
+			open[c.node]++
+		}
+	}
+	return open
+}
+
+// stall makes the database stop answering while long job calls run: first
+// every node's for a blip shorter than the leases have left (it must cut
+// off no call), then one node's for longer than its leases (its calls must
+// end before the farm gives their jobs to another node).
+func (f *chaosFarm) stall() {
+	t := f.t
+	ctx := context.Background()
+	for i := range chaosLongJobs {
+		id, err := jobs.Enqueue(ctx, f.store, store.NewJob{Endpoint: "/jobs/long", MaxAttempts: 20,
+			UniqueKey: fmt.Sprintf("long-%d-%d", len(f.faults), i)})
+		require.NoError(t, err)
+		f.ids = append(f.ids, id)
+	}
+	waitFor(t, 10*time.Second, "long jobs to be called", func() bool {
+		n := 0
+		for _, c := range f.inFlight() {
+			n += c
+		}
+		return n >= chaosLongJobs/2
+	})
+	time.Sleep(chaosLease / 2) // a renewal has confirmed each lease since its claim
+
+	// A blip: a quarter of the lease, on every node at once.
+	blip := window{from: time.Now()}
+	for _, p := range f.proxies {
+		p.Stall()
+	}
+	time.Sleep(chaosLease / 4)
+	for _, p := range f.proxies {
+		p.Resume()
+	}
+	blip.to = time.Now()
+	f.blips = append(f.blips, blip)
+	time.Sleep(chaosLease / 2)
+
+	// A stall past the lease on the node running the most long calls.
+	busy := f.inFlight()
+	v, most := "", -1
+	for _, name := range []string{"node-a", "node-b", "node-c"} {
+		if busy[name] > most {
+			v, most = name, busy[name]
+		}
+	}
+	f.faults = append(f.faults, fault{"database stalled 2×lease", v, time.Now(), chaosTTL + chaosNodes*chaosSlot + chaosEvery + slack})
+	f.proxies[v].Stall()
+	time.Sleep(2 * chaosLease)
+	f.proxies[v].Resume()
+	time.Sleep(2 * time.Second)
+}
+
+// steppableClock is the real clock read as if its wall time had been
+// stepped: what an NTP step or a VM resume does to a node. Like a real
+// step, it moves wall time only; the monotonic reading that time.Time
+// carries (and Sub uses) is untouched.
+type steppableClock struct {
+	clock.Clock
+	step atomic.Int64
+}
+
+func (c *steppableClock) Now() time.Time { return c.Clock.Now().Add(time.Duration(c.step.Load())) }
+
+// joinAndStep brings a fourth node into the farm (tasks are handed to it,
+// with slow calls in flight), steps its wall clock an hour forward and back
+// while counting its turns, and lets it leave (its tasks are handed back).
+// It runs in this process, so the test can step its clock.
+func (f *chaosFarm) joinAndStep() {
+	t := f.t
+	const name = "node-d"
+	clk := &steppableClock{Clock: clock.Real()}
+	cfg := service.DefaultConfig()
+	cfg.Database.Driver, cfg.Database.DSN = f.driver, f.dsn
+	cfg.Node.Name, cfg.Node.Capacity = name, 16
+	cfg.Jobs.BaseURL, cfg.Jobs.Lease, cfg.Jobs.MaxAttempts = f.base, service.Duration(chaosLease), 20
+	cfg.Jobs.DrainTimeout = service.Duration(2 * time.Second)
+	cfg.Rotation.Slot = service.Duration(chaosSlot)
+	cfg.Checkin.Heartbeat, cfg.Checkin.TTL = service.Duration(chaosHeartbeat), service.Duration(chaosTTL)
+	cfg.Clock.Resync = service.Duration(time.Second)
+	require.NoError(t, cfg.Validate())
+	logs := &syncWriter{&sync.Mutex{}, &bytes.Buffer{}}
+	n := service.NewNode(cfg, service.NewLogger(logs, service.LogConfig{Level: "info", Format: "text"}), clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	defer func() {
+		if t.Failed() {
+			logs.mu.Lock()
+			t.Logf("--- log of node %s ---\n%s", name, logs.b.String())
+			logs.mu.Unlock()
+		}
+	}()
+	waitFor(t, 20*time.Second, "a fourth live node", func() bool { return liveNodes(t, f.store) == chaosNodes+1 })
+	time.Sleep(4 * time.Second) // past the balancer's hysteresis: tasks move to the new node
+
+	// Its turns: one slot in four, plus widened turns under backlog.
+	const watch = 5 * time.Second
+	expected := int64(watch / ((chaosNodes + 1) * chaosSlot))
+	for _, step := range []time.Duration{time.Hour, -time.Hour} {
+		clk.step.Add(int64(step))
+		before := n.Stats().Jobs.Polls
+		time.Sleep(watch)
+		polled := n.Stats().Jobs.Polls - before
+		r := stepResult{step: step, expected: expected, polled: polled, skipped: max(0, expected-polled)}
+		f.steps = append(f.steps, r)
+		// One turn may fall in the step's own slot.
+		if r.skipped > 1 {
+			t.Errorf("wall clock of %s stepped %v: %d turns in %v, expected at least %d", name, step, polled, watch, expected-1)
+		}
+	}
+
+	held := f.busiestHeld(name)
+	f.faults = append(f.faults, fault{"leave (" + strconv.Itoa(held) + " tasks)", name, time.Now(),
+		chaosSlowCall + (chaosNodes+1)*chaosSlot + chaosHeartbeat + chaosEvery + slack})
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "node %s did not stop cleanly", name)
+	case <-time.After(15 * time.Second):
+		t.Fatalf("node %s did not stop within 15s", name)
+	}
+}
+
+// busiestHeld returns how many distinct tasks node called in the last second.
+func (f *chaosFarm) busiestHeld(node string) int {
+	since := time.Now().Add(-time.Second)
+	held := map[string]bool{}
+	for _, c := range f.rec.snapshot() {
+		if c.kind == "task" && c.node == node && c.start.After(since) {
+			held[c.key] = true
+		}
+	}
+	return len(held)
 }
 
 // judge checks the promises against what the endpoint saw and returns a
@@ -306,6 +532,22 @@ func (f *chaosFarm) judge(s *store.Store, calls []chaosCall, ids []int64) string
 			t.Errorf("task %s token %d used by two nodes: %s and %s", c.key, c.token, prev, c.node)
 		}
 		tokenNode[k] = c.node
+	}
+
+	// Calls never overlap: per task, no call starts before every earlier
+	// call of that task has ended at the endpoint, whichever node made it.
+	overlaps := 0
+	perTask := map[string][]chaosCall{}
+	for _, c := range calls {
+		if c.kind == "task" {
+			perTask[c.key] = append(perTask[c.key], c)
+		}
+	}
+	for task, cs := range perTask {
+		overlaps += countOverlaps(cs, func(a, b chaosCall) {
+			t.Errorf("task %s: call by %s (token %d) started %v before the call by %s (token %d) ended",
+				task, b.node, b.token, a.end.Sub(b.start).Round(time.Millisecond), a.node, a.token)
+		})
 	}
 
 	// Failover: after each fault, every task the victim held is called by
@@ -370,12 +612,24 @@ func (f *chaosFarm) judge(s *store.Store, calls []chaosCall, ids []int64) string
 			t.Errorf("job %d was never called", id)
 		}
 		reruns += max(0, len(cs)-1)
-		for i := 1; i < len(cs); i++ {
-			if cs[i].start.Before(cs[i-1].end) {
-				concurrent++
-				t.Errorf("job %d ran twice at once: %s [%v] and %s", id, cs[i-1].node, cs[i-1].end.Sub(cs[i-1].start), cs[i].node)
+		concurrent += countOverlaps(cs, func(a, b chaosCall) {
+			t.Errorf("job %d ran twice at once: %s (token %d, %v) and %s (token %d)", id, a.node, a.token, a.end.Sub(a.start).Round(time.Millisecond), b.node, b.token)
+		})
+	}
+
+	// A database blip shorter than the leases have left cuts off no job call.
+	cutByBlip := 0
+	for _, b := range f.blips {
+		for _, c := range calls {
+			if c.kind == "job" && c.cancelled && !c.end.Before(b.from) && c.end.Before(b.to.Add(chaosLease)) {
+				cutByBlip++
+				t.Errorf("job %s: its call by %s was cut off by a database blip of %v", c.key, c.node, b.to.Sub(b.from).Round(time.Millisecond))
 			}
 		}
+	}
+	stepRows := []string{}
+	for _, st := range f.steps {
+		stepRows = append(stepRows, fmt.Sprintf("| %+v | %d | %d | %d |", st.step, st.expected, st.polled, st.skipped))
 	}
 
 	sort.Slice(failovers, func(i, j int) bool { return failovers[i] < failovers[j] })
@@ -388,11 +642,30 @@ func (f *chaosFarm) judge(s *store.Store, calls []chaosCall, ids []int64) string
 	fmt.Fprintf(&b, "%d nodes (local clocks skewed +5s, -3s, 0), slot %v, heartbeat %v, ttl %v, %d tasks every %v, %d jobs; %d faults.\n\n",
 		chaosNodes, chaosSlot, chaosHeartbeat, chaosTTL, chaosTasks, chaosEvery, len(ids), len(f.faults))
 	fmt.Fprintf(&b, "| fault | node | tasks moved | slowest re-call | bound |\n|---|---|---:|---:|---:|\n%s\n\n", strings.Join(rows, "\n"))
-	fmt.Fprintf(&b, "| node-fault failover p50 | max | stale task calls | jobs lost | jobs not done | jobs re-run after a crash | jobs run twice at once |\n")
-	fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|---:|\n| %v | %v | %d | %d | %d | %d | %d |\n",
-		p50.Round(time.Millisecond), worst.Round(time.Millisecond), stale, lost, notDone, reruns, concurrent)
+	fmt.Fprintf(&b, "| node-fault failover p50 | max | stale task calls | overlapping task calls | jobs lost | jobs not done | jobs re-run after a crash | jobs run twice at once | job calls cut by a blip |\n")
+	fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n| %v | %v | %d | %d | %d | %d | %d | %d | %d |\n\n",
+		p50.Round(time.Millisecond), worst.Round(time.Millisecond), stale, overlaps, lost, notDone, reruns, concurrent, cutByBlip)
+	fmt.Fprintf(&b, "| wall-clock step of node-d | turns expected in 5s | taken | skipped |\n|---|---:|---:|---:|\n%s\n", strings.Join(stepRows, "\n"))
 	t.Log("\n" + b.String())
 	return b.String()
+}
+
+// countOverlaps counts the calls that started before every earlier call (by
+// start) had ended, reporting each with the earlier call it overlapped.
+func countOverlaps(cs []chaosCall, report func(earlier, later chaosCall)) int {
+	sort.Slice(cs, func(i, j int) bool { return cs[i].start.Before(cs[j].start) })
+	n := 0
+	var last chaosCall // the earlier call that ends last
+	for i, c := range cs {
+		if i > 0 && c.start.Before(last.end) {
+			n++
+			report(last, c)
+		}
+		if i == 0 || c.end.After(last.end) {
+			last = c
+		}
+	}
+	return n
 }
 
 func orDash(s string) string {

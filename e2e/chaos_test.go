@@ -485,7 +485,7 @@ func (f *chaosFarm) joinAndStep() {
 	}
 
 	held := f.busiestHeld(name)
-	f.faults = append(f.faults, fault{"leave (" + strconv.Itoa(held) + " tasks)", name, time.Now(),
+	f.faults = append(f.faults, fault{"leave, holding " + strconv.Itoa(held), name, time.Now(),
 		chaosSlowCall + (chaosNodes+1)*chaosSlot + chaosHeartbeat + chaosEvery + slack})
 	cancel()
 	select {
@@ -639,8 +639,10 @@ func (f *chaosFarm) judge(s *store.Store, calls []chaosCall, ids []int64) string
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "### %s\n\n", f.driver)
-	fmt.Fprintf(&b, "%d nodes (local clocks skewed +5s, -3s, 0), slot %v, heartbeat %v, ttl %v, %d tasks every %v, %d jobs; %d faults.\n\n",
-		chaosNodes, chaosSlot, chaosHeartbeat, chaosTTL, chaosTasks, chaosEvery, len(ids), len(f.faults))
+	fmt.Fprintf(&b, "%d nodes (local clocks skewed +5s, -3s, 0) and a fourth that joins and leaves, slot %v, heartbeat %v, ttl %v, job lease %v; "+
+		"%d tasks every %v (%d of them with %v calls), %d jobs (%d of them %v long); %d faults.\n\n",
+		chaosNodes, chaosSlot, chaosHeartbeat, chaosTTL, chaosLease, chaosTasks+chaosSlowTasks, chaosEvery, chaosSlowTasks, chaosSlowCall,
+		len(ids), len(f.ids), chaosLongCall, len(f.faults))
 	fmt.Fprintf(&b, "| fault | node | tasks moved | slowest re-call | bound |\n|---|---|---:|---:|---:|\n%s\n\n", strings.Join(rows, "\n"))
 	fmt.Fprintf(&b, "| node-fault failover p50 | max | stale task calls | overlapping task calls | jobs lost | jobs not done | jobs re-run after a crash | jobs run twice at once | job calls cut by a blip |\n")
 	fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n| %v | %v | %d | %d | %d | %d | %d | %d | %d |\n\n",

@@ -155,14 +155,16 @@ func (n *Node) Run(ctx context.Context) error {
 	if cfg.Jobs.SigningKey != "" {
 		signingKey = []byte(cfg.Jobs.SigningKey)
 	}
-	runner = jobs.NewRunner(s, &jobs.Invoker{Base: base, SigningKey: signingKey}, jobs.Options{
+	// One client for the jobs and the tasks, keeping a connection per call.
+	client := jobs.NewClient(cfg.Node.Capacity)
+	runner = jobs.NewRunner(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.Options{
 		Node: cfg.Node.Name, Incarnation: reg.Incarnation(), Capacity: cfg.Node.Capacity,
 		Lease: time.Duration(cfg.Jobs.Lease), Timeout: time.Duration(cfg.Jobs.Timeout),
 		Backoff: time.Duration(cfg.Jobs.Backoff), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
 		Clock: n.clock, Logger: log, OnCall: n.metrics.observeCall,
 	})
 	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)
-	keeper = jobs.NewKeeper(s, &jobs.Invoker{Base: base, SigningKey: signingKey}, jobs.TaskOptions{
+	keeper = jobs.NewKeeper(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.TaskOptions{
 		Node: cfg.Node.Name, Incarnation: reg.Incarnation(),
 		// A task's lease is the TTL: a dead owner's tasks free up when the
 		// registry counts the owner out.

@@ -75,24 +75,16 @@ func Open(ctx context.Context, driver, dsn string, opts ...Option) (*Store, erro
 	switch d.(type) {
 	case SQLite:
 		db, err = sql.Open("sqlite", sqliteDSN(dsn))
-		// One connection per process: SQLite has one writer anyway, and a
-		// single connection cannot deadlock against itself on the file lock.
-		db.SetMaxOpenConns(1)
 	case Postgres:
 		db, err = sql.Open("pgx", dsn)
-		db.SetMaxOpenConns(8)
-		db.SetConnMaxIdleTime(time.Minute)
 	case SQLServer:
 		// The "sqlserver" driver name makes go-mssqldb bind @p1..@pN.
 		db, err = sql.Open("sqlserver", dsn)
-		if err == nil {
-			db.SetMaxOpenConns(8)
-			db.SetConnMaxIdleTime(time.Minute)
-		}
 	}
 	if err != nil {
 		return nil, scrub(fmt.Errorf("open %s database: %w", driver, err), dsn)
 	}
+	configurePool(db, d)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, scrub(fmt.Errorf("connect to %s database: %w", driver, err), dsn)
@@ -106,6 +98,27 @@ func Open(ctx context.Context, driver, dsn string, opts ...Option) (*Store, erro
 		}
 	}
 	return New(db, d), nil
+}
+
+// poolSize is how many connections a node opens to a server database:
+// enough for the poll, the heartbeats, the lease renewals and the results
+// of the calls in flight at once.
+const poolSize = 8
+
+// configurePool sizes the pool for dialect d. The pool keeps idle as many
+// connections as it may open (database/sql keeps 2 by default): a node
+// uses them all again at its next burst, and closing and reopening them
+// costs a login each time. Connections idle for a minute are closed.
+func configurePool(db *sql.DB, d Dialect) {
+	if _, ok := d.(SQLite); ok {
+		// One connection per process: SQLite has one writer anyway, and a
+		// single connection cannot deadlock against itself on the file lock.
+		db.SetMaxOpenConns(1)
+		return
+	}
+	db.SetMaxOpenConns(poolSize)
+	db.SetMaxIdleConns(poolSize)
+	db.SetConnMaxIdleTime(time.Minute)
 }
 
 // New wraps a connection pool the caller opened (a go-mssqldb connector

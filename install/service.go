@@ -353,22 +353,39 @@ func UninstallService() error {
 
 // ControlService starts, stops or restarts the installed service: action
 // is "start", "stop" or "restart". A stop returns once the node has
-// stopped (or the service manager gave up waiting).
+// stopped (or the service manager gave up waiting); a restart of a stopped
+// service starts it.
 func ControlService(action string) error {
 	s, err := controlled()
 	if err != nil {
 		return err
 	}
-	if st := stateOf(s); st.State == StateNotInstalled {
+	return control(s, action)
+}
+
+func control(s kservice.Service, action string) error {
+	st := stateOf(s)
+	if st.State == StateNotInstalled {
 		return fmt.Errorf("the service %q is not installed: run `slotpoller install` first", ServiceName)
 	}
+	var err error
 	switch action {
 	case "start":
 		err = s.Start()
 	case "stop":
 		err = s.Stop()
 	case "restart":
-		err = s.Restart()
+		// A stopped service is started, as systemctl restart does: on
+		// Windows, kardianos/service's Restart stops first, which fails on
+		// a service that does not run ("Service not active"). A service
+		// that stopped between the status and the restart is started too.
+		if st.State == StateStopped {
+			err = s.Start()
+			break
+		}
+		if err = s.Restart(); err != nil && stateOf(s).State == StateStopped {
+			err = s.Start()
+		}
 	default:
 		return fmt.Errorf("service: unknown action %q", action)
 	}

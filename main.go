@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -215,9 +216,54 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if !kservice.Interactive() {
 		return runService(cfg, stderr)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	log := service.NewLogger(stderr, cfg.Log)
+	node := service.NewNode(cfg, log, nil)
+	ctx, stop := stopOnSignals(log, time.Duration(cfg.Jobs.DrainTimeout), node.StopNow)
 	defer stop()
-	return service.NewNode(cfg, service.NewLogger(stderr, cfg.Log), nil).Run(ctx)
+	return node.Run(ctx)
+}
+
+// stopOnSignals returns a context that ends at the first Ctrl-C, SIGTERM
+// or SIGHUP (the terminal of a foreground node closed): the node then
+// stops gracefully. A second Ctrl-C or SIGTERM during that stop calls now,
+// which cuts the drain short; a third is left to the system, which ends
+// the process as it is. stop releases the signals.
+func stopOnSignals(log *slog.Logger, drain time.Duration, now func()) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	quit := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sig:
+			log.Info("stopping gracefully: leaving the registry, handing tasks back, letting calls in flight finish; "+
+				"a second Ctrl-C or SIGTERM stops at once, giving unfinished jobs back unrun",
+				"signal", s.String(), "drain_timeout", service.Duration(drain))
+			cancel()
+		case <-quit:
+			return
+		}
+		for {
+			select {
+			case s := <-sig:
+				if s == syscall.SIGHUP {
+					continue // the terminal is gone; only an operator's second signal hurries
+				}
+				signal.Stop(sig)
+				log.Warn("second signal: stopping at once; the calls in flight are cancelled and their jobs given back unrun "+
+					"(a third signal ends the process as it is)", "signal", s.String())
+				now()
+				return
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sig)
+		close(quit)
+		cancel()
+	}
 }
 
 // runService runs the node under the OS service manager: the service's

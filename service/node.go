@@ -44,6 +44,10 @@ type Node struct {
 	metrics *metrics
 	dbCheck dbCheck // the cached database check of /readyz
 
+	// hurry ends when the operator asks for a stop at once (StopNow).
+	hurry   context.Context
+	stopNow context.CancelFunc
+
 	mu        sync.Mutex
 	store     *store.Store
 	est       *clocksync.Estimator
@@ -63,8 +67,15 @@ func NewNode(cfg Config, logger *slog.Logger, clk clock.Clock) *Node {
 	}
 	n := &Node{cfg: cfg, log: logger, clock: clock.Skewed(clk, time.Duration(cfg.Clock.Skew))}
 	n.metrics = newMetrics(n)
+	n.hurry, n.stopNow = context.WithCancel(context.Background())
 	return n
 }
+
+// StopNow cuts a graceful stop short: the drain ends at once, the calls
+// still in flight are cancelled and their jobs given back unrun. Leaving
+// the registry and handing the tasks back still happen. Called before the
+// stop, it takes effect when the stop comes.
+func (n *Node) StopNow() { n.stopNow() }
 
 // dbSource reads the database clock for clocksync.
 type dbSource struct{ s *store.Store }
@@ -246,7 +257,7 @@ func (n *Node) Run(ctx context.Context) error {
 		log.Info("released tasks", "count", released)
 	}
 	log.Info("stopping: draining calls in flight", "running", runner.Running(), "drain_timeout", cfg.Jobs.DrainTimeout)
-	runner.Drain(time.Duration(cfg.Jobs.DrainTimeout))
+	runner.DrainContext(n.hurry, time.Duration(cfg.Jobs.DrainTimeout))
 	stopRenewing()
 	<-renewDone
 	admin.stop()

@@ -429,9 +429,11 @@ func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waite
 }
 
 // connect opens the database and brings its schema to this binary's
-// version, retrying with backoff while the database is unreachable: a
-// service may boot before its database. A schema newer than the binary is
-// not retried.
+// version, retrying with backoff while it cannot: a service may boot
+// before its database, its login or its network. Each failure is logged
+// as what it is (authentication failed, no such database, unreachable,
+// TLS; store.ExplainConnect). What waiting cannot fix is not retried: a
+// schema newer than the binary, a SQLite file that is not a database.
 func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, error) {
 	var s *store.Store
 	err := retry(ctx, n.clock, log, "connect to the database", func() error {
@@ -443,19 +445,18 @@ func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, err
 			return err
 		}
 		if n.cfg.Database.Migrate {
-			applied, err := install.Migrate(octx, s)
-			if err == nil && len(applied) > 0 {
+			var applied []int
+			if applied, err = install.Migrate(octx, s); err == nil && len(applied) > 0 {
 				log.Info("schema migrated", "versions", applied)
 			}
-			if err != nil {
-				s.Close()
-				return err
-			}
-			return nil
+		} else {
+			err = install.Check(octx, s)
 		}
-		if err := install.Check(octx, s); err != nil {
+		if err != nil {
 			s.Close()
-			return err
+			// The first statements can meet what the ping did not: a file
+			// that is not a database, a login without rights.
+			return store.ExplainConnect(err)
 		}
 		return nil
 	})
@@ -472,8 +473,9 @@ func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, err
 }
 
 // retry runs op until it succeeds, with backoff from 1s to 30s, logging
-// each failure. Errors about the schema being ahead of or behind the binary
-// are not retried: waiting will not fix them.
+// each failure. Errors about the schema being ahead of or behind the
+// binary, and permanent connection errors, are not retried: waiting will
+// not fix them.
 func retry(ctx context.Context, clk clock.Clock, log *slog.Logger, what string, op func() error) error {
 	pause := time.Second
 	for {
@@ -481,7 +483,7 @@ func retry(ctx context.Context, clk clock.Clock, log *slog.Logger, what string, 
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, install.ErrSchemaNewer) || errors.Is(err, install.ErrSchemaBehind) {
+		if errors.Is(err, install.ErrSchemaNewer) || errors.Is(err, install.ErrSchemaBehind) || store.Permanent(err) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		if ctx.Err() != nil {

@@ -81,20 +81,24 @@ func Open(ctx context.Context, driver, dsn string, opts ...Option) (*Store, erro
 		// The "sqlserver" driver name makes go-mssqldb bind @p1..@pN.
 		db, err = sql.Open("sqlserver", dsn)
 	}
+	what := driver + " database"
+	if _, ok := d.(SQLite); ok {
+		what = fmt.Sprintf("SQLite database %q", dsn) // a path: no secret in it
+	}
 	if err != nil {
-		return nil, scrub(fmt.Errorf("open %s database: %w", driver, err), dsn)
+		return nil, scrub(fmt.Errorf("open %s: %w", what, err), dsn)
 	}
 	configurePool(db, d)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, scrub(fmt.Errorf("connect to %s database: %w", driver, err), dsn)
+		return nil, scrub(ExplainConnect(fmt.Errorf("connect to %s: %w", what, err)), dsn)
 	}
 	if c, ok := d.(interface {
 		checkSession(context.Context, *sql.DB) error
 	}); ok {
 		if err := c.checkSession(ctx, db); err != nil {
 			db.Close()
-			return nil, scrub(fmt.Errorf("%s database: %w", driver, err), dsn)
+			return nil, scrub(ExplainConnect(fmt.Errorf("%s: %w", what, err)), dsn)
 		}
 	}
 	return New(db, d), nil
@@ -128,7 +132,7 @@ func New(db *sql.DB, d Dialect) *Store { return &Store{db: db, d: d} }
 
 // scrub removes the DSN's password from an error message: drivers quote
 // connection strings in their errors, and an operator's log is no place for
-// a password.
+// a password. The error stays in the chain, for errors.Is and errors.As.
 func scrub(err error, dsn string) error {
 	if err == nil {
 		return nil
@@ -142,8 +146,17 @@ func scrub(err error, dsn string) error {
 	if msg == err.Error() {
 		return err
 	}
-	return errors.New(msg)
+	return &scrubbedError{msg: msg, err: err}
 }
+
+// scrubbedError is an error whose message lost the password.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
 
 // dsnPasswords returns the password as it appears in the DSN and as the
 // driver decodes it: an error may quote either.
@@ -151,8 +164,11 @@ func dsnPasswords(dsn string) []string {
 	pw := dsnPassword(dsn)
 	out := []string{pw}
 	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		if raw, _, ok := strings.Cut(strings.TrimPrefix(u.User.String(), u.User.Username()+":"), "@"); ok || raw != "" {
-			out = append(out, raw)
+		if _, ok := u.User.Password(); ok {
+			// u.User.String() is "user:password", each escaped as in the DSN.
+			if _, raw, ok := strings.Cut(u.User.String(), ":"); ok {
+				out = append(out, raw)
+			}
 		}
 	}
 	if dec, err := url.QueryUnescape(pw); err == nil {

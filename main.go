@@ -283,7 +283,7 @@ func runService(cfg service.Config, stderr io.Writer) error {
 	}
 	prg.Logger = log
 	prg.Run = service.NewNode(cfg, log, nil).Run
-	if err := svc.Run(); err != nil {
+	if err := runManaged(svc, prg); err != nil {
 		return err
 	}
 	return prg.Err()
@@ -328,14 +328,18 @@ func cmdInstall(args []string, stdout, stderr io.Writer) error {
 	if err := install.InstallService(spec); err != nil {
 		return err
 	}
-	writeInstalled(stdout, spec, time.Duration(cfg.Jobs.DrainTimeout))
+	writeInstalled(stdout, spec, cfg)
 	return nil
 }
 
 // writeInstalled tells what install registered. Secret values (the DSN,
 // the signing key) are never printed.
-func writeInstalled(w io.Writer, spec install.ServiceSpec, drain time.Duration) {
-	fmt.Fprintf(w, "installed service %q: %s %s\n", install.ServiceName, spec.Executable, strings.Join(spec.Arguments(), " "))
+func writeInstalled(w io.Writer, spec install.ServiceSpec, cfg service.Config) {
+	words := append([]string{spec.Executable}, spec.Arguments()...)
+	for i, word := range words {
+		words[i] = quoteWord(word)
+	}
+	fmt.Fprintf(w, "installed service %q: %s\n", install.ServiceName, strings.Join(words, " "))
 	for _, e := range spec.Env {
 		value := e.Value
 		if e.Secret {
@@ -343,9 +347,22 @@ func writeInstalled(w io.Writer, spec install.ServiceSpec, drain time.Duration) 
 		}
 		fmt.Fprintf(w, "  environment %s=%s\n", e.Name, value)
 	}
-	stop := spec.ManagerStopTimeout()
-	fmt.Fprintf(w, "  stop timeout %v (jobs.drain_timeout %v + %v)\n", stop, service.Duration(drain), service.Duration(stop-drain))
+	stop, drain, ttl := spec.ManagerStopTimeout(), time.Duration(cfg.Jobs.DrainTimeout), time.Duration(cfg.Checkin.TTL)
+	fmt.Fprintf(w, "  stop timeout %v (jobs.drain_timeout %v + checkin.ttl %v + %v)\n",
+		stop, service.Duration(drain), service.Duration(ttl), service.Duration(stop-drain-ttl))
 	fmt.Fprintln(w, "start it with: slotpoller start")
+}
+
+// quoteWord quotes a path that holds a space, as the service manager's
+// entry does, so that the line can be read (and pasted) as the command.
+func quoteWord(s string) string {
+	switch {
+	case strings.ContainsRune(s, '"'):
+		return strconv.Quote(s)
+	case s == "" || strings.ContainsAny(s, " \t"):
+		return `"` + s + `"`
+	}
+	return s
 }
 
 // carriedEnv lists the environment variables that set a key of the

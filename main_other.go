@@ -30,6 +30,10 @@ func serviceOptions(prg *service.Program) kservice.KeyValue {
 	}}
 }
 
+// runManaged runs the program under the service manager: kardianos/service
+// starts it, and stops it when RunWait returns.
+func runManaged(s kservice.Service, _ *service.Program) error { return s.Run() }
+
 // serviceLogger logs to standard error, which systemd hands to journald.
 func serviceLogger(_ kservice.Service, c service.LogConfig, stderr io.Writer) (*slog.Logger, error) {
 	return service.NewLogger(stderr, c), nil

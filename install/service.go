@@ -65,8 +65,9 @@ type ServiceSpec struct {
 	// environment overrides at install time).
 	Env []EnvVar
 	// StopBound is how long the program takes at most to stop
-	// (jobs.drain_timeout + checkin.ttl + 10s, service.StopTimeout); the service manager
-	// waits ManagerStopMargin longer before it kills the process.
+	// (service.StopTimeout: jobs.drain_timeout + checkin.ttl + 17s); the
+	// service manager waits ManagerStopMargin longer before it kills the
+	// process.
 	StopBound time.Duration
 }
 
@@ -76,7 +77,8 @@ func (s ServiceSpec) Arguments() []string {
 }
 
 // ManagerStopTimeout is how long the service manager waits for a stop
-// before it kills the process (systemd's TimeoutStopSec).
+// before it kills the process: systemd's TimeoutStopSec, and on Windows
+// the pre-shutdown timeout (how long a system shutdown waits).
 func (s ServiceSpec) ManagerStopTimeout() time.Duration {
 	return s.StopBound + ManagerStopMargin
 }
@@ -134,8 +136,8 @@ func (s ServiceSpec) secret() bool {
 //
 //   - Restart=always with RestartSec: a node that gave up (a schema newer
 //     than the binary, its name in use) or crashed comes back after a pause.
-//   - TimeoutStopSec: the program's own stop bound (jobs.drain_timeout +
-//     10s) plus a margin, so that systemd does not kill a node while it
+//   - TimeoutStopSec: the program's own stop bound (service.StopTimeout)
+//     plus a margin, so that systemd does not kill a node while it
 //     drains, leaves the registry and gives back its work.
 //   - Logs go to standard error, which systemd hands to journald.
 const systemdUnitTemplate = `[Unit]
@@ -316,6 +318,9 @@ func InstallService(spec ServiceSpec) error {
 	}
 	if err := s.Install(); err != nil {
 		return explain("install", err)
+	}
+	if err := setStopTimeout(spec); err != nil {
+		return fmt.Errorf("the service is installed, but its stop timeout could not be set: %w", err)
 	}
 	if s.Platform() == "linux-systemd" && spec.secret() {
 		// The unit carries a secret: let root alone read it.

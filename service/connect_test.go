@@ -83,3 +83,27 @@ func TestNodeSaysWhyItCannotConnect(t *testing.T) {
 	require.Contains(t, logs.String(), "the database does not exist")
 	require.NotContains(t, logs.String(), "pw-s3cret-x")
 }
+
+// A node whose SQLite file is removed stops with an error that says so,
+// within a few heartbeats.
+func TestNodeStopsWhenItsSQLiteFileIsRemoved(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "farm.db")
+	cfg := connectTestConfig(t, "sqlite", path)
+	cfg.Checkin.Heartbeat, cfg.Checkin.TTL = Duration(100*time.Millisecond), Duration(time.Second)
+	cfg.Rotation.Slot = Duration(100 * time.Millisecond)
+	cfg.Jobs.DrainTimeout = Duration(time.Second)
+	require.NoError(t, cfg.Validate())
+	logs := &lockedBuffer{}
+	n := NewNode(cfg, NewLogger(logs, LogConfig{Level: "info"}), nil)
+	done := make(chan error, 1)
+	go func() { done <- n.Run(t.Context()) }()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "checked in") }, 30*time.Second, 20*time.Millisecond)
+	require.NoError(t, os.Remove(path))
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, store.ErrFileGone)
+		require.ErrorContains(t, err, path)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the node ran on without its file:\n%s", logs)
+	}
+}

@@ -216,6 +216,7 @@ func (n *Node) Run(ctx context.Context) error {
 
 	goRun(est.Run)
 	goRun(reg.Run)
+	goRun(func(ctx context.Context) error { return watchFile(ctx, n.clock, s, heartbeat) })
 	goRun(func(ctx context.Context) error { n.taskLoop(ctx, log, keeper, reg, renewTasks); return nil })
 	if cfg.Clock.NTPServer != "" {
 		goRun(func(ctx context.Context) error { n.checkNTP(ctx, log); return nil })
@@ -470,6 +471,22 @@ func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, err
 		return nil, ctx.Err()
 	}
 	return s, nil
+}
+
+// watchFile stops the node (by returning an error) when its SQLite file
+// is removed or replaced: its connection would go on writing to a file
+// that no other process sees, and a node restarted on a recreated file
+// would find an empty queue. Stopping loudly lets the operator restore
+// the file first. A stat per heartbeat; nothing for the server databases.
+func watchFile(ctx context.Context, clk clock.Clock, s *store.Store, every time.Duration) error {
+	for {
+		if err := s.CheckFile(); err != nil {
+			return err
+		}
+		if clock.Sleep(ctx, clk, every) != nil {
+			return nil
+		}
+	}
 }
 
 // retry runs op until it succeeds, with backoff from 1s to 30s, logging

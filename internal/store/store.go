@@ -27,6 +27,7 @@ type Store struct {
 	db    *sql.DB
 	d     Dialect
 	stmts atomic.Int64
+	file  *sqliteFile // the SQLite file opened; nil for the others
 }
 
 // DialectFor returns the dialect of a database.driver value.
@@ -101,7 +102,14 @@ func Open(ctx context.Context, driver, dsn string, opts ...Option) (*Store, erro
 			return nil, scrub(ExplainConnect(fmt.Errorf("%s: %w", what, err)), dsn)
 		}
 	}
-	return New(db, d), nil
+	s := New(db, d)
+	if _, ok := d.(SQLite); ok {
+		if s.file, err = openedFile(ctx, db); err != nil {
+			db.Close()
+			return nil, ExplainConnect(fmt.Errorf("%s: %w", what, err))
+		}
+	}
+	return s, nil
 }
 
 // poolSize is how many connections a node opens to a server database:

@@ -1,13 +1,11 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,24 +13,6 @@ import (
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/stretchr/testify/require"
 )
-
-// lockedBuffer is a log read while the node writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func connectTestConfig(t *testing.T, driver, dsn string) Config {
 	t.Helper()
@@ -49,7 +29,7 @@ func connectTestConfig(t *testing.T, driver, dsn string) Config {
 func TestNodeGivesUpOnAFileThatIsNotADatabase(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(strings.Repeat("database:\n  driver: sqlite\n", 20)), 0o600))
-	logs := &lockedBuffer{}
+	logs := &syncBuffer{}
 	n := NewNode(connectTestConfig(t, "sqlite", path), NewLogger(logs, LogConfig{Level: "info"}), nil)
 	done := make(chan error, 1)
 	go func() { done <- n.Run(t.Context()) }()
@@ -72,7 +52,7 @@ func TestNodeSaysWhyItCannotConnect(t *testing.T) {
 	require.NoError(t, err)
 	u.Path = "/no_such_database_for_slotpoller"
 	u.User = url.UserPassword(u.User.Username(), "pw-s3cret-x")
-	logs := &lockedBuffer{}
+	logs := &syncBuffer{}
 	n := NewNode(connectTestConfig(t, "postgres", u.String()), NewLogger(logs, LogConfig{Level: "info"}), nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -93,7 +73,7 @@ func TestNodeStopsWhenItsSQLiteFileIsRemoved(t *testing.T) {
 	cfg.Rotation.Slot = Duration(100 * time.Millisecond)
 	cfg.Jobs.DrainTimeout = Duration(time.Second)
 	require.NoError(t, cfg.Validate())
-	logs := &lockedBuffer{}
+	logs := &syncBuffer{}
 	n := NewNode(cfg, NewLogger(logs, LogConfig{Level: "info"}), nil)
 	done := make(chan error, 1)
 	go func() { done <- n.Run(t.Context()) }()

@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -216,9 +217,54 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if !kservice.Interactive() {
 		return runService(cfg, stderr)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	log := service.NewLogger(stderr, cfg.Log)
+	node := service.NewNode(cfg, log, nil)
+	ctx, stop := stopOnSignals(log, time.Duration(cfg.Jobs.DrainTimeout), node.StopNow)
 	defer stop()
-	return service.NewNode(cfg, service.NewLogger(stderr, cfg.Log), nil).Run(ctx)
+	return node.Run(ctx)
+}
+
+// stopOnSignals returns a context that ends at the first Ctrl-C, SIGTERM
+// or SIGHUP (the terminal of a foreground node closed): the node then
+// stops gracefully. A second Ctrl-C or SIGTERM during that stop calls now,
+// which cuts the drain short; a third is left to the system, which ends
+// the process as it is. stop releases the signals.
+func stopOnSignals(log *slog.Logger, drain time.Duration, now func()) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	quit := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sig:
+			log.Info("stopping gracefully: leaving the registry, handing tasks back, letting calls in flight finish; "+
+				"a second Ctrl-C or SIGTERM stops at once, giving unfinished jobs back unrun",
+				"signal", s.String(), "drain_timeout", service.Duration(drain))
+			cancel()
+		case <-quit:
+			return
+		}
+		for {
+			select {
+			case s := <-sig:
+				if s == syscall.SIGHUP {
+					continue // the terminal is gone; only an operator's second signal hurries
+				}
+				signal.Stop(sig)
+				log.Warn("second signal: stopping at once; the calls in flight are cancelled and their jobs given back unrun "+
+					"(a third signal ends the process as it is)", "signal", s.String())
+				now()
+				return
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sig)
+		close(quit)
+		cancel()
+	}
 }
 
 // runService runs the node under the OS service manager: the service's
@@ -238,7 +284,7 @@ func runService(cfg service.Config, stderr io.Writer) error {
 	}
 	prg.Logger = log
 	prg.Run = service.NewNode(cfg, log, nil).Run
-	if err := svc.Run(); err != nil {
+	if err := runManaged(svc, prg); err != nil {
 		return err
 	}
 	return prg.Err()
@@ -283,14 +329,18 @@ func cmdInstall(args []string, stdout, stderr io.Writer) error {
 	if err := install.InstallService(spec); err != nil {
 		return err
 	}
-	writeInstalled(stdout, spec, time.Duration(cfg.Jobs.DrainTimeout))
+	writeInstalled(stdout, spec, cfg)
 	return nil
 }
 
 // writeInstalled tells what install registered. Secret values (the DSN,
 // the signing key) are never printed.
-func writeInstalled(w io.Writer, spec install.ServiceSpec, drain time.Duration) {
-	fmt.Fprintf(w, "installed service %q: %s %s\n", install.ServiceName, spec.Executable, strings.Join(spec.Arguments(), " "))
+func writeInstalled(w io.Writer, spec install.ServiceSpec, cfg service.Config) {
+	words := append([]string{spec.Executable}, spec.Arguments()...)
+	for i, word := range words {
+		words[i] = quoteWord(word)
+	}
+	fmt.Fprintf(w, "installed service %q: %s\n", install.ServiceName, strings.Join(words, " "))
 	for _, e := range spec.Env {
 		value := e.Value
 		if e.Secret {
@@ -298,9 +348,22 @@ func writeInstalled(w io.Writer, spec install.ServiceSpec, drain time.Duration) 
 		}
 		fmt.Fprintf(w, "  environment %s=%s\n", e.Name, value)
 	}
-	stop := spec.ManagerStopTimeout()
-	fmt.Fprintf(w, "  stop timeout %v (jobs.drain_timeout %v + %v)\n", stop, service.Duration(drain), service.Duration(stop-drain))
+	stop, drain, ttl := spec.ManagerStopTimeout(), time.Duration(cfg.Jobs.DrainTimeout), time.Duration(cfg.Checkin.TTL)
+	fmt.Fprintf(w, "  stop timeout %v (jobs.drain_timeout %v + checkin.ttl %v + %v)\n",
+		stop, service.Duration(drain), service.Duration(ttl), service.Duration(stop-drain-ttl))
 	fmt.Fprintln(w, "start it with: slotpoller start")
+}
+
+// quoteWord quotes a path that holds a space, as the service manager's
+// entry does, so that the line can be read (and pasted) as the command.
+func quoteWord(s string) string {
+	switch {
+	case strings.ContainsRune(s, '"'):
+		return strconv.Quote(s)
+	case s == "" || strings.ContainsAny(s, " \t"):
+		return `"` + s + `"`
+	}
+	return s
 }
 
 // carriedEnv lists the environment variables that set a key of the

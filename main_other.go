@@ -15,11 +15,13 @@ import (
 
 // serviceOptions makes the service's Run return on SIGTERM (systemd's
 // stop) or when the node stops on its own, so that main exits with the
-// node's error and systemd restarts it (Restart=always).
+// node's error and systemd restarts it (Restart=always). SIGHUP stops the
+// node gracefully too, where its default would end the process without
+// leaving the registry; systemd then starts it again.
 func serviceOptions(prg *service.Program) kservice.KeyValue {
 	return kservice.KeyValue{"RunWait": func() {
 		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+		signal.Notify(sig, syscall.SIGTERM, os.Interrupt, syscall.SIGHUP)
 		defer signal.Stop(sig)
 		select {
 		case <-sig:
@@ -27,6 +29,10 @@ func serviceOptions(prg *service.Program) kservice.KeyValue {
 		}
 	}}
 }
+
+// runManaged runs the program under the service manager: kardianos/service
+// starts it, and stops it when RunWait returns.
+func runManaged(s kservice.Service, _ *service.Program) error { return s.Run() }
 
 // serviceLogger logs to standard error, which systemd hands to journald.
 func serviceLogger(_ kservice.Service, c service.LogConfig, stderr io.Writer) (*slog.Logger, error) {

@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	kservice "github.com/kardianos/service"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/service"
+	"golang.org/x/sys/windows/svc"
 )
 
 // serviceOptions watches the node: the Windows service manager only hears
@@ -49,4 +51,62 @@ func reportToServiceLog(msg string) {
 	if l, err := s.SystemLogger(nil); err == nil {
 		_ = l.Error(msg)
 	}
+}
+
+// runManaged runs the program under the Windows service manager with a
+// handler of its own: kardianos/service reports a stop as pending with no
+// wait hint and never reports progress, so that Windows may count a node
+// that drains as hung. This one reports the drain's progress until the
+// program has stopped, and accepts the pre-shutdown notice, whose timeout
+// install sets to the stop timeout, so that a system shutdown waits for
+// the drain too.
+func runManaged(_ kservice.Service, prg *service.Program) error {
+	return svc.Run(install.ServiceName, &serviceHandler{prg: prg})
+}
+
+const (
+	// stopProgressEvery is how often a stopping service reports progress.
+	stopProgressEvery = 2 * time.Second
+	// stopWaitHint is how long the service manager is told to wait for
+	// the next report: a few of them, so that a slow report is no hang.
+	stopWaitHint = 5 * stopProgressEvery
+)
+
+// serviceHandler is the svc.Handler of a slotpoller service.
+type serviceHandler struct{ prg *service.Program }
+
+func (h *serviceHandler) Execute(_ []string, req <-chan svc.ChangeRequest, status chan<- svc.Status) (bool, uint32) {
+	const accepts = svc.AcceptStop | svc.AcceptShutdown | svc.AcceptPreShutdown
+	status <- svc.Status{State: svc.StartPending}
+	if err := h.prg.Start(nil); err != nil {
+		return true, 1
+	}
+	status <- svc.Status{State: svc.Running, Accepts: accepts}
+	for {
+		select {
+		case c := <-req:
+			switch c.Cmd {
+			case svc.Interrogate:
+				status <- c.CurrentStatus
+			case svc.Stop, svc.Shutdown, svc.PreShutdown:
+				return h.stop(status)
+			}
+		case <-h.prg.Done():
+			// The node gave up: serviceOptions ends the process with a
+			// failure, for the recovery action; this is the fallback.
+			return true, 1
+		}
+	}
+}
+
+// stop stops the program, reporting stop-pending with a new checkpoint
+// every stopProgressEvery until it has stopped (within its own bound).
+func (h *serviceHandler) stop(status chan<- svc.Status) (bool, uint32) {
+	err := stopWithProgress(func() error { return h.prg.Stop(nil) }, stopProgressEvery, func(checkpoint uint32) {
+		status <- svc.Status{State: svc.StopPending, CheckPoint: checkpoint, WaitHint: uint32(stopWaitHint / time.Millisecond)}
+	})
+	if err != nil {
+		return true, 2
+	}
+	return false, 0
 }

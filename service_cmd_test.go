@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/service"
@@ -196,14 +195,20 @@ func TestInstallCarriesTheEnvironmentOverridesAndHidesSecrets(t *testing.T) {
 
 	var out bytes.Buffer
 	spec := install.ServiceSpec{Executable: "/usr/local/bin/slotpoller", ConfigPath: path, Env: env, StopBound: service.StopTimeout(cfg)}
-	writeInstalled(&out, spec, time.Duration(cfg.Jobs.DrainTimeout))
+	writeInstalled(&out, spec, cfg)
 	require.Contains(t, out.String(), "/usr/local/bin/slotpoller run -config "+path)
 	require.Contains(t, out.String(), "SLOTPOLLER_NODE_NAME=web-07")
 	require.Contains(t, out.String(), "SLOTPOLLER_DATABASE_DSN=(hidden)")
 	require.Contains(t, out.String(), "SLOTPOLLER_JOBS_SIGNING_KEY=(hidden)")
 	require.NotContains(t, out.String(), "farm.db")
 	require.NotContains(t, out.String(), "0123456789abcdef")
-	require.Contains(t, out.String(), "stop timeout 38s (jobs.drain_timeout 20s + 18s)")
+	require.Contains(t, out.String(), "stop timeout 45s (jobs.drain_timeout 20s + checkin.ttl 3s + 22s)")
+
+	// Paths with spaces are quoted, as the service manager's entry is.
+	out.Reset()
+	spec.Executable, spec.ConfigPath = `C:\Program Files\slotpoller\slotpoller.exe`, `C:\Program Data\slotpoller\config.yaml`
+	writeInstalled(&out, spec, cfg)
+	require.Contains(t, out.String(), `"C:\Program Files\slotpoller\slotpoller.exe" run -config "C:\Program Data\slotpoller\config.yaml"`)
 }
 
 func TestInstallNeedsAConfigFileAndTheRights(t *testing.T) {

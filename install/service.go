@@ -65,8 +65,9 @@ type ServiceSpec struct {
 	// environment overrides at install time).
 	Env []EnvVar
 	// StopBound is how long the program takes at most to stop
-	// (jobs.drain_timeout + checkin.ttl + 10s, service.StopTimeout); the service manager
-	// waits ManagerStopMargin longer before it kills the process.
+	// (service.StopTimeout: jobs.drain_timeout + checkin.ttl + 17s); the
+	// service manager waits ManagerStopMargin longer before it kills the
+	// process.
 	StopBound time.Duration
 }
 
@@ -76,7 +77,8 @@ func (s ServiceSpec) Arguments() []string {
 }
 
 // ManagerStopTimeout is how long the service manager waits for a stop
-// before it kills the process (systemd's TimeoutStopSec).
+// before it kills the process: systemd's TimeoutStopSec, and on Windows
+// the pre-shutdown timeout (how long a system shutdown waits).
 func (s ServiceSpec) ManagerStopTimeout() time.Duration {
 	return s.StopBound + ManagerStopMargin
 }
@@ -134,8 +136,8 @@ func (s ServiceSpec) secret() bool {
 //
 //   - Restart=always with RestartSec: a node that gave up (a schema newer
 //     than the binary, its name in use) or crashed comes back after a pause.
-//   - TimeoutStopSec: the program's own stop bound (jobs.drain_timeout +
-//     10s) plus a margin, so that systemd does not kill a node while it
+//   - TimeoutStopSec: the program's own stop bound (service.StopTimeout)
+//     plus a margin, so that systemd does not kill a node while it
 //     drains, leaves the registry and gives back its work.
 //   - Logs go to standard error, which systemd hands to journald.
 const systemdUnitTemplate = `[Unit]
@@ -317,6 +319,9 @@ func InstallService(spec ServiceSpec) error {
 	if err := s.Install(); err != nil {
 		return explain("install", err)
 	}
+	if err := setStopTimeout(spec); err != nil {
+		return fmt.Errorf("the service is installed, but its stop timeout could not be set: %w", err)
+	}
 	if s.Platform() == "linux-systemd" && spec.secret() {
 		// The unit carries a secret: let root alone read it.
 		if err := os.Chmod(systemdUnitPath, 0o600); err != nil {
@@ -353,22 +358,39 @@ func UninstallService() error {
 
 // ControlService starts, stops or restarts the installed service: action
 // is "start", "stop" or "restart". A stop returns once the node has
-// stopped (or the service manager gave up waiting).
+// stopped (or the service manager gave up waiting); a restart of a stopped
+// service starts it.
 func ControlService(action string) error {
 	s, err := controlled()
 	if err != nil {
 		return err
 	}
-	if st := stateOf(s); st.State == StateNotInstalled {
+	return control(s, action)
+}
+
+func control(s kservice.Service, action string) error {
+	st := stateOf(s)
+	if st.State == StateNotInstalled {
 		return fmt.Errorf("the service %q is not installed: run `slotpoller install` first", ServiceName)
 	}
+	var err error
 	switch action {
 	case "start":
 		err = s.Start()
 	case "stop":
 		err = s.Stop()
 	case "restart":
-		err = s.Restart()
+		// A stopped service is started, as systemctl restart does: on
+		// Windows, kardianos/service's Restart stops first, which fails on
+		// a service that does not run ("Service not active"). A service
+		// that stopped between the status and the restart is started too.
+		if st.State == StateStopped {
+			err = s.Start()
+			break
+		}
+		if err = s.Restart(); err != nil && stateOf(s).State == StateStopped {
+			err = s.Start()
+		}
 	default:
 		return fmt.Errorf("service: unknown action %q", action)
 	}

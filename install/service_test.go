@@ -26,7 +26,7 @@ func testSpec() ServiceSpec {
 			{Name: "SLOTPOLLER_NODE_NAME", Value: "web-01"},
 			{Name: "SLOTPOLLER_DATABASE_DSN", Value: `host=db password='p w"%$x' dbname=farm`, Secret: true},
 		},
-		StopBound: 30 * time.Second, // drain_timeout 20s + 10s
+		StopBound: 30 * time.Second, // any bound: the unit adds ManagerStopMargin
 	}
 }
 

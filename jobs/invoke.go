@@ -324,13 +324,23 @@ type Invoker struct {
 	SigningKey []byte
 }
 
-// defaultClient is the client used when Invoker.Client is nil. It never
-// goes through a proxy: the endpoints live on the node itself.
-var defaultClient = func() *http.Client {
+// defaultClient is the client used when Invoker.Client is nil, sized for
+// the default node capacity.
+var defaultClient = NewClient(16)
+
+// NewClient returns a client for an invoker that makes up to calls calls
+// at once (the node's capacity). It never goes through a proxy: the
+// endpoints live on the node itself. It keeps a connection per call idle
+// between calls (net/http keeps 2 per host by default), so that a busy
+// node does not close and dial again most of its connections at every
+// burst; idle connections still close after the transport's idle timeout.
+func NewClient(calls int) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
+	tr.MaxIdleConnsPerHost = max(calls, http.DefaultMaxIdleConnsPerHost)
+	tr.MaxIdleConns = max(tr.MaxIdleConns, tr.MaxIdleConnsPerHost)
 	return &http.Client{Transport: tr}
-}()
+}
 
 // errCallTimeout is the cause of a call context that hit the call's deadline.
 var errCallTimeout = errors.New("call deadline exceeded")

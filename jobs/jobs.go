@@ -541,7 +541,11 @@ func (r *Runner) Wait() { r.wg.Wait() }
 
 // Drain waits up to timeout for the calls in flight to finish, then
 // cancels the rest and gives their jobs back to the queue unrun.
-func (r *Runner) Drain(timeout time.Duration) {
+func (r *Runner) Drain(timeout time.Duration) { r.DrainContext(context.Background(), timeout) }
+
+// DrainContext is Drain cut short when ctx ends (the operator asked for a
+// stop at once): the calls still in flight are then cancelled at once.
+func (r *Runner) DrainContext(ctx context.Context, timeout time.Duration) {
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	t := r.opts.Clock.NewTimer(timeout)
@@ -549,13 +553,14 @@ func (r *Runner) Drain(timeout time.Duration) {
 	select {
 	case <-done:
 	case <-t.C():
-		r.mu.Lock()
-		for _, f := range r.inflight {
-			f.cancel(errDraining)
-		}
-		r.mu.Unlock()
-		<-done
+	case <-ctx.Done():
 	}
+	r.mu.Lock()
+	for _, f := range r.inflight { // none when the calls all finished
+		f.cancel(errDraining)
+	}
+	r.mu.Unlock()
+	<-done
 	r.cancel()
 	// No call is left: whatever this node still holds is an orphaned claim.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -44,6 +44,10 @@ type Node struct {
 	metrics *metrics
 	dbCheck dbCheck // the cached database check of /readyz
 
+	// hurry ends when the operator asks for a stop at once (StopNow).
+	hurry   context.Context
+	stopNow context.CancelFunc
+
 	mu        sync.Mutex
 	store     *store.Store
 	est       *clocksync.Estimator
@@ -63,8 +67,15 @@ func NewNode(cfg Config, logger *slog.Logger, clk clock.Clock) *Node {
 	}
 	n := &Node{cfg: cfg, log: logger, clock: clock.Skewed(clk, time.Duration(cfg.Clock.Skew))}
 	n.metrics = newMetrics(n)
+	n.hurry, n.stopNow = context.WithCancel(context.Background())
 	return n
 }
+
+// StopNow cuts a graceful stop short: the drain ends at once, the calls
+// still in flight are cancelled and their jobs given back unrun. Leaving
+// the registry and handing the tasks back still happen. Called before the
+// stop, it takes effect when the stop comes.
+func (n *Node) StopNow() { n.stopNow() }
 
 // dbSource reads the database clock for clocksync.
 type dbSource struct{ s *store.Store }
@@ -155,14 +166,16 @@ func (n *Node) Run(ctx context.Context) error {
 	if cfg.Jobs.SigningKey != "" {
 		signingKey = []byte(cfg.Jobs.SigningKey)
 	}
-	runner = jobs.NewRunner(s, &jobs.Invoker{Base: base, SigningKey: signingKey}, jobs.Options{
+	// One client for the jobs and the tasks, keeping a connection per call.
+	client := jobs.NewClient(cfg.Node.Capacity)
+	runner = jobs.NewRunner(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.Options{
 		Node: cfg.Node.Name, Incarnation: reg.Incarnation(), Capacity: cfg.Node.Capacity,
 		Lease: time.Duration(cfg.Jobs.Lease), Timeout: time.Duration(cfg.Jobs.Timeout),
 		Backoff: time.Duration(cfg.Jobs.Backoff), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
 		Clock: n.clock, Logger: log, OnCall: n.metrics.observeCall,
 	})
 	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)
-	keeper = jobs.NewKeeper(s, &jobs.Invoker{Base: base, SigningKey: signingKey}, jobs.TaskOptions{
+	keeper = jobs.NewKeeper(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.TaskOptions{
 		Node: cfg.Node.Name, Incarnation: reg.Incarnation(),
 		// A task's lease is the TTL: a dead owner's tasks free up when the
 		// registry counts the owner out.
@@ -214,6 +227,7 @@ func (n *Node) Run(ctx context.Context) error {
 
 	goRun(est.Run)
 	goRun(reg.Run)
+	goRun(func(ctx context.Context) error { return watchFile(ctx, n.clock, s, heartbeat) })
 	goRun(func(ctx context.Context) error { n.taskLoop(ctx, log, keeper, reg, renewTasks); return nil })
 	if cfg.Clock.NTPServer != "" {
 		goRun(func(ctx context.Context) error { n.checkNTP(ctx, log); return nil })
@@ -255,7 +269,7 @@ func (n *Node) Run(ctx context.Context) error {
 		log.Info("released tasks", "count", released)
 	}
 	log.Info("stopping: draining calls in flight", "running", runner.Running(), "drain_timeout", cfg.Jobs.DrainTimeout)
-	runner.Drain(time.Duration(cfg.Jobs.DrainTimeout))
+	runner.DrainContext(n.hurry, time.Duration(cfg.Jobs.DrainTimeout))
 	stopRenewing()
 	<-renewDone
 	admin.stop()
@@ -429,9 +443,11 @@ func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waite
 }
 
 // connect opens the database and brings its schema to this binary's
-// version, retrying with backoff while the database is unreachable: a
-// service may boot before its database. A schema newer than the binary is
-// not retried.
+// version, retrying with backoff while it cannot: a service may boot
+// before its database, its login or its network. Each failure is logged
+// as what it is (authentication failed, no such database, unreachable,
+// TLS; store.ExplainConnect). What waiting cannot fix is not retried: a
+// schema newer than the binary, a SQLite file that is not a database.
 func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, error) {
 	var s *store.Store
 	err := retry(ctx, n.clock, log, "connect to the database", func() error {
@@ -443,19 +459,18 @@ func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, err
 			return err
 		}
 		if n.cfg.Database.Migrate {
-			applied, err := install.Migrate(octx, s)
-			if err == nil && len(applied) > 0 {
+			var applied []int
+			if applied, err = install.Migrate(octx, s); err == nil && len(applied) > 0 {
 				log.Info("schema migrated", "versions", applied)
 			}
-			if err != nil {
-				s.Close()
-				return err
-			}
-			return nil
+		} else {
+			err = install.Check(octx, s)
 		}
-		if err := install.Check(octx, s); err != nil {
+		if err != nil {
 			s.Close()
-			return err
+			// The first statements can meet what the ping did not: a file
+			// that is not a database, a login without rights.
+			return store.ExplainConnect(err)
 		}
 		return nil
 	})
@@ -471,10 +486,26 @@ func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, err
 	return s, nil
 }
 
+// watchFile stops the node (by returning an error) when its SQLite file
+// is removed or replaced: its connection would go on writing to a file
+// that no other process sees, and a node restarted on a recreated file
+// would find an empty queue. Stopping loudly lets the operator restore
+// the file first. A stat per heartbeat; nothing for the server databases.
+func watchFile(ctx context.Context, clk clock.Clock, s *store.Store, every time.Duration) error {
+	for {
+		if err := s.CheckFile(); err != nil {
+			return err
+		}
+		if clock.Sleep(ctx, clk, every) != nil {
+			return nil
+		}
+	}
+}
+
 // retry runs op until it succeeds, with backoff from 1s to 30s, logging
-// each failure. Errors about the schema being ahead of or behind the binary,
-// or about another live process using the node's name, are not retried:
-// waiting will not fix them.
+// each failure. Errors about the schema being ahead of or behind the
+// binary, about another live process using the node's name, and permanent
+// connection errors, are not retried: waiting will not fix them.
 func retry(ctx context.Context, clk clock.Clock, log *slog.Logger, what string, op func() error) error {
 	pause := time.Second
 	for {
@@ -482,7 +513,8 @@ func retry(ctx context.Context, clk clock.Clock, log *slog.Logger, what string, 
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, install.ErrSchemaNewer) || errors.Is(err, install.ErrSchemaBehind) || errors.Is(err, checkin.ErrNameInUse) {
+		if errors.Is(err, install.ErrSchemaNewer) || errors.Is(err, install.ErrSchemaBehind) || errors.Is(err, checkin.ErrNameInUse) ||
+			store.Permanent(err) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		if ctx.Err() != nil {

@@ -19,14 +19,17 @@ import (
 )
 
 // stopMargin is what a stop may take beyond jobs.drain_timeout and the
-// task calls in flight (checkin.ttl): leaving the registry and the release
-// writes (5s at most each in Node.Run) and closing the database.
-const stopMargin = 10 * time.Second
+// task calls in flight (checkin.ttl), by Node.Run's stop sequence: leaving
+// the registry (5s at most), the tasks' release write (5s beyond the
+// TTL), the release of the jobs given back unrun (5s), and the admin
+// endpoint's shutdown (adminStopTimeout).
+const stopMargin = 3*5*time.Second + adminStopTimeout
 
-// StopTimeout is how long a node's stop takes at most: jobs.drain_timeout
-// for the calls in flight, plus a margin to leave the registry and give
-// back its work. The service manager must wait longer than this before it
-// kills the process.
+// StopTimeout is how long a node's stop takes at most: leave the registry,
+// hand the tasks back once their calls in flight end (checkin.ttl), drain
+// the job calls (jobs.drain_timeout) and give back the rest, each step
+// bounded. The service manager must wait longer than this before it kills
+// the process.
 func StopTimeout(cfg Config) time.Duration {
 	return time.Duration(cfg.Jobs.DrainTimeout) + time.Duration(cfg.Checkin.TTL) + stopMargin
 }

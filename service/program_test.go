@@ -27,9 +27,11 @@ import (
 
 func TestStopTimeoutIsTheDrainPlusAMargin(t *testing.T) {
 	cfg := DefaultConfig()
-	require.Equal(t, 33*time.Second, StopTimeout(cfg), "drain 20s + ttl 3s (task calls in flight) + 10s")
+	// Node.Run's stop: leave (5s) + task release (ttl + 5s) + drain (20s)
+	// + job release (5s) + admin endpoint (2s).
+	require.Equal(t, 40*time.Second, StopTimeout(cfg), "drain 20s + ttl 3s + 17s")
 	cfg.Jobs.DrainTimeout = 0
-	require.Equal(t, 13*time.Second, StopTimeout(cfg))
+	require.Equal(t, 20*time.Second, StopTimeout(cfg))
 }
 
 func TestProgramStartReturnsAtOnceAndStopWaitsForTheNode(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/golang-sql/civil"
@@ -161,19 +162,42 @@ func (SQLServer) Retryable(err error) bool {
 	return mssqlErrorIs(err, mssqlDeadlockVictim, mssqlLockTimeout, 40613, 40501, 40197, 49918, 49919, 49920, 10928, 10929)
 }
 
-// checkSession refuses a connection whose statements report no row counts
-// (SET NOCOUNT ON as a server or login default): every fenced write reads
-// its rows-affected count, and with NOCOUNT it would read 0 and give up a
-// claim it holds.
+// checkSession refuses a connection whose session options break
+// slotpoller's writes (set as a server or login default: sp_configure 'user
+// options', or a logon trigger); see sessionOptionsError.
 func (SQLServer) checkSession(ctx context.Context, db *sql.DB) error {
 	var opts int64
-	if err := db.QueryRowContext(ctx, "SELECT @@OPTIONS & 512").Scan(&opts); err != nil {
+	if err := db.QueryRowContext(ctx, "SELECT @@OPTIONS").Scan(&opts); err != nil {
 		return fmt.Errorf("read session options: %w", err)
 	}
-	if opts != 0 {
-		return errors.New("the server or login sets NOCOUNT ON (user options 512); slotpoller needs row counts: turn it off for its logins")
+	return sessionOptionsError(opts)
+}
+
+// The @@OPTIONS bits slotpoller refuses.
+const (
+	mssqlImplicitTransactions = 2
+	mssqlNoCount              = 512
+)
+
+// sessionOptionsError says what is wrong with a session's @@OPTIONS:
+//   - NOCOUNT: every fenced write reads its rows-affected count, and would
+//     read 0 and give up a claim it holds;
+//   - IMPLICIT_TRANSACTIONS: every UPDATE opens a transaction that
+//     slotpoller never commits, so claims, results and heartbeats would stay
+//     invisible to the other nodes and hold their locks until the
+//     connection closes, when they are rolled back.
+func sessionOptionsError(opts int64) error {
+	var bad []string
+	if opts&mssqlNoCount != 0 {
+		bad = append(bad, "NOCOUNT ON (user options 512): slotpoller needs row counts")
 	}
-	return nil
+	if opts&mssqlImplicitTransactions != 0 {
+		bad = append(bad, "IMPLICIT_TRANSACTIONS ON (user options 2): slotpoller's writes would never commit")
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the server or login sets %s; turn it off for slotpoller's logins", strings.Join(bad, ", and "))
 }
 
 func (SQLServer) UniqueViolation(err error) bool {

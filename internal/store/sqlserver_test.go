@@ -226,8 +226,9 @@ func sqlServerOps() []op {
 	}
 }
 
-// noSQL are the store's methods that send nothing.
-var noSQL = map[string]bool{"Close": true, "DB": true, "Dialect": true, "Statements": true}
+// noSQL are the store's methods that send nothing (CheckFile: a stat of
+// the SQLite file).
+var noSQL = map[string]bool{"Close": true, "DB": true, "Dialect": true, "Statements": true, "CheckFile": true}
 
 // Every operation of the store is in the list above: a new one must say
 // what it sends to SQL Server.

@@ -25,6 +25,7 @@ type Store struct {
 	db    *sql.DB
 	d     Dialect
 	stmts atomic.Int64
+	file  *sqliteFile // the SQLite file opened; nil for the others
 }
 
 // DialectFor returns the dialect of a database.driver value.
@@ -73,37 +74,61 @@ func Open(ctx context.Context, driver, dsn string, opts ...Option) (*Store, erro
 	switch d.(type) {
 	case SQLite:
 		db, err = sql.Open("sqlite", sqliteDSN(dsn))
-		// One connection per process: SQLite has one writer anyway, and a
-		// single connection cannot deadlock against itself on the file lock.
-		db.SetMaxOpenConns(1)
 	case Postgres:
 		db, err = sql.Open("pgx", dsn)
-		db.SetMaxOpenConns(8)
-		db.SetConnMaxIdleTime(time.Minute)
 	case SQLServer:
 		// The "sqlserver" driver name makes go-mssqldb bind @p1..@pN.
 		db, err = sql.Open("sqlserver", dsn)
-		if err == nil {
-			db.SetMaxOpenConns(8)
-			db.SetConnMaxIdleTime(time.Minute)
-		}
+	}
+	what := driver + " database"
+	if _, ok := d.(SQLite); ok {
+		what = fmt.Sprintf("SQLite database %q", dsn) // a path: no secret in it
 	}
 	if err != nil {
-		return nil, scrub(fmt.Errorf("open %s database: %w", driver, err), dsn)
+		return nil, scrub(fmt.Errorf("open %s: %w", what, err), dsn)
 	}
+	configurePool(db, d)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, scrub(fmt.Errorf("connect to %s database: %w", driver, err), dsn)
+		return nil, scrub(ExplainConnect(fmt.Errorf("connect to %s: %w", what, err)), dsn)
 	}
 	if c, ok := d.(interface {
 		checkSession(context.Context, *sql.DB) error
 	}); ok {
 		if err := c.checkSession(ctx, db); err != nil {
 			db.Close()
-			return nil, scrub(fmt.Errorf("%s database: %w", driver, err), dsn)
+			return nil, scrub(ExplainConnect(fmt.Errorf("%s: %w", what, err)), dsn)
 		}
 	}
-	return New(db, d), nil
+	s := New(db, d)
+	if _, ok := d.(SQLite); ok {
+		if s.file, err = openedFile(ctx, db); err != nil {
+			db.Close()
+			return nil, ExplainConnect(fmt.Errorf("%s: %w", what, err))
+		}
+	}
+	return s, nil
+}
+
+// poolSize is how many connections a node opens to a server database:
+// enough for the poll, the heartbeats, the lease renewals and the results
+// of the calls in flight at once.
+const poolSize = 8
+
+// configurePool sizes the pool for dialect d. The pool keeps idle as many
+// connections as it may open (database/sql keeps 2 by default): a node
+// uses them all again at its next burst, and closing and reopening them
+// costs a login each time. Connections idle for a minute are closed.
+func configurePool(db *sql.DB, d Dialect) {
+	if _, ok := d.(SQLite); ok {
+		// One connection per process: SQLite has one writer anyway, and a
+		// single connection cannot deadlock against itself on the file lock.
+		db.SetMaxOpenConns(1)
+		return
+	}
+	db.SetMaxOpenConns(poolSize)
+	db.SetMaxIdleConns(poolSize)
+	db.SetConnMaxIdleTime(time.Minute)
 }
 
 // New wraps a connection pool the caller opened (a go-mssqldb connector
@@ -114,7 +139,7 @@ func New(db *sql.DB, d Dialect) *Store { return &Store{db: db, d: d} }
 // scrub removes the DSN's password from an error message: drivers quote
 // connection strings in their errors, or pieces of a password they
 // misparsed as a host or a port, and an operator's log is no place for a
-// password.
+// password. The error stays in the chain, for errors.Is and errors.As.
 func scrub(err error, dsn string) error {
 	if err == nil {
 		return nil
@@ -129,8 +154,17 @@ func scrub(err error, dsn string) error {
 	if msg == err.Error() {
 		return err
 	}
-	return errors.New(msg)
+	return &scrubbedError{msg: msg, err: err}
 }
+
+// scrubbedError is an error whose message lost the password.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
 
 // replaceSecret masks secret in msg. A short one is masked only as a
 // whole word, so that a password "pa" does not turn "parse" into

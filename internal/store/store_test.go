@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -490,4 +491,28 @@ func TestSchemaStatusTellsMissingFromBroken(t *testing.T) {
 		require.Error(t, err, "a broken connection is not version 0")
 		require.NotErrorIs(t, install.Check(ctx, s), install.ErrSchemaBehind, "so a node retries instead of giving up")
 	})
+}
+
+// On a real PostgreSQL server, the pool keeps its 8 connections open
+// between bursts instead of closing all but 2.
+func TestPostgresPoolKeepsItsConnections(t *testing.T) {
+	dsn := storetest.RequirePostgres(t)
+	ctx := context.Background()
+	s, err := store.Open(ctx, "postgres", dsn)
+	require.NoError(t, err)
+	defer s.Close()
+	db := s.DB()
+	var conns []*sql.Conn
+	for range 8 {
+		c, err := db.Conn(ctx)
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		require.NoError(t, c.Close())
+	}
+	st := db.Stats()
+	require.Equal(t, 8, st.MaxOpenConnections)
+	require.Equal(t, 8, st.Idle)
+	require.Zero(t, st.MaxIdleClosed)
 }

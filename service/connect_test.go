@@ -1,0 +1,89 @@
+package service
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+func connectTestConfig(t *testing.T, driver, dsn string) Config {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Database.Driver, cfg.Database.DSN = driver, dsn
+	cfg.Node.Name = "connect-test"
+	require.NoError(t, cfg.Validate())
+	return cfg
+}
+
+// A SQLite file that is not a database stops the node at once with an
+// error that says so: retrying cannot change the file, and a node that
+// retried forever would look alive while doing nothing.
+func TestNodeGivesUpOnAFileThatIsNotADatabase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Repeat("database:\n  driver: sqlite\n", 20)), 0o600))
+	logs := &syncBuffer{}
+	n := NewNode(connectTestConfig(t, "sqlite", path), NewLogger(logs, LogConfig{Level: "info"}), nil)
+	done := make(chan error, 1)
+	go func() { done <- n.Run(t.Context()) }()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, store.ErrNotADatabase)
+		require.ErrorContains(t, err, "not a SQLite database")
+		require.ErrorContains(t, err, path)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the node kept retrying a file that is not a database:\n%s", logs)
+	}
+}
+
+// A PostgreSQL database that does not exist is retried (it may be created
+// after the node starts), and the log says what is wrong, never the
+// password.
+func TestNodeSaysWhyItCannotConnect(t *testing.T) {
+	dsn := storetest.RequirePostgres(t)
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	u.Path = "/no_such_database_for_slotpoller"
+	u.User = url.UserPassword(u.User.Username(), "pw-s3cret-x")
+	logs := &syncBuffer{}
+	n := NewNode(connectTestConfig(t, "postgres", u.String()), NewLogger(logs, LogConfig{Level: "info"}), nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "retrying") }, 20*time.Second, 20*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.Contains(t, logs.String(), "the database does not exist")
+	require.NotContains(t, logs.String(), "pw-s3cret-x")
+}
+
+// A node whose SQLite file is removed stops with an error that says so,
+// within a few heartbeats.
+func TestNodeStopsWhenItsSQLiteFileIsRemoved(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "farm.db")
+	cfg := connectTestConfig(t, "sqlite", path)
+	cfg.Checkin.Heartbeat, cfg.Checkin.TTL = Duration(100*time.Millisecond), Duration(time.Second)
+	cfg.Rotation.Slot = Duration(100 * time.Millisecond)
+	cfg.Jobs.DrainTimeout = Duration(time.Second)
+	require.NoError(t, cfg.Validate())
+	logs := &syncBuffer{}
+	n := NewNode(cfg, NewLogger(logs, LogConfig{Level: "info"}), nil)
+	done := make(chan error, 1)
+	go func() { done <- n.Run(t.Context()) }()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "checked in") }, 30*time.Second, 20*time.Millisecond)
+	require.NoError(t, os.Remove(path))
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, store.ErrFileGone)
+		require.ErrorContains(t, err, path)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the node ran on without its file:\n%s", logs)
+	}
+}

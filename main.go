@@ -6,6 +6,7 @@
 //	slotpoller install [-config PATH] | uninstall | start | stop | restart
 //	slotpoller config show [-config PATH] [-json]
 //	slotpoller enqueue -endpoint PATH [-in DURATION | -at RFC3339] [-payload TEXT] [-max-attempts N] ...
+//	slotpoller job list|show|retry|cancel ...
 //	slotpoller status [-json] [-config PATH]
 //	slotpoller task add|list|delete ...
 //	slotpoller schedule add|list|remove|pause|resume ...
@@ -40,6 +41,13 @@ Usage:
   slotpoller start | stop | restart             control the OS service
   slotpoller config show [-config PATH] [-json] the effective configuration, secrets masked, and where each value came from
   slotpoller enqueue -endpoint PATH [flags]     add a one-off job; prints its id
+                 [-payload TEXT | -payload-file FILE|-] [-in D | -at TIME] [-unique-key K] ...
+  slotpoller job list [-state S] [-endpoint PREFIX] [-since D] [-limit N] [-cursor C] [-json]
+                                                jobs, newest first; -state retrying: backing off after a failure
+  slotpoller job show ID [-json]                a job: attempts, nodes, last status and error, in database time
+  slotpoller job retry ID | -state dead|failed|cancelled|missed [-since D] [-limit N]
+                                                run finished jobs again with a fresh attempt budget
+  slotpoller job cancel ID                      cancel a waiting job
   slotpoller status [-json] [-config PATH]      the local service; nodes, their clock offsets, jobs by state
   slotpoller task add -name NAME -endpoint PATH -every DURATION
                                                 add an endless task, called once per interval by one node
@@ -62,11 +70,16 @@ Run "slotpoller VERB -h" for a verb's flags.
 var version = "dev"
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runWith(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
 // run is main without os.Exit, so the verbs can be tested.
 func run(args []string, stdout, stderr io.Writer) int {
+	return runWith(args, os.Stdin, stdout, stderr)
+}
+
+// runWith is run with a standard input (enqueue -payload-file -).
+func runWith(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -85,7 +98,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "config":
 		err = cmdConfig(rest, stdout, stderr)
 	case "enqueue":
-		err = cmdEnqueue(rest, stdout, stderr)
+		err = cmdEnqueue(rest, stdin, stdout, stderr)
+	case "job":
+		err = cmdJob(rest, stdout, stderr)
 	case "status":
 		err = cmdStatus(rest, stdout, stderr)
 	case "schema":

@@ -12,45 +12,45 @@ import (
 // JobInfo is a job as the table holds it. Times are the database clock's,
 // in UTC.
 type JobInfo struct {
-	ID             int64
-	Endpoint       string
-	Method         string
-	Payload        []byte
-	State          string // one of the State constants (never StateRetrying)
-	Retrying       bool   // ready after a failed attempt: backing off
-	RunAt          time.Time
-	Attempt        int // attempts made (the running one included)
-	MaxAttempts    int
-	Timeout        time.Duration // 0: the node's default
-	UniqueKey      string
-	IdempotencyKey string
-	Node           string // the node running it, or the last that ran it
-	LeaseUntil     *time.Time
-	Created        time.Time
-	Started        *time.Time // the last attempt's start
-	Finished       *time.Time
-	LastStatus     int // HTTP status of the last call; 0 when none
-	LastError      string
-	Schedule       string     // the schedule whose occurrence it is
-	ScheduledFor   *time.Time // the occurrence's fire time
+	ID             int64         `json:"id"`
+	Endpoint       string        `json:"endpoint"`
+	Method         string        `json:"method"`
+	Payload        []byte        `json:"payload"`
+	State          string        `json:"state"`    // one of the State constants (never StateRetrying)
+	Retrying       bool          `json:"retrying"` // ready after a failed attempt: backing off
+	RunAt          time.Time     `json:"run_at"`
+	Attempt        int           `json:"attempt"` // attempts made (the running one included)
+	MaxAttempts    int           `json:"max_attempts"`
+	Timeout        time.Duration `json:"timeout_ns"` // 0: the node's default
+	UniqueKey      string        `json:"unique_key,omitempty"`
+	IdempotencyKey string        `json:"idempotency_key"`
+	Node           string        `json:"node,omitempty"` // the node running it, or the last that ran it
+	LeaseUntil     *time.Time    `json:"lease_until,omitempty"`
+	Created        time.Time     `json:"created"`
+	Started        *time.Time    `json:"started,omitempty"` // the last attempt's start
+	Finished       *time.Time    `json:"finished,omitempty"`
+	LastStatus     int           `json:"last_status,omitempty"` // HTTP status of the last call; 0 when none
+	LastError      string        `json:"last_error,omitempty"`
+	Schedule       string        `json:"schedule,omitempty"`      // the schedule whose occurrence it is
+	ScheduledFor   *time.Time    `json:"scheduled_for,omitempty"` // the occurrence's fire time
 	// History lists the last attempts and actions, oldest first (Get only;
 	// about the last twenty are kept).
-	History []Event
+	History []Event `json:"history,omitempty"`
 }
 
 // Event is one ended attempt, or an operator's cancel or retry, in a job's
 // history.
 type Event struct {
-	Attempt int
-	Node    string     // the node that ran the attempt, or who acted
-	Started *time.Time // nil for an action
-	Ended   time.Time
+	Attempt int        `json:"attempt"`
+	Node    string     `json:"node"`              // the node that ran the attempt, or who acted
+	Started *time.Time `json:"started,omitempty"` // nil for an action
+	Ended   time.Time  `json:"ended"`
 	// Outcome is done, failed, dead, retry (failed, due again after a
 	// backoff), reclaimed (the node stopped renewing its lease), released
 	// (given back unrun by a stopping node), cancelled or retried.
-	Outcome string
-	Status  int // HTTP status; 0 when there was no response
-	Error   string
+	Outcome string `json:"outcome"`
+	Status  int    `json:"status,omitempty"` // HTTP status; 0 when there was no response
+	Error   string `json:"error,omitempty"`
 }
 
 // Filter selects jobs for List and RetryMatching. The zero Filter selects
@@ -119,6 +119,13 @@ func (f Filter) filter(def, max int) (store.JobFilter, error) {
 		sf.Before = before
 	}
 	return sf, nil
+}
+
+// CheckFilter validates a filter as List does, without a database: a
+// *FieldError names what is wrong.
+func CheckFilter(f Filter) error {
+	_, err := f.filter(DefaultListLimit, MaxListLimit)
+	return err
 }
 
 // Get reads a job with its history; ErrNotFound when it is not in the

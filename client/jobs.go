@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/slotpoller/slotpoller/internal/store"
@@ -93,11 +94,7 @@ func (f Filter) filter(def, max int) (store.JobFilter, error) {
 	case f.State == StateRetrying:
 		sf.States, sf.Retrying = []string{StateReady}, true
 	default:
-		known := false
-		for _, s := range states {
-			known = known || s == f.State
-		}
-		if !known {
+		if !slices.Contains(states, f.State) {
 			return sf, &FieldError{Field: "state", Problem: fmt.Sprintf("state %q is not one of %v", f.State, states)}
 		}
 		sf.States = []string{f.State}
@@ -194,19 +191,10 @@ func (c *Client) RetryMatching(ctx context.Context, f Filter) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if f.State != "" && !retryable(f.State) {
+	if f.State != "" && !slices.Contains(store.RetryableStates, f.State) {
 		return 0, &FieldError{Field: "state", Problem: fmt.Sprintf("a %s job cannot be retried: say dead, failed, cancelled or missed", f.State)}
 	}
 	return c.s.JobsRetry(ctx, sf, c.actor)
-}
-
-func retryable(state string) bool {
-	for _, s := range store.RetryableStates {
-		if s == state {
-			return true
-		}
-	}
-	return false
 }
 
 // refused tells why a fenced change did not apply.

@@ -197,6 +197,29 @@ func badInputs(t *testing.T) []badInput {
 		flagCase("enqueue -in and -at", "give -in or -at, not both", "enqueue", "-endpoint", "/x", "-in", "1s", "-at", "2030-01-01T00:00:00Z"),
 		flagCase("enqueue extra argument", `unexpected argument "now"`, "enqueue", "-endpoint", "/x", "now"),
 
+		flagCase("enqueue -payload and -payload-file", "give -payload or -payload-file, not both", "enqueue", "-endpoint", "/x", "-payload", "a", "-payload-file", "-"),
+		flagCase("enqueue -payload-file missing", "-payload-file: open "+filepath.Join(dir, "missing.json"), "enqueue", "-endpoint", "/x", "-payload-file", filepath.Join(dir, "missing.json")),
+		flagCase("enqueue -payload-file over 1 MiB", "is over 1048576 bytes (1 MiB), the most a job's payload may be", "enqueue", "-endpoint", "/x", "-payload-file", big),
+
+		// job.
+		{name: "job without verb", args: []string{"job"}, code: 2, want: "say `job list`, `job show ID`, `job retry` or `job cancel ID`"},
+		flagCase("job unknown verb", `unknown job verb "frob"`, "job", "frob"),
+		flagCase("job show no id", "give the job's ID, e.g. `slotpoller job show 42`", "job", "show"),
+		flagCase("job show bad id", `job ID "abc": not a job id (a positive whole number)`, "job", "show", "abc"),
+		flagCase("job show id 0", `job ID "0": not a job id`, "job", "show", "0"),
+		flagCase("job show two ids", `unexpected argument "2"`, "job", "show", "1", "2"),
+		flagCase("job cancel no id", "give the job's ID, e.g. `slotpoller job cancel 42`", "job", "cancel"),
+		flagCase("job cancel fraction id", `job ID "1.5": not a job id`, "job", "cancel", "1.5"),
+		flagCase("job retry nothing", "say which jobs: `job retry ID` or `job retry -state dead [-since 24h]`", "job", "retry"),
+		flagCase("job retry id and state", "give a job ID or -state, not both", "job", "retry", "7", "-state", "dead"),
+		flagCase("job retry -state done", `-state "done": only dead, failed, cancelled or missed jobs can be retried`, "job", "retry", "-state", "done"),
+		flagCase("job retry -limit 0", "-limit 0: must be between 1 and 1000", "job", "retry", "-state", "dead", "-limit", "0"),
+		flagCase("job list -state", `-state: state "sleeping" is not one of`, "job", "list", "-state", "sleeping"),
+		flagCase("job list -limit 0", "-limit 0: must be between 1 and 1000", "job", "list", "-limit", "0"),
+		flagCase("job list -limit 5000", "-limit: limit 5000 must be between 1 and 1000", "job", "list", "-limit", "5000"),
+		flagCase("job list -since negative", "-since: since -1h0m0s must not be negative", "job", "list", "-since", "-1h"),
+		flagCase("job list -cursor", `-cursor: cursor "x" is not one a page gave`, "job", "list", "-cursor", "x"),
+
 		// Endpoints.
 		flagCase("endpoint ..;", `-endpoint "/jobs/x/..;/y": endpoint "/jobs/x/..;/y" has a "..;" path segment (after percent-decoding); dot segments are not allowed`, "enqueue", "-endpoint", "/jobs/x/..;/y"),
 		flagCase("endpoint .;", `has a ".;" path segment`, "enqueue", "-endpoint", "/jobs/x/.;/y"),

@@ -26,7 +26,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	})
 	applied, err := install.Migrate(context.Background(), s)
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2, 3}, applied)
+	require.Equal(t, []int{1, 2, 3, 4}, applied)
 
 	calls := tr.Calls()
 	for _, c := range calls {
@@ -63,8 +63,8 @@ func TestSQLServerMigrateSends(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"[farm_jobs].[nodes]", "[farm_jobs].[jobs]", "[farm_jobs].[tasks]", "[farm_jobs].[schedules]"}, creates)
-	require.Equal(t, [][]any{{1, "init"}, {2, "tasks"}, {3, "schedules"}}, versions)
-	require.Equal(t, []string{"[farm_jobs].[jobs]"}, alters, "schedules add their columns to jobs")
+	require.Equal(t, [][]any{{1, "init"}, {2, "tasks"}, {3, "schedules"}, {4, "history"}}, versions)
+	require.Equal(t, []string{"[farm_jobs].[jobs]", "[farm_jobs].[jobs]"}, alters, "schedules, then the history, add their columns to jobs")
 	require.Equal(t, []string{
 		// Unique among the jobs that have a key (a plain unique index would allow one NULL).
 		"CREATE UNIQUE NONCLUSTERED INDEX jobs_unique_key ON [farm_jobs].[jobs] (unique_key) WHERE unique_key IS NOT NULL;",

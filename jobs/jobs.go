@@ -583,22 +583,8 @@ func NewIdempotencyKey() string {
 // Enqueue validates and inserts a job. The endpoint must stay on the node's
 // base URL; the method must be one the invoker sends.
 func Enqueue(ctx context.Context, s *store.Store, j store.NewJob) (int64, error) {
-	if err := ValidateEndpoint(j.Endpoint); err != nil {
+	if err := CheckNewJob(&j); err != nil {
 		return 0, fmt.Errorf("enqueue: %w", err)
-	}
-	if j.Method == "" {
-		j.Method = "POST"
-	}
-	switch j.Method {
-	case "GET", "POST", "PUT", "PATCH", "DELETE":
-	default:
-		return 0, fmt.Errorf("enqueue: method %q is not one of GET, POST, PUT, PATCH, DELETE", j.Method)
-	}
-	if err := validateNewJob(j.MaxAttempts, j.Timeout, j.Delay, j.RunAt); err != nil {
-		return 0, fmt.Errorf("enqueue: %w", err)
-	}
-	if j.IdempotencyKey == "" {
-		j.IdempotencyKey = NewIdempotencyKey()
 	}
 	return s.JobInsert(ctx, j)
 }

@@ -40,7 +40,7 @@ func setNext(t *testing.T, s *store.Store, name string, next time.Time) {
 }
 
 func occurrences(t *testing.T, s *store.Store, name string) []store.Job {
-	all, err := s.JobsList(context.Background(), "", 10000)
+	all, err := s.JobsList(context.Background(), store.JobFilter{Limit: 10000})
 	require.NoError(t, err)
 	var out []store.Job
 	for _, j := range all {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/slotpoller/slotpoller/internal/store"
 )
 
 // MaxNameLength is the longest schedule or task name.
@@ -76,20 +78,77 @@ const MaxLeadTime = 366 * 24 * time.Hour
 // validateNewJob checks what Enqueue stores beyond the endpoint and method.
 func validateNewJob(maxAttempts int, timeout, delay time.Duration, runAt *time.Time) error {
 	if maxAttempts < 1 || maxAttempts > MaxAttempts {
-		return fmt.Errorf("max attempts %d must be between 1 and %d", maxAttempts, MaxAttempts)
+		return &FieldError{"max_attempts", fmt.Sprintf("max attempts %d must be between 1 and %d", maxAttempts, MaxAttempts)}
 	}
 	if err := ValidateTimeout(timeout); err != nil {
-		return err
+		return &FieldError{"timeout", err.Error()}
 	}
 	if delay < 0 {
-		return fmt.Errorf("delay %v must not be negative", delay)
+		return &FieldError{"delay", fmt.Sprintf("delay %v must not be negative", delay)}
 	}
 	if delay > MaxLeadTime {
-		return fmt.Errorf("delay %v is more than 366 days ahead; a job may be due at most that far ahead", delay)
+		return &FieldError{"delay", fmt.Sprintf("delay %v is more than 366 days ahead; a job may be due at most that far ahead", delay)}
 	}
 	// The local clock is good enough for a bound a year away.
 	if runAt != nil && runAt.After(time.Now().Add(MaxLeadTime)) {
-		return fmt.Errorf("run at %s is more than 366 days ahead; a job may be due at most that far ahead", runAt.UTC().Format(time.RFC3339))
+		return &FieldError{"run_at", fmt.Sprintf("run at %s is more than 366 days ahead; a job may be due at most that far ahead", runAt.UTC().Format(time.RFC3339))}
+	}
+	return nil
+}
+
+// Limits of a new job's fields.
+const (
+	// MaxPayload is the largest request body a job may carry: a job's
+	// payload sits in a row that every claim reads back, so bulk data
+	// belongs elsewhere (the payload can point to it).
+	MaxPayload = 1 << 20
+	// MaxUniqueKey is the longest unique key: SQL Server indexes at most
+	// 900 bytes, an nvarchar(450).
+	MaxUniqueKey = 450
+	// MaxIdempotencyKey is the longest idempotency key; it travels in a
+	// request header of every call.
+	MaxIdempotencyKey = MaxNameLength
+)
+
+// FieldError says which field of a new job is wrong, and why.
+type FieldError struct {
+	Field   string // endpoint, method, max_attempts, timeout, delay, run_at, unique_key, idempotency_key, payload
+	Problem string
+}
+
+func (e *FieldError) Error() string { return e.Problem }
+
+// CheckNewJob validates a job to enqueue and fills its defaults: method
+// POST and a fresh idempotency key. MaxAttempts must be set. Errors are
+// *FieldError.
+func CheckNewJob(j *store.NewJob) error {
+	if err := ValidateEndpoint(j.Endpoint); err != nil {
+		return &FieldError{"endpoint", err.Error()}
+	}
+	if j.Method == "" {
+		j.Method = "POST"
+	}
+	switch j.Method {
+	case "GET", "POST", "PUT", "PATCH", "DELETE":
+	default:
+		return &FieldError{"method", fmt.Sprintf("method %q is not one of GET, POST, PUT, PATCH, DELETE", j.Method)}
+	}
+	if err := validateNewJob(j.MaxAttempts, j.Timeout, j.Delay, j.RunAt); err != nil {
+		return err
+	}
+	if j.RunAt != nil && j.Delay != 0 {
+		return &FieldError{"run_at", "give a run time or a delay, not both"}
+	}
+	if len(j.Payload) > MaxPayload {
+		return &FieldError{"payload", fmt.Sprintf("payload is %d bytes; at most %d (1 MiB) are allowed", len(j.Payload), MaxPayload)}
+	}
+	if n := utf8.RuneCountInString(j.UniqueKey); n > MaxUniqueKey || !utf8.ValidString(j.UniqueKey) {
+		return &FieldError{"unique_key", fmt.Sprintf("unique key must be valid UTF-8 of at most %d characters (it has %d)", MaxUniqueKey, n)}
+	}
+	if j.IdempotencyKey == "" {
+		j.IdempotencyKey = NewIdempotencyKey()
+	} else if err := ValidateName("idempotency key", j.IdempotencyKey); err != nil {
+		return &FieldError{"idempotency_key", err.Error()}
 	}
 	return nil
 }

@@ -58,6 +58,18 @@ type Dialect interface {
 	Returning(cols string) string
 	// Output is the same for dialects that place it before VALUES / WHERE.
 	Output(cols string) string
+	// TimeText is an SQL expression for a time column or expression as
+	// text that parseTimeText reads: the history keeps database times.
+	TimeText(expr string) string
+	// TextParam is a bind parameter (written as ?) that a function taking
+	// any type, such as CONCAT, receives as text.
+	TextParam() string
+	// Tail is an SQL expression for the last n characters of a text.
+	Tail(expr string, n int) string
+	// RowLimit returns the clauses that limit a SELECT to a bind parameter
+	// (written as ?) of rows: top goes right after SELECT, limit at the end
+	// of the statement; one of them is "". rowLimit places its argument.
+	RowLimit() (top, limit string)
 	// MigrationLock returns a statement that takes a transaction-scoped lock
 	// serializing migrations across nodes, or "" when beginning the
 	// transaction already does (SQLite's BEGIN IMMEDIATE).

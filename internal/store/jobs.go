@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -67,6 +66,7 @@ type Job struct {
 	LastError      string
 	Schedule       string
 	ScheduledFor   *time.Time
+	History        []Event // JobGet only: the last attempts and actions, oldest first
 }
 
 // Claim is a job this node now holds under Token until its lease ends.
@@ -179,10 +179,16 @@ func (s *Store) JobsReclaimExpired(ctx context.Context) (int64, error) {
   finished_at = CASE WHEN state = 'ready' OR attempt >= max_attempts THEN {now} ELSE NULL END,
   run_at = CASE WHEN state = 'ready' THEN run_at ELSE {now} END,
   last_error = CASE WHEN state = 'ready' THEN ? ELSE ? END,
+  history = CASE WHEN state = 'ready' THEN history ELSE `+historyLine(s.d, "owner_node", "started_at",
+		"CASE WHEN attempt >= max_attempts THEN "+s.d.TextParam()+" ELSE "+s.d.TextParam()+" END")+` END,
   owner = NULL, lease_until = NULL
 WHERE (state = 'running' AND lease_until < {now}) OR (state = 'ready' AND start_by < {now})`)
-	return s.execCount(ctx, "reclaim expired leases", q, "missed: not started within its tolerance",
-		"lease expired: the node running it stopped renewing (crashed, froze or lost the database)")
+	// A missed occurrence was never attempted: only an expired lease adds a
+	// line to the history.
+	const lease = "lease expired: the node running it stopped renewing (crashed, froze or lost the database)"
+	args := append([]any{"missed: not started within its tolerance", lease}, historySeps()...)
+	args = append(args, historySuffix(StateDead, 0, lease), historySuffix(OutcomeReclaimed, 0, lease))
+	return s.execCount(ctx, "reclaim expired leases", q, args...)
 }
 
 // QueueLoad is what a poller needs to size its share.
@@ -267,12 +273,25 @@ func (s *Store) JobFinishIfRunning(ctx context.Context, id, token int64, o Outco
 	}
 	if o.State == StateReady {
 		q := expand(s.d, `UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now+?},
-  last_status = ?, last_error = ? WHERE id = ? AND token = ? AND state = 'running'`)
-		return s.fenced(ctx, fmt.Sprintf("schedule retry of job %d", id), q, millis(o.RetryAfter), status, errText, id, token)
+  last_status = ?, last_error = ?, history = `+s.attemptLine()+`
+WHERE id = ? AND token = ? AND state = 'running'`)
+		args := append([]any{millis(o.RetryAfter), status, errText}, historySeps()...)
+		args = append(args, historySuffix(OutcomeRetry, o.Status, o.Error), id, token)
+		return s.fenced(ctx, fmt.Sprintf("schedule retry of job %d", id), q, args...)
 	}
 	q := expand(s.d, `UPDATE {jobs} SET state = ?, owner = NULL, lease_until = NULL, finished_at = {now},
-  last_status = ?, last_error = ? WHERE id = ? AND token = ? AND state = 'running'`)
-	return s.fenced(ctx, fmt.Sprintf("record result of job %d", id), q, o.State, status, errText, id, token)
+  last_status = ?, last_error = ?, history = `+s.attemptLine()+`
+WHERE id = ? AND token = ? AND state = 'running'`)
+	args := append([]any{o.State, status, errText}, historySeps()...)
+	args = append(args, historySuffix(o.State, o.Status, o.Error), id, token)
+	return s.fenced(ctx, fmt.Sprintf("record result of job %d", id), q, args...)
+}
+
+// attemptLine is the history with the line of the attempt that a running
+// row ends: its node and start, as the claim wrote them, and a suffix
+// parameter.
+func (s *Store) attemptLine() string {
+	return historyLine(s.d, "owner_node", "started_at", s.d.TextParam())
 }
 
 // JobReleaseIfRunning gives a claimed job back unrun (a graceful stop that
@@ -280,9 +299,10 @@ func (s *Store) JobFinishIfRunning(ctx context.Context, id, token int64, o Outco
 // counted.
 func (s *Store) JobReleaseIfRunning(ctx context.Context, id, token int64, reason string) (bool, error) {
 	q := expand(s.d, `UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now},
-  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?
+  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?, history = `+s.attemptLine()+`
 WHERE id = ? AND token = ? AND state = 'running'`)
-	return s.fenced(ctx, fmt.Sprintf("release job %d", id), q, reason, id, token)
+	args := append(append([]any{reason}, historySeps()...), historySuffix(OutcomeReleased, 0, reason), id, token)
+	return s.fenced(ctx, fmt.Sprintf("release job %d", id), q, args...)
 }
 
 func (s *Store) fenced(ctx context.Context, what string, q string, args ...any) (bool, error) {
@@ -331,37 +351,6 @@ func scanJob(sc rowScanner) (Job, error) {
 	return j, nil
 }
 
-// JobGet reads one job.
-func (s *Store) JobGet(ctx context.Context, id int64) (Job, error) {
-	j, err := scanJob(s.queryRow(ctx, expand(s.d, `SELECT `+jobColumns+` FROM {jobs} WHERE id = ?`), id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return j, fmt.Errorf("job %d: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return j, fmt.Errorf("read job %d: %w", id, err)
-	}
-	return j, nil
-}
-
-// JobsList reads up to limit jobs, newest first; state "" means any.
-func (s *Store) JobsList(ctx context.Context, state string, limit int) ([]Job, error) {
-	q := `SELECT ` + jobColumns + ` FROM {jobs} WHERE (? = '' OR state = ?) ORDER BY id DESC`
-	rows, err := s.query(ctx, expand(s.d, q), state, state)
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	defer rows.Close()
-	var out []Job
-	for rows.Next() && len(out) < limit {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list jobs: %w", err)
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
-}
-
 // JobCounts counts jobs by state.
 func (s *Store) JobCounts(ctx context.Context) (map[string]int, error) {
 	rows, err := s.query(ctx, expand(s.d, `SELECT state, COUNT(*) FROM {jobs} GROUP BY state`))
@@ -404,7 +393,8 @@ WHERE owner = ? AND state = 'running' {returning id, token}`)
 // still held is a claim whose answer was lost.
 func (s *Store) JobsReleaseOwned(ctx context.Context, owner, reason string) (int64, error) {
 	q := expand(s.d, `UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now},
-  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?
+  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?, history = `+s.attemptLine()+`
 WHERE owner = ? AND state = 'running'`)
-	return s.execCount(ctx, "release jobs of a stopping node", q, reason, owner)
+	args := append(append([]any{reason}, historySeps()...), historySuffix(OutcomeReleased, 0, reason), owner)
+	return s.execCount(ctx, "release jobs of a stopping node", q, args...)
 }

@@ -23,11 +23,22 @@ func (Postgres) ClockResolution() time.Duration { return time.Microsecond }
 func (Postgres) NowPlusMillis() string {
 	return "(clock_timestamp() + CAST(? AS double precision) * interval '1 millisecond')"
 }
-func (Postgres) Table(name string) string     { return "slotpoller_" + name }
-func (Postgres) TimeArg(t time.Time) any      { return t.UTC() }
-func (Postgres) MigrationLock() string        { return "SELECT pg_advisory_xact_lock(7305112)" }
-func (Postgres) Returning(cols string) string { return "RETURNING " + cols }
-func (Postgres) Output(string) string         { return "" }
+func (Postgres) Table(name string) string      { return "slotpoller_" + name }
+func (Postgres) TimeArg(t time.Time) any       { return t.UTC() }
+func (Postgres) MigrationLock() string         { return "SELECT pg_advisory_xact_lock(7305112)" }
+func (Postgres) Returning(cols string) string  { return "RETURNING " + cols }
+func (Postgres) Output(string) string          { return "" }
+func (Postgres) TextParam() string             { return "CAST(? AS text)" }
+func (Postgres) RowLimit() (top, limit string) { return "", "LIMIT ?" }
+func (Postgres) Tail(expr string, n int) string {
+	return "right(" + expr + ", " + strconv.Itoa(n) + ")"
+}
+
+// TimeText writes the UTC wall time: a timestamptz cast to text would
+// follow the session's DateStyle and TimeZone.
+func (Postgres) TimeText(expr string) string {
+	return "to_char(" + expr + " AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
+}
 
 // ClaimJobs locks candidate rows with SKIP LOCKED so that pollers in the
 // same slot (backlog mode) take different rows instead of queueing behind

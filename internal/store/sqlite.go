@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,12 @@ func (SQLite) TimeArg(t time.Time) any        { return t.UnixMilli() }
 func (SQLite) MigrationLock() string          { return "" }
 func (SQLite) Returning(cols string) string   { return "RETURNING " + cols }
 func (SQLite) Output(string) string           { return "" }
+func (SQLite) TimeText(expr string) string    { return expr } // integer milliseconds
+func (SQLite) TextParam() string              { return "?" }
+func (SQLite) RowLimit() (top, limit string)  { return "", "LIMIT ?" }
+func (SQLite) Tail(expr string, n int) string {
+	return "substr(" + expr + ", -" + strconv.Itoa(n) + ")"
+}
 
 // ClaimJobs needs no row locks: SQLite has one writer at a time, so the
 // subquery and the update see the same rows.

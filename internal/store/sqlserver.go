@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,6 +102,17 @@ IF @lock < 0 RAISERROR(N'slotpoller: could not take the migration lock (sp_getap
 }
 
 func (SQLServer) Returning(string) string { return "" }
+
+// TimeText: style 121 is the ODBC canonical yyyy-mm-dd hh:mi:ss with the
+// datetime2's seven fractional digits, whatever the session's language.
+func (SQLServer) TimeText(expr string) string { return "CONVERT(nvarchar(27), " + expr + ", 121)" }
+func (SQLServer) TextParam() string           { return "?" }
+func (SQLServer) RowLimit() (top, limit string) {
+	return "TOP (?)", ""
+}
+func (SQLServer) Tail(expr string, n int) string {
+	return "RIGHT(" + expr + ", " + strconv.Itoa(n) + ")"
+}
 
 // Output is the OUTPUT clause, placed before VALUES in an INSERT and before
 // WHERE in an UPDATE; the rows it returns are read with a query.

@@ -129,7 +129,23 @@ func sqlServerOps() []op {
 		}},
 		{name: "JobGet", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobGet(ctx, 41); return err }},
 		{name: "JobsList", sends: 1, run: func(ctx context.Context, s *store.Store) error {
-			_, err := s.JobsList(ctx, store.StateReady, 10)
+			_, err := s.JobsList(ctx, store.JobFilter{States: []string{store.StateReady}, EndpointPrefix: "/jobs/MARK", Since: time.Hour, Before: 99, Retrying: true, Limit: 10})
+			return err
+		}},
+		{name: "JobCancelIfWaiting", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobCancelIfWaiting(ctx, 41, "operator MARK")
+			return err
+		}},
+		{name: "JobsRetry", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsRetry(ctx, store.JobFilter{States: []string{store.StateDead, store.StateFailed}, Since: time.Hour, Limit: 500}, "operator MARK")
+			return err
+		}},
+		{name: "JobsByUniqueKey", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsByUniqueKey(ctx, []string{"unique-MARK", "other-MARK"})
+			return err
+		}},
+		{name: "JobInsertMany", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobInsertMany(ctx, []store.NewJob{mJob, atJob})
 			return err
 		}},
 		{name: "JobCounts", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobCounts(ctx); return err }},
@@ -228,7 +244,7 @@ func sqlServerOps() []op {
 
 // noSQL are the store's methods that send nothing (CheckFile: a stat of
 // the SQLite file).
-var noSQL = map[string]bool{"Close": true, "DB": true, "Dialect": true, "Statements": true, "CheckFile": true}
+var noSQL = map[string]bool{"Close": true, "DB": true, "Dialect": true, "Statements": true, "CheckFile": true, "WithTx": true, "InTx": true}
 
 // Every operation of the store is in the list above: a new one must say
 // what it sends to SQL Server.

@@ -22,11 +22,34 @@ var ErrNotFound = errors.New("not found")
 
 // Store runs slotpoller's statements against one database.
 type Store struct {
-	db    *sql.DB
-	d     Dialect
-	stmts atomic.Int64
-	file  *sqliteFile // the SQLite file opened; nil for the others
+	pool *sql.DB
+	db   conn // the pool, or the caller's transaction (WithTx)
+	d    Dialect
+	// callerTx: the statements run in a transaction the caller owns, so a
+	// transient conflict is not retried here: a deadlock victim's whole
+	// transaction was rolled back, and only the caller can run it again.
+	callerTx bool
+	stmts    atomic.Int64
+	file     *sqliteFile // the SQLite file opened; nil for the others
 }
+
+// conn is what a statement is sent through: a *sql.DB or a *sql.Tx.
+type conn interface {
+	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}
+
+// WithTx returns a store that sends its statements in tx, the caller's
+// transaction: what it writes commits or rolls back with the caller's own
+// writes. It does not retry transient conflicts (see Store.callerTx).
+func (s *Store) WithTx(tx *sql.Tx) *Store {
+	return &Store{pool: s.pool, db: tx, d: s.d, callerTx: true}
+}
+
+// InTx reports whether the store sends its statements in a caller's
+// transaction.
+func (s *Store) InTx() bool { return s.callerTx }
 
 // DialectFor returns the dialect of a database.driver value.
 func DialectFor(driver string) (Dialect, error) {
@@ -134,7 +157,7 @@ func configurePool(db *sql.DB, d Dialect) {
 // New wraps a connection pool the caller opened (a go-mssqldb connector
 // with Azure AD authentication, say, or a test's recording driver) as a
 // store of dialect d.
-func New(db *sql.DB, d Dialect) *Store { return &Store{db: db, d: d} }
+func New(db *sql.DB, d Dialect) *Store { return &Store{pool: db, db: db, d: d} }
 
 // scrub removes the DSN's password from an error message: drivers quote
 // connection strings in their errors, or pieces of a password they
@@ -196,10 +219,10 @@ func isWordByte(c byte) bool {
 }
 
 // Close closes the connection pool.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error { return s.pool.Close() }
 
 // DB is the connection pool, for the migrator.
-func (s *Store) DB() *sql.DB { return s.db }
+func (s *Store) DB() *sql.DB { return s.pool }
 
 // Dialect is the store's dialect.
 func (s *Store) Dialect() Dialect { return s.d }
@@ -228,6 +251,9 @@ func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 // are expected when several nodes write the same rows; they are never
 // surfaced as a failed operation unless they persist.
 func (s *Store) retry(ctx context.Context, op func() error) error {
+	if s.callerTx {
+		return op()
+	}
 	pause := 5 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := op()

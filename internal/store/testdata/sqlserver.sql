@@ -75,12 +75,13 @@ VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int)
 SELECT id FROM [sp_unit].[jobs] WHERE unique_key = @p1;
 
 -- JobsReclaimExpired
--- @p1 string, @p2 string
+-- @p1 string, @p2 string, @p3 string, @p4 string, @p5 string, @p6 string, @p7 string
 UPDATE [sp_unit].[jobs] SET
   state = CASE WHEN state = 'ready' THEN 'missed' WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
   finished_at = CASE WHEN state = 'ready' OR attempt >= max_attempts THEN SYSUTCDATETIME() ELSE NULL END,
   run_at = CASE WHEN state = 'ready' THEN run_at ELSE SYSUTCDATETIME() END,
   last_error = CASE WHEN state = 'ready' THEN @p1 ELSE @p2 END,
+  history = CASE WHEN state = 'ready' THEN history ELSE RIGHT(CONCAT(history, attempt, @p3, owner_node, @p4, CONVERT(nvarchar(27), started_at, 121), @p5, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN attempt >= max_attempts THEN @p6 ELSE @p7 END), 8000) END,
   owner = NULL, lease_until = NULL
 WHERE (state = 'running' AND lease_until < SYSUTCDATETIME()) OR (state = 'ready' AND start_by < SYSUTCDATETIME());
 
@@ -118,36 +119,62 @@ WHERE j.state = 'ready';
 UPDATE [sp_unit].[jobs] SET lease_until = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) WHERE id = @p2 AND token = @p3 AND state = 'running';
 
 -- JobFinishIfRunning (done)
--- @p1 string, @p2 int, @p3 <nil>, @p4 int64, @p5 int64
+-- @p1 string, @p2 int, @p3 <nil>, @p4 string, @p5 string, @p6 string, @p7 string, @p8 int64, @p9 int64
 UPDATE [sp_unit].[jobs] SET state = @p1, owner = NULL, lease_until = NULL, finished_at = SYSUTCDATETIME(),
-  last_status = @p2, last_error = @p3 WHERE id = @p4 AND token = @p5 AND state = 'running';
+  last_status = @p2, last_error = @p3, history = RIGHT(CONCAT(history, attempt, @p4, owner_node, @p5, CONVERT(nvarchar(27), started_at, 121), @p6, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p7), 8000)
+WHERE id = @p8 AND token = @p9 AND state = 'running';
 
 -- JobFinishIfRunning (retry)
--- @p1 int64, @p2 int, @p3 string, @p4 int64, @p5 int64
+-- @p1 int64, @p2 int, @p3 string, @p4 string, @p5 string, @p6 string, @p7 string, @p8 int64, @p9 int64
 UPDATE [sp_unit].[jobs] SET state = 'ready', owner = NULL, lease_until = NULL, run_at = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())),
-  last_status = @p2, last_error = @p3 WHERE id = @p4 AND token = @p5 AND state = 'running';
+  last_status = @p2, last_error = @p3, history = RIGHT(CONCAT(history, attempt, @p4, owner_node, @p5, CONVERT(nvarchar(27), started_at, 121), @p6, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p7), 8000)
+WHERE id = @p8 AND token = @p9 AND state = 'running';
 
 -- JobReleaseIfRunning
--- @p1 string, @p2 int64, @p3 int64
+-- @p1 string, @p2 string, @p3 string, @p4 string, @p5 string, @p6 int64, @p7 int64
 UPDATE [sp_unit].[jobs] SET state = 'ready', owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),
-  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = @p1
-WHERE id = @p2 AND token = @p3 AND state = 'running';
+  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = @p1, history = RIGHT(CONCAT(history, attempt, @p2, owner_node, @p3, CONVERT(nvarchar(27), started_at, 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
+WHERE id = @p6 AND token = @p7 AND state = 'running';
 
 -- JobsReleaseOwned
--- @p1 string, @p2 string
+-- @p1 string, @p2 string, @p3 string, @p4 string, @p5 string, @p6 string
 UPDATE [sp_unit].[jobs] SET state = 'ready', owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),
-  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = @p1
-WHERE owner = @p2 AND state = 'running';
+  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = @p1, history = RIGHT(CONCAT(history, attempt, @p2, owner_node, @p3, CONVERT(nvarchar(27), started_at, 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
+WHERE owner = @p6 AND state = 'running';
 
 -- JobGet
 -- @p1 int64
 SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for FROM [sp_unit].[jobs] WHERE id = @p1;
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, history FROM [sp_unit].[jobs] WHERE id = @p1;
 
 -- JobsList
+-- @p1 int, @p2 string, @p3 int, @p4 string, @p5 int64, @p6 int64
+SELECT TOP (@p1) id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN (@p2) AND attempt > 0 AND SUBSTRING(endpoint, 1, @p3) = @p4 AND created_at >= DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME())) AND id < @p6 ORDER BY id DESC;
+
+-- JobCancelIfWaiting
+-- @p1 string, @p2 string, @p3 string, @p4 string, @p5 string, @p6 int64
+UPDATE [sp_unit].[jobs] SET state = 'cancelled', finished_at = SYSUTCDATETIME(), start_by = NULL,
+  history = RIGHT(CONCAT(history, attempt, @p1, @p2, @p3, CONVERT(nvarchar(27), NULLIF(started_at, started_at), 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
+WHERE id = @p6 AND state = 'ready';
+
+-- JobsRetry
+-- @p1 string, @p2 string, @p3 string, @p4 string, @p5 string, @p6 int, @p7 string, @p8 string, @p9 int64, @p10 string, @p11 string
+UPDATE [sp_unit].[jobs] SET state = 'ready', run_at = SYSUTCDATETIME(), attempt = 0, finished_at = NULL,
+  start_by = NULL, owner = NULL, lease_until = NULL,
+  history = RIGHT(CONCAT(history, attempt, @p1, @p2, @p3, CONVERT(nvarchar(27), NULLIF(started_at, started_at), 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
+WHERE id IN (SELECT TOP (@p6) id FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN (@p7, @p8) AND created_at >= DATEADD(millisecond, CAST(@p9 % 86400000 AS int), DATEADD(day, CAST(@p9 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY id DESC) AND state IN (@p10, @p11);
+
+-- JobsByUniqueKey
 -- @p1 string, @p2 string
-SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for FROM [sp_unit].[jobs] WHERE (@p1 = '' OR state = @p2) ORDER BY id DESC;
+SELECT unique_key, id FROM [sp_unit].[jobs] WHERE unique_key IN (@p1, @p2);
+
+-- JobInsertMany
+-- @p1 string, @p2 string, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 string, @p8 string, @p9 <nil>, @p10 <nil>, @p11 <nil>, @p12 int, @p13 string, @p14 string, @p15 []uint8, @p16 civil.DateTime, @p17 int, @p18 int64, @p19 <nil>, @p20 string, @p21 <nil>, @p22 <nil>, @p23 <nil>, @p24 int
+INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id, inserted.idem_key
+VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12),
+  (@p13, @p14, @p15, 'ready', @p16, 0, @p17, @p18, @p19, @p20, 0, SYSUTCDATETIME(), @p21, @p22, @p23, @p24);
 
 -- JobCounts
 SELECT state, COUNT(*) FROM [sp_unit].[jobs] GROUP BY state;

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/service"
+)
+
+func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs, cfgPath := newFlags("enqueue", stderr)
+	endpoint := fs.String("endpoint", "", "path of the job's endpoint on the node's base URL, e.g. /jobs/report (required)")
+	in := fs.Duration("in", 0, "run after this delay on the database clock, e.g. 30s")
+	at := fs.String("at", "", "run at this time, RFC 3339, e.g. 2026-12-01T02:00:00Z")
+	payload := fs.String("payload", "", "request body")
+	payloadFile := fs.String("payload-file", "", "read the request body from this file, or from standard input with - (at most 1 MiB)")
+	method := fs.String("method", "POST", "HTTP method: GET, POST, PUT, PATCH or DELETE")
+	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is dead (default jobs.max_attempts)")
+	timeout := fs.Duration("timeout", 0, "deadline of one call (default jobs.timeout)")
+	unique := fs.String("unique-key", "", "refuse the job if one with this key exists")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *endpoint == "" {
+		return usageError{"-endpoint is required"}
+	}
+	if *in < 0 {
+		return usageError{fmt.Sprintf("-in %v: must not be negative", *in)}
+	}
+	if *in > jobs.MaxLeadTime {
+		return usageError{fmt.Sprintf("-in %v: a job may be due at most 366 days (8784h) ahead", *in)}
+	}
+	var runAt time.Time
+	if *at != "" {
+		if *in != 0 {
+			return usageError{"give -in or -at, not both"}
+		}
+		t, err := time.Parse(time.RFC3339, *at)
+		if err != nil {
+			return usageError{fmt.Sprintf("-at %q: not an RFC 3339 time such as 2026-12-01T02:00:00Z", *at)}
+		}
+		if t.After(time.Now().Add(jobs.MaxLeadTime)) {
+			return usageError{fmt.Sprintf("-at %q: a job may be due at most 366 days ahead", *at)}
+		}
+		runAt = t
+	}
+	if err := checkCallFlags(*method, *timeout); err != nil {
+		return err
+	}
+	if err := checkMaxAttempts(*maxAttempts); err != nil {
+		return err
+	}
+	if err := jobs.ValidateEndpoint(*endpoint); err != nil {
+		return usageError{fmt.Sprintf("-endpoint %q: %v", *endpoint, err)}
+	}
+	body := []byte(*payload)
+	if *payloadFile != "" {
+		if flagGiven(fs, "payload") {
+			return usageError{"give -payload or -payload-file, not both"}
+		}
+		var err error
+		if body, err = readPayload(*payloadFile, stdin); err != nil {
+			return err
+		}
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	return withClient(cfg, func(ctx context.Context, c *client.Client) error {
+		id, err := c.Enqueue(ctx, client.Job{Endpoint: *endpoint, Method: *method, Payload: body,
+			RunAt: runAt, Delay: *in, MaxAttempts: *maxAttempts, Timeout: *timeout, UniqueKey: *unique})
+		if err != nil {
+			return fmt.Errorf("enqueue: %w", err)
+		}
+		fmt.Fprintln(stdout, id)
+		return nil
+	})
+}
+
+// readPayload reads -payload-file: a file, or standard input for "-". A
+// body over client.MaxPayload is refused before it is all read.
+func readPayload(name string, stdin io.Reader) ([]byte, error) {
+	src, what := stdin, "standard input"
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, usageError{fmt.Sprintf("-payload-file: %v", err)}
+		}
+		defer f.Close()
+		src, what = f, name
+	}
+	b, err := io.ReadAll(io.LimitReader(src, client.MaxPayload+1))
+	if err != nil {
+		return nil, fmt.Errorf("-payload-file: read %s: %w", what, err)
+	}
+	if len(b) > client.MaxPayload {
+		return nil, usageError{fmt.Sprintf("-payload-file: %s is over %d bytes (1 MiB), the most a job's payload may be", what, client.MaxPayload)}
+	}
+	return b, nil
+}
+
+// flagGiven reports whether the command line set the flag.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+// withClient connects a client for a one-shot verb, once the schema is
+// in place.
+func withClient(cfg service.Config, f func(context.Context, *client.Client) error) error {
+	ctx := context.Background()
+	s, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := install.Check(ctx, s); err != nil {
+		return err
+	}
+	c, err := newClient(s, cfg)
+	if err != nil {
+		return err
+	}
+	return f(ctx, c)
+}
+
+func newClient(s *store.Store, cfg service.Config) (*client.Client, error) {
+	return client.New(s.DB(), cfg.Database.Driver, client.WithSchema(cfg.Database.Schema),
+		client.WithDefaultMaxAttempts(cfg.Jobs.MaxAttempts), client.WithActor("cli"))
+}

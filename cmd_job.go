@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/slotpoller/slotpoller/client"
+)
+
+// jobTime is how job commands write a database time: UTC, to the
+// millisecond.
+const jobTime = "2006-01-02 15:04:05.000Z"
+
+func cmdJob(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"say `job list`, `job show ID`, `job retry` or `job cancel ID`"}
+	}
+	sub, args := args[0], args[1:]
+	fs, cfgPath := newFlags("job "+sub, stderr)
+	switch sub {
+	case "list":
+		state := fs.String("state", "", "ready, retrying (backing off after a failure), running, done, failed, dead, cancelled or missed")
+		endpoint := fs.String("endpoint", "", "only endpoints that start with this prefix")
+		since := fs.Duration("since", 0, "only jobs created within this long, e.g. 24h (database clock)")
+		limit := fs.Int("limit", client.DefaultListLimit, fmt.Sprintf("at most this many jobs, 1 to %d", client.MaxListLimit))
+		cursor := fs.String("cursor", "", "continue where the previous page ended")
+		asJSON := fs.Bool("json", false, "print JSON: an object with a jobs array and next_cursor")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		f := client.Filter{State: *state, EndpointPrefix: *endpoint, Since: *since, Limit: *limit, Cursor: *cursor}
+		if err := checkFilter(f, *limit < 1); err != nil {
+			return err
+		}
+		return jobClient(*cfgPath, func(ctx context.Context, c *client.Client) error {
+			page, err := c.List(ctx, f)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(stdout, struct {
+					Jobs       []client.JobInfo `json:"jobs"`
+					NextCursor string           `json:"next_cursor,omitempty"`
+				}{append([]client.JobInfo{}, page.Jobs...), page.NextCursor})
+			}
+			return writeJobList(stdout, page)
+		})
+	case "show":
+		asJSON := fs.Bool("json", false, "print JSON")
+		id, err := parseID(fs, args)
+		if err != nil {
+			return err
+		}
+		return jobClient(*cfgPath, func(ctx context.Context, c *client.Client) error {
+			j, err := c.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(stdout, j)
+			}
+			return writeJob(stdout, j)
+		})
+	case "cancel":
+		id, err := parseID(fs, args)
+		if err != nil {
+			return err
+		}
+		return jobClient(*cfgPath, func(ctx context.Context, c *client.Client) error {
+			if err := c.Cancel(ctx, id); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "job %d cancelled\n", id)
+			return nil
+		})
+	case "retry":
+		state := fs.String("state", "", "retry every job in this state: dead, failed, cancelled or missed")
+		since := fs.Duration("since", 0, "with -state: only jobs created within this long, e.g. 24h")
+		limit := fs.Int("limit", client.MaxListLimit, fmt.Sprintf("with -state: at most this many jobs, newest first, 1 to %d", client.MaxListLimit))
+		var id int64
+		var err error
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			id, err = parseID(fs, args)
+		} else {
+			err = parse(fs, args)
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case id != 0 && (*state != "" || *since != 0):
+			return usageError{"give a job ID or -state, not both"}
+		case id == 0 && *state == "":
+			return usageError{"say which jobs: `job retry ID` or `job retry -state dead [-since 24h]`"}
+		case id == 0 && *state != client.StateDead && *state != client.StateFailed && *state != client.StateCancelled && *state != client.StateMissed:
+			return usageError{fmt.Sprintf("-state %q: only dead, failed, cancelled or missed jobs can be retried", *state)}
+		}
+		f := client.Filter{State: *state, Since: *since, Limit: *limit}
+		if err := checkFilter(f, *limit < 1); err != nil {
+			return err
+		}
+		return jobClient(*cfgPath, func(ctx context.Context, c *client.Client) error {
+			if id != 0 {
+				if err := c.Retry(ctx, id); err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "job %d is ready again with a fresh attempt budget\n", id)
+				return nil
+			}
+			n, err := c.RetryMatching(ctx, f)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%d %s jobs are ready again with a fresh attempt budget\n", n, *state)
+			if n == int64(f.Limit) {
+				fmt.Fprintf(stdout, "there may be more: run it again (at most %d at a time)\n", f.Limit)
+			}
+			return nil
+		})
+	}
+	return usageError{fmt.Sprintf("unknown job verb %q: say list, show, retry or cancel", sub)}
+}
+
+// parseID parses `ID [flags]` or `[flags] ID`: one job id, positive.
+func parseID(fs *flag.FlagSet, args []string) (int64, error) {
+	var raw string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		raw, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, err
+		}
+		return 0, usageError{err.Error()}
+	}
+	rest := fs.Args()
+	if raw == "" && len(rest) > 0 {
+		raw, rest = rest[0], rest[1:]
+	}
+	if len(rest) > 0 {
+		return 0, usageError{fmt.Sprintf("unexpected argument %q", rest[0])}
+	}
+	if raw == "" {
+		return 0, usageError{"give the job's ID, e.g. `" + fs.Name() + " 42`"}
+	}
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, usageError{fmt.Sprintf("job ID %q: not a job id (a positive whole number)", raw)}
+	}
+	return id, nil
+}
+
+// checkFilter turns the client's validation of a filter into a usage
+// error before any connection is made.
+func checkFilter(f client.Filter, badLimit bool) error {
+	if badLimit {
+		return usageError{fmt.Sprintf("-limit %d: must be between 1 and %d", f.Limit, client.MaxListLimit)}
+	}
+	var fe *client.FieldError
+	if err := client.CheckFilter(f); errors.As(err, &fe) {
+		return usageError{fmt.Sprintf("-%s: %s", fe.Field, fe.Problem)}
+	}
+	return nil
+}
+
+func jobClient(cfgPath string, f func(context.Context, *client.Client) error) error {
+	cfg, err := loadConfig(cfgPath)
+	if err != nil {
+		return err
+	}
+	return withClient(cfg, f)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// stateText is a job's state as the commands show it: a ready job that
+// has failed before is retrying.
+func stateText(j client.JobInfo) string {
+	if j.Retrying {
+		return client.StateRetrying
+	}
+	return j.State
+}
+
+func writeJobList(w io.Writer, p client.Page) error {
+	if len(p.Jobs) == 0 {
+		fmt.Fprintln(w, "no jobs")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tATTEMPTS\tRUN AT (UTC)\tENDPOINT\tLAST")
+	for _, j := range p.Jobs {
+		fmt.Fprintf(tw, "%d\t%s\t%d/%d\t%s\t%s %s\t%s\n", j.ID, stateText(j), j.Attempt, j.MaxAttempts,
+			j.RunAt.Format(jobTime), j.Method, j.Endpoint, lastResult(j.LastStatus, j.LastError, 60))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if p.NextCursor != "" {
+		fmt.Fprintf(w, "more: add -cursor %s\n", p.NextCursor)
+	}
+	return nil
+}
+
+// lastResult is a status and an error on one line, cut to n characters.
+func lastResult(status int, errText string, n int) string {
+	s := errText
+	if status != 0 {
+		s = strings.TrimSpace(strconv.Itoa(status) + " " + errText)
+	}
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		s = string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func optTime(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Format(jobTime)
+}
+
+func writeJob(w io.Writer, j client.JobInfo) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("job", strconv.FormatInt(j.ID, 10))
+	row("state", stateText(j))
+	row("endpoint", j.Method+" "+j.Endpoint)
+	row("attempts", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts))
+	if j.Timeout != 0 {
+		row("timeout", j.Timeout.String())
+	}
+	row("payload", fmt.Sprintf("%d bytes", len(j.Payload)))
+	row("idempotency key", j.IdempotencyKey)
+	if j.UniqueKey != "" {
+		row("unique key", j.UniqueKey)
+	}
+	if j.Schedule != "" {
+		row("schedule", j.Schedule+" at "+optTime(j.ScheduledFor))
+	}
+	row("created", j.Created.Format(jobTime))
+	row("run at", j.RunAt.Format(jobTime))
+	if j.State == client.StateRunning {
+		row("running on", j.Node+" since "+optTime(j.Started)+", lease until "+optTime(j.LeaseUntil))
+	}
+	if j.Finished != nil {
+		row("finished", optTime(j.Finished))
+	}
+	if j.LastStatus != 0 || j.LastError != "" {
+		row("last result", lastResult(j.LastStatus, j.LastError, 200))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(j.History) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\ntimeline (database time, UTC):")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ATTEMPT\tNODE\tSTARTED\tENDED\tTOOK\tOUTCOME\tSTATUS / ERROR")
+	for _, e := range j.History {
+		attempt, took := strconv.Itoa(e.Attempt), "-"
+		if e.Started == nil {
+			attempt = "-" // an operator's action
+		} else {
+			took = fmt.Sprintf("%8dms", e.Ended.Sub(*e.Started).Milliseconds())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", attempt, e.Node, optTime(e.Started), e.Ended.Format(jobTime),
+			took, e.Outcome, lastResult(e.Status, e.Error, 100))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/service"
+)
+
+func cmdSchedule(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"say `schedule add`, `list`, `remove`, `pause` or `resume`"}
+	}
+	sub, args := args[0], args[1:]
+	fs, cfgPath := newFlags("schedule "+sub, stderr)
+	switch sub {
+	case "add":
+		name := fs.String("name", "", "unique name of the schedule (required)")
+		every := fs.Duration("every", 0, "fire every interval, on the grid of its multiples (e.g. 10m fires at :00, :10, ...)")
+		cronExpr := fs.String("cron", "", "fire on a cron expression: 5 fields, or 6 with seconds first")
+		tz := fs.String("tz", "", "IANA time zone of -cron (default UTC)")
+		endpoint := fs.String("endpoint", "", "path of the endpoint on the node's base URL (required)")
+		method := fs.String("method", "POST", "HTTP method")
+		payload := fs.String("payload", "", "request body of every occurrence")
+		tolerance := fs.Duration("tolerance", 5*time.Minute, "how late an occurrence may still start")
+		misfire := fs.String("misfire", store.MisfireOnce, "after an outage: once (the latest missed runs once), skip (record missed), all (run each)")
+		overlap := fs.String("overlap", store.OverlapForbid, "forbid: an occurrence waits while the previous one runs; allow")
+		maxAttempts := fs.Int("max-attempts", 0, "attempts per occurrence (default jobs.max_attempts)")
+		timeout := fs.Duration("timeout", 0, "deadline of one call (default jobs.timeout)")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		switch {
+		case *name == "":
+			return usageError{"-name is required"}
+		case *endpoint == "":
+			return usageError{"-endpoint is required"}
+		case (*every == 0) == (*cronExpr == ""):
+			return usageError{"give -every or -cron, one of them"}
+		}
+		if err := checkName("schedule", *name); err != nil {
+			return err
+		}
+		if err := checkCallFlags(*method, *timeout); err != nil {
+			return err
+		}
+		if err := checkMaxAttempts(*maxAttempts); err != nil {
+			return err
+		}
+		if err := jobs.ValidateEndpoint(*endpoint); err != nil {
+			return usageError{fmt.Sprintf("-endpoint %q: %v", *endpoint, err)}
+		}
+		return withSchema(*cfgPath, func(ctx context.Context, cfg service.Config, s *store.Store) error {
+			attempts := *maxAttempts
+			if attempts == 0 {
+				attempts = cfg.Jobs.MaxAttempts
+			}
+			sc := store.Schedule{Name: *name, Every: *every, Cron: *cronExpr, TimeZone: *tz, Endpoint: *endpoint,
+				Method: *method, Payload: []byte(*payload), Timeout: *timeout, MaxAttempts: attempts, Tolerance: *tolerance,
+				Misfire: *misfire, Overlap: *overlap, Enabled: true, Source: store.SourceCommand}
+			if err := jobs.AddSchedule(ctx, s, sc); err != nil {
+				return err
+			}
+			added, err := s.ScheduleGet(ctx, *name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "schedule %q added; first occurrence %s\n", *name, added.NextFireAt.Format(time.RFC3339))
+			return nil
+		})
+	case "list":
+		asJSON := fs.Bool("json", false, "print JSON")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		return withSchema(*cfgPath, func(ctx context.Context, _ service.Config, s *store.Store) error {
+			rep, err := service.ScheduleReport(ctx, s)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			return service.WriteSchedules(stdout, rep)
+		})
+	case "remove", "pause", "resume":
+		name := fs.String("name", "", "name of the schedule (required)")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		if *name == "" {
+			return usageError{"-name is required"}
+		}
+		return withSchema(*cfgPath, func(ctx context.Context, _ service.Config, s *store.Store) error {
+			var ok bool
+			var err error
+			switch sub {
+			case "remove":
+				ok, err = s.ScheduleDelete(ctx, *name)
+			case "pause":
+				ok, err = s.ScheduleSetEnabled(ctx, *name, false, nil)
+			default:
+				err = jobs.ResumeSchedule(ctx, s, *name)
+				ok = err == nil
+			}
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("schedule %q: %w", *name, store.ErrNotFound)
+			}
+			done := map[string]string{"remove": "removed", "pause": "paused", "resume": "resumed"}[sub]
+			fmt.Fprintf(stdout, "schedule %q %s\n", *name, done)
+			return nil
+		})
+	}
+	return usageError{fmt.Sprintf("unknown schedule verb %q: say add, list, remove, pause or resume", sub)}
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/service"
+)
+
+func cmdSchema(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "migrate" && args[0] != "status") {
+		return usageError{"say `schema migrate` or `schema status`"}
+	}
+	sub := args[0]
+	fs, cfgPath := newFlags("schema "+sub, stderr)
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	return withStore(*cfgPath, func(ctx context.Context, _ service.Config, s *store.Store) error {
+		if sub == "status" {
+			cur, latest, err := install.Status(ctx, s)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "schema version %d; this binary's latest is %d\n", cur, latest)
+			return install.Check(ctx, s)
+		}
+		applied, err := install.Migrate(ctx, s)
+		if err != nil {
+			return err
+		}
+		if len(applied) == 0 {
+			fmt.Fprintln(stdout, "schema is up to date")
+			return nil
+		}
+		fmt.Fprintf(stdout, "applied schema versions %v\n", applied)
+		return nil
+	})
+}

@@ -1,0 +1,273 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// JobGet reads one job with its history.
+func (s *Store) JobGet(ctx context.Context, id int64) (Job, error) {
+	var history sql.NullString
+	row := s.queryRow(ctx, expand(s.d, `SELECT `+jobColumns+`, history FROM {jobs} WHERE id = ?`), id)
+	j, err := scanJob(scanExtra{row, []any{&history}})
+	if errors.Is(err, sql.ErrNoRows) {
+		return j, fmt.Errorf("job %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return j, fmt.Errorf("read job %d: %w", id, err)
+	}
+	j.History = parseHistory(history.String)
+	return j, nil
+}
+
+// scanExtra scans a row's job columns and then extra ones.
+type scanExtra struct {
+	r     rowScanner
+	extra []any
+}
+
+func (x scanExtra) Scan(dest ...any) error { return x.r.Scan(append(dest, x.extra...)...) }
+
+// JobFilter selects jobs for JobsList and JobsRetry. Zero fields select
+// everything.
+type JobFilter struct {
+	ID       int64    // one job
+	States   []string // any of these states
+	Retrying bool     // only jobs that have had an attempt (with States ready: backing off after a failure)
+	// EndpointPrefix: the endpoint starts with it.
+	EndpointPrefix string
+	// Since: created within this long before the database's now.
+	Since time.Duration
+	// Before: only ids below it (keyset paging, newest first).
+	Before int64
+	Limit  int // required by JobsList and JobsRetry
+}
+
+// where returns the conditions of the filter, for alias-free job rows, and
+// their arguments.
+func (f JobFilter) where() (string, []any) {
+	conds := []string{"1 = 1"}
+	var args []any
+	if f.ID != 0 {
+		conds, args = append(conds, "id = ?"), append(args, f.ID)
+	}
+	if len(f.States) > 0 {
+		conds = append(conds, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
+		for _, st := range f.States {
+			args = append(args, st)
+		}
+	}
+	if f.Retrying {
+		conds = append(conds, "attempt > 0")
+	}
+	if f.EndpointPrefix != "" {
+		// SUBSTRING, not LIKE: a prefix is compared as it is, with no
+		// wildcard to escape.
+		conds = append(conds, "SUBSTRING(endpoint, 1, ?) = ?")
+		args = append(args, utf8.RuneCountInString(f.EndpointPrefix), f.EndpointPrefix)
+	}
+	if f.Since > 0 {
+		conds, args = append(conds, "created_at >= {now+?}"), append(args, -millis(f.Since))
+	}
+	if f.Before > 0 {
+		conds, args = append(conds, "id < ?"), append(args, f.Before)
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// rowLimit puts the dialect's row limit into q, which starts with
+// "SELECT ", and n among args where its placeholder falls.
+func rowLimit(d Dialect, q string, args []any, n int) (string, []any) {
+	top, limit := d.RowLimit()
+	if top != "" {
+		return "SELECT " + top + " " + strings.TrimPrefix(q, "SELECT "), append([]any{n}, args...)
+	}
+	return q + " " + limit, append(args, n)
+}
+
+// JobsList reads up to f.Limit jobs, newest first, without their history.
+func (s *Store) JobsList(ctx context.Context, f JobFilter) ([]Job, error) {
+	if f.Limit <= 0 {
+		return nil, errors.New("list jobs: a limit is required")
+	}
+	where, args := f.where()
+	q, args := rowLimit(s.d, `SELECT `+jobColumns+` FROM {jobs} WHERE `+where+` ORDER BY id DESC`, args, f.Limit)
+	return queryAll(ctx, s, "list jobs", expand(s.d, q), args, scanJob)
+}
+
+// noTime is a NULL of a time column's type, for the start of an operator's
+// action (a bare NULL has no type for PostgreSQL's functions to pick by).
+const noTime = "NULLIF(started_at, started_at)"
+
+// Actor names who acted on a job in its history: an operator's command or
+// an application.
+const maxActor = 200
+
+// JobCancelIfWaiting cancels a job that waits (ready, backing off after a
+// failure included). It reports false when the job is not ready.
+func (s *Store) JobCancelIfWaiting(ctx context.Context, id int64, actor string) (bool, error) {
+	q := expand(s.d, `UPDATE {jobs} SET state = 'cancelled', finished_at = {now}, start_by = NULL,
+  history = `+historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam())+`
+WHERE id = ? AND state = 'ready'`)
+	args := append([]any{"\t", cut(actor, maxActor)}, historySeps()[1:]...)
+	args = append(args, historySuffix(StateCancelled, 0, ""), id)
+	return s.fenced(ctx, fmt.Sprintf("cancel job %d", id), q, args...)
+}
+
+// RetryableStates are the states a job may be retried from.
+var RetryableStates = []string{StateDead, StateFailed, StateCancelled, StateMissed}
+
+// JobsRetry makes the finished jobs that f selects among RetryableStates
+// (f.States narrows them) ready now, with a fresh attempt budget and the
+// same idempotency key: a retry is the same logical run. It changes at
+// most f.Limit jobs, newest first, and returns how many it changed.
+func (s *Store) JobsRetry(ctx context.Context, f JobFilter, actor string) (int64, error) {
+	if f.Limit <= 0 {
+		return 0, errors.New("retry jobs: a limit is required")
+	}
+	var states []string
+	for _, st := range RetryableStates {
+		if len(f.States) == 0 || slices.Contains(f.States, st) {
+			states = append(states, st)
+		}
+	}
+	if len(states) == 0 {
+		return 0, nil
+	}
+	f.States = states
+	where, wargs := f.where()
+	pick, wargs := rowLimit(s.d, `SELECT id FROM {jobs} WHERE `+where+` ORDER BY id DESC`, wargs, f.Limit)
+	q := expand(s.d, `UPDATE {jobs} SET state = 'ready', run_at = {now}, attempt = 0, finished_at = NULL,
+  start_by = NULL, owner = NULL, lease_until = NULL,
+  history = `+historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam())+`
+WHERE id IN (`+pick+`) AND state IN (?`+strings.Repeat(", ?", len(states)-1)+`)`)
+	args := append([]any{"\t", cut(actor, maxActor)}, historySeps()[1:]...)
+	args = append(args, historySuffix(OutcomeRetried, 0, ""))
+	args = append(args, wargs...)
+	for _, st := range states {
+		args = append(args, st)
+	}
+	return s.execCount(ctx, "retry jobs", q, args...)
+}
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// JobsByUniqueKey returns the ids of the jobs that hold any of keys.
+func (s *Store) JobsByUniqueKey(ctx context.Context, keys []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	for start := 0; start < len(keys); start += insertChunk {
+		chunk := keys[start:min(len(keys), start+insertChunk)]
+		args := make([]any, len(chunk))
+		for i, k := range chunk {
+			args[i] = k
+		}
+		q := expand(s.d, `SELECT unique_key, id FROM {jobs} WHERE unique_key IN (?`+strings.Repeat(", ?", len(chunk)-1)+`)`)
+		type held struct {
+			key string
+			id  int64
+		}
+		rows, err := queryAll(ctx, s, "look up unique keys", q, args, func(r rowScanner) (held, error) {
+			var h held
+			return h, r.Scan(&h.key, &h.id)
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range rows {
+			out[h.key] = h.id
+		}
+	}
+	return out, nil
+}
+
+// insertChunk is how many jobs one INSERT writes: SQL Server takes at most
+// 2,100 parameters in a statement and 1,000 rows in a VALUES list.
+const insertChunk = 100
+
+// JobInsertMany enqueues jobs in multi-row INSERTs of insertChunk rows,
+// all in one transaction (the caller's, with WithTx, or one of its own),
+// and returns their ids in the order of jobs. A unique key taken makes
+// the whole batch fail with ErrDuplicate.
+func (s *Store) JobInsertMany(ctx context.Context, jobs []NewJob) ([]int64, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	if !s.callerTx {
+		var ids []int64
+		err := s.inTx(ctx, func(tx *sql.Tx) error {
+			var err error
+			ids, err = s.WithTx(tx).JobInsertMany(ctx, jobs)
+			return err
+		})
+		return ids, err
+	}
+	ids := make([]int64, 0, len(jobs))
+	for start := 0; start < len(jobs); start += insertChunk {
+		chunk := jobs[start:min(len(jobs), start+insertChunk)]
+		got, err := s.insertChunk(ctx, chunk)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, got...)
+	}
+	return ids, nil
+}
+
+// insertChunk writes jobs in one INSERT. The rows it hands back carry
+// their idempotency keys, which tie each id to its job: neither OUTPUT nor
+// RETURNING promises the order of VALUES.
+func (s *Store) insertChunk(ctx context.Context, jobs []NewJob) ([]int64, error) {
+	var values []string
+	var args []any
+	for _, j := range jobs {
+		v, a := s.jobValues(j)
+		values, args = append(values, "("+v+")"), append(args, a...)
+	}
+	q := expand(s.d, `INSERT INTO {jobs} (`+jobInsertColumns+`) {output id, idem_key}
+VALUES `+strings.Join(values, ",\n  ")+` {returning id, idem_key}`)
+	type written struct {
+		id  int64
+		key string
+	}
+	rows, err := queryAll(ctx, s, fmt.Sprintf("enqueue %d jobs", len(jobs)), q, args, func(r rowScanner) (written, error) {
+		var w written
+		return w, r.Scan(&w.id, &w.key)
+	})
+	if err != nil {
+		if s.d.UniqueViolation(err) {
+			return nil, fmt.Errorf("enqueue: a unique key of the batch is taken: %w", ErrDuplicate)
+		}
+		return nil, err
+	}
+	if len(rows) != len(jobs) {
+		return nil, fmt.Errorf("enqueue %d jobs: the database reported %d rows written", len(jobs), len(rows))
+	}
+	// Jobs sharing a key get their ids in ascending order.
+	byKey := map[string][]int64{}
+	for _, w := range rows {
+		byKey[w.key] = append(byKey[w.key], w.id)
+	}
+	for _, list := range byKey {
+		slices.Sort(list)
+	}
+	ids := make([]int64, len(jobs))
+	for i, j := range jobs {
+		list := byKey[j.IdempotencyKey]
+		if len(list) == 0 {
+			return nil, fmt.Errorf("enqueue %d jobs: no id came back for job %d", len(jobs), i)
+		}
+		ids[i], byKey[j.IdempotencyKey] = list[0], list[1:]
+	}
+	return ids, nil
+}

@@ -1,0 +1,227 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// The history records each attempt's node, start, end, outcome, status
+// and error on the database clock, written by the statements that end an
+// attempt: finish, reclaim, release; and the operator's cancel and retry.
+func TestJobHistory(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		before, err := s.Now(ctx)
+		require.NoError(t, err)
+		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/h", Method: "POST", MaxAttempts: 3, IdempotencyKey: "k"})
+		require.NoError(t, err)
+
+		claim := func(node string, lease time.Duration) store.Claim {
+			t.Helper()
+			cs, err := s.JobsClaim(ctx, "inc-"+node, node, 1, lease)
+			require.NoError(t, err)
+			require.Len(t, cs, 1)
+			return cs[0]
+		}
+		c := claim("node-a", time.Minute)
+		ok, err := s.JobFinishIfRunning(ctx, id, c.Token, store.Outcome{State: store.StateReady, Status: 503,
+			Error: "unavailable\twith a tab\nand a newline"})
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		c = claim("node-b", -time.Second) // a lease already run out: the next reclaim takes it back
+		n, err := s.JobsReclaimExpired(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+
+		c = claim("node-c", time.Minute)
+		ok, err = s.JobFinishIfRunning(ctx, id, c.Token, store.Outcome{State: store.StateDead, Status: 500, Error: "boom"})
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		n, err = s.JobsRetry(ctx, store.JobFilter{ID: id, Limit: 1}, "operator")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		ok, err = s.JobCancelIfWaiting(ctx, id, "operator")
+		require.NoError(t, err)
+		require.True(t, ok)
+		after, err := s.Now(ctx)
+		require.NoError(t, err)
+
+		j, err := s.JobGet(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, store.StateCancelled, j.State)
+		require.Equal(t, "k", j.IdempotencyKey, "a retry is the same logical run")
+		h := j.History
+		require.Len(t, h, 5, "%+v", h)
+		want := []struct {
+			attempt int
+			node    string
+			outcome string
+			status  int
+			err     string
+		}{
+			{1, "node-a", store.OutcomeRetry, 503, "unavailable with a tab and a newline"},
+			{2, "node-b", store.OutcomeReclaimed, 0, "lease expired"},
+			{3, "node-c", store.StateDead, 500, "boom"},
+			{3, "operator", store.OutcomeRetried, 0, ""},
+			{0, "operator", store.StateCancelled, 0, ""},
+		}
+		for i, w := range want {
+			e := h[i]
+			require.Equal(t, w.attempt, e.Attempt, "event %d", i)
+			require.Equal(t, w.node, e.Node, "event %d", i)
+			require.Equal(t, w.outcome, e.Outcome, "event %d", i)
+			require.Equal(t, w.status, e.Status, "event %d", i)
+			require.True(t, strings.HasPrefix(e.Error, w.err), "event %d: %q", i, e.Error)
+			// Database times, in order.
+			tol := time.Millisecond
+			require.False(t, e.Ended.Before(before.Add(-tol)) || e.Ended.After(after.Add(tol)), "event %d ended %v, not within %v..%v", i, e.Ended, before, after)
+			if i < 3 {
+				require.NotNil(t, e.Started, "event %d", i)
+				require.False(t, e.Started.After(e.Ended), "event %d", i)
+			} else {
+				require.Nil(t, e.Started, "an operator's action has no start")
+			}
+			if i > 0 {
+				require.False(t, e.Ended.Before(h[i-1].Ended), "event %d ends before the one before it", i)
+			}
+		}
+	})
+}
+
+// The history keeps its last HistoryMax characters: the oldest lines go,
+// a cut line is dropped, the newest stay.
+func TestJobHistoryIsCapped(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/h", Method: "POST", MaxAttempts: 1000, IdempotencyKey: "k"})
+		require.NoError(t, err)
+		long := strings.Repeat("x", 400)
+		for i := 1; i <= 40; i++ {
+			cs, err := s.JobsClaim(ctx, "inc", "node", 1, time.Minute)
+			require.NoError(t, err)
+			require.Len(t, cs, 1)
+			_, err = s.JobFinishIfRunning(ctx, id, cs[0].Token, store.Outcome{State: store.StateReady, Status: 500, Error: fmt.Sprint(i, long)})
+			require.NoError(t, err)
+		}
+		j, err := s.JobGet(ctx, id)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, len(j.History), 15)
+		require.Less(t, len(j.History), 40)
+		last := j.History[len(j.History)-1]
+		require.Equal(t, 40, last.Attempt)
+		for i, e := range j.History {
+			require.Equal(t, 40-len(j.History)+1+i, e.Attempt, "whole lines, in order")
+		}
+	})
+}
+
+func TestJobsListFilters(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		var ids []int64
+		for i, ep := range []string{"/a/1", "/a/2", "/b/1", "/a_/x", "/a%/y"} {
+			id, err := s.JobInsert(ctx, store.NewJob{Endpoint: ep, Method: "POST", MaxAttempts: 2, IdempotencyKey: fmt.Sprint(i)})
+			require.NoError(t, err)
+			ids = append(ids, id)
+		}
+		list := func(f store.JobFilter) []int64 {
+			t.Helper()
+			if f.Limit == 0 {
+				f.Limit = 100
+			}
+			js, err := s.JobsList(ctx, f)
+			require.NoError(t, err)
+			var out []int64
+			for _, j := range js {
+				out = append(out, j.ID)
+			}
+			return out
+		}
+		require.Equal(t, []int64{ids[4], ids[3], ids[2], ids[1], ids[0]}, list(store.JobFilter{}))
+		require.Equal(t, []int64{ids[4], ids[3]}, list(store.JobFilter{Limit: 2}))
+		require.Equal(t, []int64{ids[2], ids[1]}, list(store.JobFilter{Limit: 2, Before: ids[3]}), "keyset paging")
+		require.Equal(t, []int64{ids[1], ids[0]}, list(store.JobFilter{EndpointPrefix: "/a/"}))
+		require.Equal(t, []int64{ids[3]}, list(store.JobFilter{EndpointPrefix: "/a_"}), "no wildcard in a prefix")
+		require.Equal(t, []int64{ids[4]}, list(store.JobFilter{EndpointPrefix: "/a%"}), "no wildcard in a prefix")
+		require.Len(t, list(store.JobFilter{Since: time.Hour}), 5)
+		require.Empty(t, list(store.JobFilter{States: []string{store.StateDead}}))
+
+		// One job fails once: it is ready and retrying.
+		cs, err := s.JobsClaim(ctx, "inc", "node", 1, time.Minute)
+		require.NoError(t, err)
+		_, err = s.JobFinishIfRunning(ctx, cs[0].ID, cs[0].Token, store.Outcome{State: store.StateReady, RetryAfter: time.Hour, Status: 503})
+		require.NoError(t, err)
+		require.Equal(t, []int64{cs[0].ID}, list(store.JobFilter{States: []string{store.StateReady}, Retrying: true}))
+		require.Len(t, list(store.JobFilter{States: []string{store.StateReady}}), 5)
+
+		_, err = s.JobsList(ctx, store.JobFilter{})
+		require.Error(t, err, "a list needs a limit")
+	})
+}
+
+func TestJobCancelAndRetryAreFenced(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/c", Method: "POST", MaxAttempts: 1, IdempotencyKey: "k"})
+		require.NoError(t, err)
+		cs, err := s.JobsClaim(ctx, "inc", "node", 1, time.Minute)
+		require.NoError(t, err)
+		ok, err := s.JobCancelIfWaiting(ctx, id, "op")
+		require.NoError(t, err)
+		require.False(t, ok, "a running job is not cancelled")
+		n, err := s.JobsRetry(ctx, store.JobFilter{ID: id, Limit: 1}, "op")
+		require.NoError(t, err)
+		require.Zero(t, n, "a running job is not retried")
+		_, err = s.JobFinishIfRunning(ctx, id, cs[0].Token, store.Outcome{State: store.StateDone, Status: 200})
+		require.NoError(t, err)
+		n, err = s.JobsRetry(ctx, store.JobFilter{ID: id, Limit: 1}, "op")
+		require.NoError(t, err)
+		require.Zero(t, n, "a done job is not retried")
+		ok, err = s.JobCancelIfWaiting(ctx, id, "op")
+		require.NoError(t, err)
+		require.False(t, ok, "a done job is not cancelled")
+	})
+}
+
+// A batch writes every job in the caller's transaction, with ids in the
+// order of the jobs; a rollback leaves nothing.
+func TestJobInsertManyInTx(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		batch := make([]store.NewJob, 250)
+		for i := range batch {
+			batch[i] = store.NewJob{Endpoint: fmt.Sprint("/m/", i), Method: "POST", MaxAttempts: 1, IdempotencyKey: fmt.Sprint("k", i%7)}
+		}
+		tx, err := s.DB().BeginTx(ctx, nil)
+		require.NoError(t, err)
+		_, err = s.WithTx(tx).JobInsertMany(ctx, batch)
+		require.NoError(t, err)
+		require.NoError(t, tx.Rollback())
+		js, err := s.JobsList(ctx, store.JobFilter{Limit: 1000})
+		require.NoError(t, err)
+		require.Empty(t, js)
+
+		ids, err := s.JobInsertMany(ctx, batch)
+		require.NoError(t, err)
+		require.Len(t, ids, len(batch))
+		for i, id := range ids {
+			j, err := s.JobGet(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, batch[i].Endpoint, j.Endpoint, "id %d", i)
+		}
+	})
+}

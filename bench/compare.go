@@ -55,6 +55,12 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 
+	// The machine may be shared: say how busy it was.
+	load := "unknown"
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		load = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+
 	// River first, in its own process and module.
 	riverArgs := append([]string{"run", ".", "-dsn", admin}, p.Args()...)
 	cmd := exec.CommandContext(ctx, "go", riverArgs...)
@@ -84,7 +90,8 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "## River side by side\n\n")
 	fmt.Fprintf(stdout, "- command: `go run ./bench compare %s`\n", strings.Join(args, " "))
 	fmt.Fprintf(stdout, "- date: %s\n", time.Now().Format(time.RFC3339))
-	fmt.Fprintf(stdout, "- machine: %s, %d CPUs, %s/%s, %s\n", cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	fmt.Fprintf(stdout, "- machine: %s, %d CPUs, %s/%s, %s; load average at the start %s\n",
+		cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), load)
 	fmt.Fprintf(stdout, "- database: PostgreSQL %s (%s), one fresh database per farm, statements counted by pg_stat_statements\n",
 		srv.Version, map[bool]string{true: "private cluster, fsync off", false: "given by -dsn"}[*dsn == ""])
 	fmt.Fprintf(stdout, "- ratio: better-is-higher (slotpoller ÷ River where higher is better, River ÷ slotpoller where lower is better): above 1× slotpoller does better\n\n")

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slotpoller/slotpoller/bench/benchkit"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/rotation"
@@ -72,7 +73,7 @@ func burstScenario(ctx context.Context, o options, logger *slog.Logger, stderr i
 		return res, err
 	}
 	// Give every node one heartbeat to see the whole farm, as in scenario A.
-	if err := sleep(ctx, o.slot); err != nil {
+	if err := benchkit.Sleep(ctx, o.slot); err != nil {
 		return res, err
 	}
 
@@ -96,7 +97,7 @@ func burstScenario(ctx context.Context, o options, logger *slog.Logger, stderr i
 		fmt.Fprintf(stderr, "bench: warning: enqueueing took %v, past run_at; start delays include it\n", res.enqueue)
 	}
 	// Counters from just before the jobs fall due.
-	if err := sleep(ctx, max(0, res.lead-100*time.Millisecond)); err != nil {
+	if err := benchkit.Sleep(ctx, max(0, res.lead-100*time.Millisecond)); err != nil {
 		return res, err
 	}
 	before := f.stats()
@@ -117,7 +118,7 @@ func burstScenario(ctx context.Context, o options, logger *slog.Logger, stderr i
 		if time.Now().After(deadline) {
 			return res, fmt.Errorf("jobs not finished after 2 minutes: %v", counts)
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := benchkit.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return res, err
 		}
 	}
@@ -195,15 +196,6 @@ feed:
 	return err
 }
 
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	// nearest rank
-	i := int(p*float64(len(sorted))+0.999999) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
-}
-
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
 
 func printBurst(w io.Writer, o options, b burstResult) {
@@ -226,7 +218,7 @@ func printBurst(w io.Writer, o options, b burstResult) {
 	fmt.Fprintln(w, "| jobs | start delay p50 | p99 | max | min | last finish − run_at | throughput |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|")
 	fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %.0f jobs/s |\n\n", len(b.rows),
-		ms(percentile(delays, 0.50)), ms(percentile(delays, 0.99)), ms(percentile(delays, 1)), ms(percentile(delays, 0)),
+		ms(benchkit.Percentile(delays, 0.50)), ms(benchkit.Percentile(delays, 0.99)), ms(benchkit.Percentile(delays, 1)), ms(benchkit.Percentile(delays, 0)),
 		ms(span), float64(len(b.rows))/span.Seconds())
 
 	perNode := map[string]int{}

@@ -88,7 +88,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	fmt.Fprintf(stdout, "## River side by side\n\n")
-	fmt.Fprintf(stdout, "- command: `go run ./bench compare %s`\n", strings.Join(args, " "))
+	fmt.Fprintf(stdout, "- command: `%s`\n", strings.Join(append([]string{"go run ./bench compare"}, args...), " "))
 	fmt.Fprintf(stdout, "- date: %s\n", time.Now().Format(time.RFC3339))
 	fmt.Fprintf(stdout, "- machine: %s, %d CPUs, %s/%s, %s; load average at the start %s\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), load)

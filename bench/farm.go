@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slotpoller/slotpoller/bench/benchkit"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/service"
@@ -158,7 +159,7 @@ func (f *farm) waitLive(ctx context.Context, s *store.Store, ttl time.Duration) 
 		if time.Now().After(deadline) {
 			return fmt.Errorf("only %d of %d nodes live after 60s", live, len(f.names))
 		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := benchkit.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -170,17 +171,6 @@ func (f *farm) stats() []service.Stats {
 		out[i] = n.Stats()
 	}
 	return out
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 func nodeNames(n int) []string {

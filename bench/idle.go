@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slotpoller/slotpoller/bench/benchkit"
 	"github.com/slotpoller/slotpoller/service"
 )
 
@@ -47,11 +48,11 @@ func idleScenario(ctx context.Context, o options, n int, logger *slog.Logger) (r
 	if err := f.waitLive(ctx, sc.store, time.Duration(cfgs[0].Checkin.TTL)); err != nil {
 		return res, err
 	}
-	if err := sleep(ctx, o.slot); err != nil {
+	if err := benchkit.Sleep(ctx, o.slot); err != nil {
 		return res, err
 	}
 	before, t0 := f.stats(), time.Now()
-	if err := sleep(ctx, o.idle); err != nil {
+	if err := benchkit.Sleep(ctx, o.idle); err != nil {
 		return res, err
 	}
 	after, t1 := f.stats(), time.Now()

@@ -1,6 +1,12 @@
 // Command bench measures a slotpoller farm of in-process nodes against a
 // real PostgreSQL database and prints the results as markdown tables.
 //
+//	go run ./bench compare
+//
+// runs the comparison with River (compare.go, bench/benchkit, the module in
+// bench/river); without the subcommand it runs scenarios A, B and C below
+// (idle.go, burst.go, schedules.go).
+//
 //	go run ./bench -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
 //
 // Scenario A (idle farm): for each node count N, start N nodes, wait until

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slotpoller/slotpoller/bench/benchkit"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/rotation"
@@ -86,7 +87,7 @@ func measureDB(ctx context.Context, s *store.Store) (dbClock, error) {
 }
 
 func (c dbClock) sleepUntil(ctx context.Context, db time.Time) error {
-	return sleep(ctx, time.Until(db.Add(-c.offset)))
+	return benchkit.Sleep(ctx, time.Until(db.Add(-c.offset)))
 }
 
 func scheduleScenario(ctx context.Context, o options, logger *slog.Logger, stderr io.Writer) (res scheduleResult, err error) {
@@ -130,7 +131,7 @@ func scheduleScenario(ctx context.Context, o options, logger *slog.Logger, stder
 	if err := f.waitLive(ctx, sc.store, time.Duration(cfgs[0].Checkin.TTL)); err != nil {
 		return res, err
 	}
-	if err := sleep(ctx, o.slot); err != nil {
+	if err := benchkit.Sleep(ctx, o.slot); err != nil {
 		return res, err
 	}
 	clk, err := measureDB(ctx, sc.store)
@@ -207,7 +208,7 @@ func scheduleScenario(ctx context.Context, o options, logger *slog.Logger, stder
 		if time.Now().After(deadline) {
 			return res, fmt.Errorf("%d occurrences still ready or running 30s after the last one started", busy)
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := benchkit.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return res, err
 		}
 	}
@@ -261,7 +262,7 @@ FROM slotpoller_jobs WHERE schedule IS NOT NULL AND scheduled_for = $1`, fire).S
 		if time.Now().After(deadline) {
 			return fr, fmt.Errorf("firing at %v: %d of %d occurrences written, %d started after 2 minutes", fire, total, o.schedules, started)
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := benchkit.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return fr, err
 		}
 	}
@@ -330,8 +331,8 @@ func printSchedules(w io.Writer, o options, r scheduleResult) {
 		}
 		slots := rotation.Slot(last, o.slot) - rotation.Slot(fr.fire, o.slot) + 1
 		fmt.Fprintf(w, "| %s | %d of %d | %d | %s | %s | %s | %s | %d of %d | %s | %d | %d | %d | %d (%d) |\n",
-			fr.fire.Format(time.TimeOnly), len(fr.rows), fr.total, fr.states[store.StateMissed], ms(percentile(late, 0.50)), ms(percentile(late, 0.99)),
-			ms(percentile(late, 1)), ms(percentile(late, 0)), len(perNode), len(r.names), strings.Join(counts, " / "),
+			fr.fire.Format(time.TimeOnly), len(fr.rows), fr.total, fr.states[store.StateMissed], ms(benchkit.Percentile(late, 0.50)), ms(benchkit.Percentile(late, 0.99)),
+			ms(benchkit.Percentile(late, 1)), ms(benchkit.Percentile(late, 0)), len(perNode), len(r.names), strings.Join(counts, " / "),
 			len(claimBatches(jr, o.slot)), sumPolls(fr.s1, fr.s2), slots, fr.calls, fr.dupes)
 	}
 	fmt.Fprintln(w)

@@ -61,7 +61,7 @@ func (s slotSide) Start(ctx context.Context, db *benchkit.Database, spec benchki
 		return nil, err
 	}
 	// One heartbeat for every node to see the whole farm.
-	if err := sleep(ctx, spec.Slot); err != nil {
+	if err := benchkit.Sleep(ctx, spec.Slot); err != nil {
 		_ = sf.Stop(ctx)
 		return nil, err
 	}

@@ -242,7 +242,7 @@ func (r *runner) withFarm(ctx context.Context, spec Spec, fn func(db *Database, 
 	}()
 	// One more second for start-up work (leader election, clock samples,
 	// first heartbeats) to pass before anything is measured.
-	if err := sleep(ctx, time.Second); err != nil {
+	if err := Sleep(ctx, time.Second); err != nil {
 		return err
 	}
 	r.ep.Reset()
@@ -256,7 +256,7 @@ func (r *runner) idle(ctx context.Context, n int) error {
 			return err
 		}
 		t0 := time.Now()
-		if err := sleep(ctx, r.p.IdleWindow); err != nil {
+		if err := Sleep(ctx, r.p.IdleWindow); err != nil {
 			return err
 		}
 		stmts, err := r.srv.FarmStatements(ctx, db)
@@ -307,7 +307,7 @@ func (r *runner) latency(ctx context.Context, slot time.Duration, all []time.Dur
 		keys := keys("l", r.p.LatencyJobs)
 		t0 := time.Now()
 		for i, k := range keys {
-			if err := sleep(ctx, time.Until(t0.Add(time.Duration(i)*r.p.LatencyGap))); err != nil {
+			if err := Sleep(ctx, time.Until(t0.Add(time.Duration(i)*r.p.LatencyGap))); err != nil {
 				return err
 			}
 			sent[k] = time.Now()
@@ -352,7 +352,7 @@ func (r *runner) steady(ctx context.Context) error {
 		t0 := time.Now()
 		// Every 10 ms, enqueue what the rate owes by now in one batch.
 		for n := 0; n < want; {
-			if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			if err := Sleep(ctx, 10*time.Millisecond); err != nil {
 				return err
 			}
 			owed := min(want, int(time.Since(t0).Seconds()*float64(r.p.SteadyRate))) - n
@@ -408,7 +408,7 @@ func (r *runner) drain(ctx context.Context, db *Database, f Farm, n int, timeout
 		if time.Now().After(deadline) {
 			return nil, 0, 0, fmt.Errorf("all %d jobs called, but only %d recorded done after 30s", n, done)
 		}
-		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+		if err := Sleep(ctx, 10*time.Millisecond); err != nil {
 			return nil, 0, 0, err
 		}
 	}
@@ -469,7 +469,8 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits d or until ctx is done.
+func Sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}

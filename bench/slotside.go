@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/slotpoller/slotpoller/bench/benchkit"
+	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/service"
+)
+
+// slotSide is slotpoller's side of the River comparison: in-process nodes
+// wired as `slotpoller run` wires them (service.NewNode).
+type slotSide struct {
+	name   string
+	logger *slog.Logger
+}
+
+func (s slotSide) Name() string  { return s.name }
+func (s slotSide) Slotted() bool { return true }
+
+func (s slotSide) Migrate(ctx context.Context, db *benchkit.Database) error {
+	st, err := store.Open(ctx, "postgres", db.FeederDSN)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	_, err = install.Migrate(ctx, st)
+	return err
+}
+
+type slotFarm struct {
+	*farm
+	feeder *store.Store
+}
+
+func (s slotSide) Start(ctx context.Context, db *benchkit.Database, spec benchkit.Spec) (benchkit.Farm, error) {
+	feeder, err := store.Open(ctx, "postgres", db.FeederDSN)
+	if err != nil {
+		return nil, err
+	}
+	var cfgs []service.Config
+	for _, name := range nodeNames(spec.Nodes) {
+		c := nodeConfig(options{slot: spec.Slot}, db.FarmDSN, name)
+		c.Node.Capacity = spec.Concurrency
+		c.Jobs.BaseURL = spec.Endpoint
+		cfgs = append(cfgs, c)
+	}
+	f, err := startFarm(cfgs, s.logger)
+	if err != nil {
+		feeder.Close()
+		return nil, err
+	}
+	sf := &slotFarm{farm: f, feeder: feeder}
+	if err := f.waitLive(ctx, feeder, time.Duration(cfgs[0].Checkin.TTL)); err != nil {
+		_ = sf.Stop(ctx)
+		return nil, err
+	}
+	// One heartbeat for every node to see the whole farm.
+	if err := benchkit.Sleep(ctx, spec.Slot); err != nil {
+		_ = sf.Stop(ctx)
+		return nil, err
+	}
+	return sf, nil
+}
+
+// PrepareBurst enqueues the jobs an hour ahead, through jobs.Enqueue from 8
+// connections; release moves them all to now in one statement.
+func (f *slotFarm) PrepareBurst(ctx context.Context, keys []string) (func(context.Context) error, error) {
+	err := parallel(len(keys), func(i int) error { return f.enqueue(ctx, keys[i], time.Hour) })
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		_, err := f.feeder.DB().ExecContext(ctx,
+			`UPDATE slotpoller_jobs SET run_at = run_at - interval '1 hour' WHERE state = 'ready'`)
+		return err
+	}, nil
+}
+
+// Enqueue calls jobs.Enqueue once per job (slotpoller has no batch insert),
+// from 8 connections when there are several.
+func (f *slotFarm) Enqueue(ctx context.Context, keys []string) error {
+	if len(keys) == 1 {
+		return f.enqueue(ctx, keys[0], 0)
+	}
+	return parallel(len(keys), func(i int) error { return f.enqueue(ctx, keys[i], 0) })
+}
+
+func (f *slotFarm) enqueue(ctx context.Context, key string, delay time.Duration) error {
+	_, err := jobs.Enqueue(ctx, f.feeder, store.NewJob{Endpoint: "/job/" + key, Method: "POST", Delay: delay, MaxAttempts: 1})
+	return err
+}
+
+func (f *slotFarm) Finished(ctx context.Context) (int, error) {
+	var n int
+	err := f.feeder.DB().QueryRowContext(ctx, "SELECT count(*) FROM slotpoller_jobs WHERE state = 'done'").Scan(&n)
+	return n, err
+}
+
+func (f *slotFarm) Stop(context.Context) error {
+	err := f.farm.stop()
+	f.feeder.Close()
+	if err != nil {
+		return fmt.Errorf("slotpoller farm: %w", err)
+	}
+	return nil
+}

@@ -20,6 +20,12 @@ var CountStates = []string{StateReady, StateRetrying, StateRunning, StateDone, S
 // failed at least once and wait for their next attempt.
 const StateRetrying = "retrying"
 
+// BackingOff reports whether the job waits for a retry after a failed
+// attempt at dbNow (a database time): what job listings show as retrying.
+func (j Job) BackingOff(dbNow time.Time) bool {
+	return j.State == StateReady && j.Attempt > 0 && j.RunAt.After(dbNow)
+}
+
 // firstRows is a SELECT that returns at most limit rows: SQL Server's
 // TOP (?) before the columns, LIMIT ? after the rest elsewhere. The limit
 // travels as a parameter in its place; rest must hold no other parameter

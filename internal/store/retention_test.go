@@ -123,6 +123,18 @@ func TestJobCountsCapped(t *testing.T) {
 		require.Equal(t, "10+", tally.Show("done"))
 		require.Equal(t, "9", tally.Show("ready"))
 
+		now, err := s.Now(ctx)
+		require.NoError(t, err)
+		listed, err := s.JobsList(ctx, store.StateReady, 100)
+		require.NoError(t, err)
+		backingOff := 0
+		for _, j := range listed {
+			if j.BackingOff(now) {
+				backingOff++
+			}
+		}
+		require.Equal(t, 3, backingOff, "a listing tells the same jobs apart")
+
 		tally, err = s.JobCountsCapped(ctx, 100)
 		require.NoError(t, err)
 		require.Equal(t, 25, tally.Counts["done"])

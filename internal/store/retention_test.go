@@ -34,13 +34,19 @@ SELECT '/fill', 'POST', ?, {now+?}, CAST(? AS INTEGER), 40, 'fill', {now}, `+fin
 	require.NoError(t, err)
 }
 
-func pruneDrivers(t *testing.T, fn func(t *testing.T, driver string)) {
+// with100k runs a test of 100,000 rows on SQLite and PostgreSQL (not with
+// -short), each on a new database.
+func with100k(t *testing.T, fn func(t *testing.T, s *store.Store, driver string)) {
+	if testing.Short() {
+		t.Skip("100k rows")
+	}
 	for _, d := range []string{"sqlite", "postgres"} {
 		t.Run(d, func(t *testing.T) {
 			if d == "postgres" {
 				storetest.RequirePostgres(t)
 			}
-			fn(t, d)
+			s, _ := storetest.Open(t, d)
+			fn(t, s, d)
 		})
 	}
 }
@@ -147,11 +153,7 @@ func TestJobCountsCapped(t *testing.T) {
 // delete locks. The claim latency while pruning is logged (run with -v);
 // docs/benchmarks.md records it.
 func TestJobsPrune100kWhileClaiming(t *testing.T) {
-	if testing.Short() {
-		t.Skip("100k rows")
-	}
-	pruneDrivers(t, func(t *testing.T, driver string) {
-		s, _ := storetest.Open(t, driver)
+	with100k(t, func(t *testing.T, s *store.Store, driver string) {
 		ctx := context.Background()
 		const total, batch = 100_000, 500
 		fillJobs(t, s, total, store.StateDone, 48*time.Hour, 0, 1)
@@ -236,11 +238,7 @@ func TestJobsPrune100kWhileClaiming(t *testing.T) {
 // most the cap per state. The figures (run with -v) are in
 // docs/benchmarks.md.
 func TestJobCountsCapped100k(t *testing.T) {
-	if testing.Short() {
-		t.Skip("100k rows")
-	}
-	pruneDrivers(t, func(t *testing.T, driver string) {
-		s, _ := storetest.Open(t, driver)
+	with100k(t, func(t *testing.T, s *store.Store, driver string) {
 		ctx := context.Background()
 		fillJobs(t, s, 80_000, store.StateDone, time.Hour, 0, 1)
 		fillJobs(t, s, 15_000, store.StateDead, time.Hour, 0, 40)

@@ -2,10 +2,12 @@ package service
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
 
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/stretchr/testify/require"
 )
@@ -52,4 +54,38 @@ func TestStatusShowsRetryingAndCappedCounts(t *testing.T) {
 	b.Reset()
 	require.NoError(t, StatusReport{Jobs: map[string]int{}}.WriteText(&b))
 	require.Contains(t, b.String(), "jobs: none\n")
+}
+
+// A running node, as slot owner, deletes finished jobs past their retention
+// and nodes long gone, and keeps the rest.
+func TestNodePrunesAsSlotOwner(t *testing.T) {
+	s, db := storetest.OpenDB(t, "sqlite")
+	ctx := context.Background()
+	insert := store.Expand(s.Dialect(), `INSERT INTO {jobs} (endpoint, method, state, run_at, attempt, max_attempts, idem_key, created_at, finished_at)
+VALUES ('/old', 'POST', ?, {now}, 1, 1, 'k', {now}, {now+?})`)
+	for _, row := range []struct {
+		state string
+		ago   time.Duration
+	}{{store.StateDone, 2 * time.Hour}, {store.StateDone, time.Minute}, {store.StateDead, 2 * time.Hour}, {store.StateFailed, 2 * time.Hour}} {
+		_, err := s.DB().ExecContext(ctx, insert, row.state, -row.ago.Milliseconds())
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "gone", Incarnation: "inc-gone", Capacity: 1}, time.Second))
+	_, err := s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {nodes} SET last_seen = {now+?}`), -(48 * time.Hour).Milliseconds())
+	require.NoError(t, err)
+
+	cfg := testConfig(t, db, "pruner", "http://127.0.0.1:1")
+	cfg.Jobs.RetentionDone, cfg.Jobs.RetentionDead, cfg.Jobs.RetentionFailed = Duration(time.Hour), Duration(time.Hour), 0
+	runNode(t, cfg)
+	require.Eventually(t, func() bool {
+		counts, err := s.JobCounts(ctx)
+		return err == nil && counts[store.StateDead] == 0 && counts[store.StateDone] == 1
+	}, 30*time.Second, 50*time.Millisecond, "the old done and dead jobs should be deleted")
+	counts, err := s.JobCounts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{store.StateDone: 1, store.StateFailed: 1}, counts, "the young done job and the kept failed one stay")
+	require.Eventually(t, func() bool {
+		nodes, _, err := s.Nodes(ctx, time.Second)
+		return err == nil && len(nodes) == 1 && nodes[0].Name == "pruner"
+	}, 30*time.Second, 50*time.Millisecond, "the node not seen for two days should be deleted")
 }

@@ -40,7 +40,7 @@ const (
 
 // DefaultMaxAttempts is a job's attempt budget when Job.MaxAttempts is 0
 // and no WithDefaultMaxAttempts says otherwise.
-const DefaultMaxAttempts = 5
+const DefaultMaxAttempts = jobs.DefaultMaxAttempts
 
 // MaxBatch is the most jobs one EnqueueMany writes.
 const MaxBatch = 10000

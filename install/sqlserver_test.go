@@ -26,7 +26,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	})
 	applied, err := install.Migrate(context.Background(), s)
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2, 3, 4}, applied)
+	require.Equal(t, []int{1, 2, 3, 4, 5}, applied)
 
 	calls := tr.Calls()
 	for _, c := range calls {
@@ -55,6 +55,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 			creates = append(creates, strings.Fields(c.Query)[2])
 		case strings.Contains(c.Query, "INDEX"):
 			indexes = append(indexes, strings.TrimSpace(c.Query))
+		case strings.TrimSpace(c.Query) == "SELECT 1;": // 0004_reserved, h-client's 0004 takes its place
 		case strings.HasPrefix(c.Query, "INSERT INTO [farm_jobs].[schema_version]"):
 			require.Equal(t, "INSERT INTO [farm_jobs].[schema_version] (version, description, applied_at) VALUES (@p1, @p2, SYSUTCDATETIME())", c.Query)
 			versions = append(versions, c.Args)
@@ -63,7 +64,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"[farm_jobs].[nodes]", "[farm_jobs].[jobs]", "[farm_jobs].[tasks]", "[farm_jobs].[schedules]"}, creates)
-	require.Equal(t, [][]any{{1, "init"}, {2, "tasks"}, {3, "schedules"}, {4, "history"}}, versions)
+	require.Equal(t, [][]any{{1, "init"}, {2, "tasks"}, {3, "schedules"}, {4, "history"}, {5, "retention"}}, versions)
 	require.Equal(t, []string{"[farm_jobs].[jobs]", "[farm_jobs].[jobs]"}, alters, "schedules, then the history, add their columns to jobs")
 	require.Equal(t, []string{
 		// Unique among the jobs that have a key (a plain unique index would allow one NULL).
@@ -78,5 +79,8 @@ func TestSQLServerMigrateSends(t *testing.T) {
 		"CREATE NONCLUSTERED INDEX schedules_next ON [farm_jobs].[schedules] (enabled, next_fire_at);",
 		"CREATE NONCLUSTERED INDEX jobs_schedule ON [farm_jobs].[jobs] (schedule, state) WHERE schedule IS NOT NULL;",
 		"CREATE NONCLUSTERED INDEX jobs_start_by ON [farm_jobs].[jobs] (state, start_by) WHERE start_by IS NOT NULL;",
+		// Retention's delete, oldest first per state; the capped count of retrying jobs.
+		"CREATE NONCLUSTERED INDEX jobs_finished ON [farm_jobs].[jobs] (state, finished_at);",
+		"CREATE NONCLUSTERED INDEX jobs_retrying ON [farm_jobs].[jobs] (run_at) WHERE state = 'ready' AND attempt > 0;",
 	}, indexes)
 }

@@ -625,6 +625,12 @@ func isErrno(err error, e syscall.Errno, win uintptr) bool {
 	return errors.As(err, &errno) && uintptr(errno) == win
 }
 
+// DefaultMaxAttempts is a job's attempt budget unless it or the node's
+// config says otherwise: with the default backoff (1 s doubling to 5 m)
+// its retries wait at least 61 minutes, so a job outlives its web
+// application being down for an hour, as in a deploy gone slow.
+const DefaultMaxAttempts = 33
+
 // Backoff is the delay before retry number attempt (1 = after the first
 // failed attempt): base * 2^(attempt-1), capped at max, with "equal jitter":
 // half of it fixed and the other half scaled by rnd() in [0,1). The result

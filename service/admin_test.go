@@ -34,7 +34,7 @@ var adminFamilies = []string{
 	"slotpoller_call_duration_seconds", "slotpoller_offset_seconds", "slotpoller_offset_error_seconds",
 	"slotpoller_slot_lag_seconds", "slotpoller_live_nodes", "slotpoller_lease_renewals_total",
 	"slotpoller_leases_lost_total", "slotpoller_tasks_held", "slotpoller_task_calls_total",
-	"slotpoller_task_failures_total", "slotpoller_task_leases_lost_total", "slotpoller_jobs",
+	"slotpoller_task_failures_total", "slotpoller_task_leases_lost_total", "slotpoller_jobs", "slotpoller_jobs_count_cap",
 	"slotpoller_statements_total", "slotpoller_calls_running", "slotpoller_capacity", "slotpoller_ready",
 	"go_goroutines", "process_start_time_seconds",
 }
@@ -288,7 +288,7 @@ func TestAdminEndpoint(t *testing.T) {
 			_, ok := metricValue(mfs, "slotpoller_calls_total", "result", result)
 			require.True(t, ok, "calls_total{result=%q}", result)
 		}
-		for _, state := range []string{"ready", "running", "done", "failed", "dead"} {
+		for _, state := range []string{"ready", "retrying", "running", "done", "failed", "dead", "cancelled", "missed"} {
 			_, ok := metricValue(mfs, "slotpoller_jobs", "state", state)
 			require.True(t, ok, "jobs{state=%q}", state)
 		}

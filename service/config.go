@@ -114,12 +114,24 @@ type JobsConfig struct {
 	Timeout Duration `yaml:"timeout"`
 	// Lease is how long a claim holds without renewal; default 15s; 1s..24h.
 	Lease Duration `yaml:"lease"`
-	// MaxAttempts is the default attempt limit for enqueue; default 5; 1..1000.
+	// MaxAttempts is the default attempt limit for enqueue; default 33;
+	// 1..1000. With the default backoff, 33 attempts wait at least 61m45s
+	// in all (at most 2h3m31s): a job outlives an hour of its endpoint
+	// being down, a deploy or a restart of the web application.
 	MaxAttempts int `yaml:"max_attempts"`
 	// Backoff is the first retry delay; default 1s; 100ms..24h.
 	Backoff Duration `yaml:"backoff"`
 	// BackoffMax caps the retry delay; default 5m; >= Backoff; at most 24h.
 	BackoffMax Duration `yaml:"backoff_max"`
+	// RetentionDone and the others are how long a finished job is kept,
+	// per final state, from when it finished on the database clock; the
+	// slot owner deletes it after that, in small batches. 0 keeps them.
+	// Defaults: done 24h, the others 168h; otherwise 1m..87600h.
+	RetentionDone      Duration `yaml:"retention_done"`
+	RetentionFailed    Duration `yaml:"retention_failed"`
+	RetentionDead      Duration `yaml:"retention_dead"`
+	RetentionCancelled Duration `yaml:"retention_cancelled"`
+	RetentionMissed    Duration `yaml:"retention_missed"`
 	// DrainTimeout is how long a stop waits for in-flight calls before
 	// releasing them; default 20s; 0 releases at once; at most 1h.
 	DrainTimeout Duration `yaml:"drain_timeout"`
@@ -129,6 +141,15 @@ type JobsConfig struct {
 	// set it through SLOTPOLLER_JOBS_SIGNING_KEY; it is never logged or
 	// shown. At least 16 characters.
 	SigningKey string `yaml:"signing_key"`
+}
+
+// retention is the retention of each finished state, keyed by state.
+func (c JobsConfig) retention() map[string]time.Duration {
+	return map[string]time.Duration{
+		store.StateDone: time.Duration(c.RetentionDone), store.StateFailed: time.Duration(c.RetentionFailed),
+		store.StateDead: time.Duration(c.RetentionDead), store.StateCancelled: time.Duration(c.RetentionCancelled),
+		store.StateMissed: time.Duration(c.RetentionMissed),
+	}
 }
 
 // AdminConfig is the node's admin HTTP endpoint (/healthz, /readyz,
@@ -164,6 +185,10 @@ type CheckinConfig struct {
 	// heartbeats (computed by Load from the final heartbeat when neither the
 	// file nor the environment sets it); must be greater than Heartbeat and at most 1h.
 	TTL Duration `yaml:"ttl"`
+	// Retention is how long the registry keeps a node that left or went
+	// silent (by its last heartbeat); default 24h; 0 keeps them; otherwise
+	// 1h..87600h, more than any TTL.
+	Retention Duration `yaml:"retention"`
 }
 
 // ClockConfig shapes clock synchronisation with the database.
@@ -219,23 +244,35 @@ type bounds struct {
 // (2000000h) from parking work forever. The test farms run with 250ms slots
 // and heartbeats, and unit tests with 100ms, so the floors stay at 100ms.
 var durationBounds = map[string]bounds{
-	"jobs.timeout":         {min: jobs.MinCallTimeout, max: jobs.MaxCallTimeout},
-	"jobs.lease":           {min: time.Second, max: 24 * time.Hour, highWhy: " (a dead node's job waits this long)"},
-	"jobs.backoff":         {min: 100 * time.Millisecond, max: 24 * time.Hour},
-	"jobs.backoff_max":     {min: 100 * time.Millisecond, max: 24 * time.Hour},
-	"jobs.drain_timeout":   {min: 0, max: time.Hour, highWhy: " (a stop waits this long)"},
-	"rotation.slot":        {min: 100 * time.Millisecond, max: time.Minute, lowWhy: " (the farm polls the database once per slot)", highWhy: " (due jobs wait up to a slot per node)"},
-	"checkin.heartbeat":    {min: 100 * time.Millisecond, max: time.Minute, lowWhy: " (every node writes its registry row once per heartbeat)"},
-	"checkin.ttl":          {min: 0, max: time.Hour, highWhy: " (a dead node's work waits this long)"},
-	"clock.skew":           {min: -7 * 24 * time.Hour, max: 7 * 24 * time.Hour},
-	"clock.resync":         {min: time.Second, max: 24 * time.Hour, lowWhy: " (each resync is a burst of queries)"},
-	"clock.ntp_max_offset": {min: time.Millisecond, max: time.Hour},
+	"jobs.timeout":       {min: jobs.MinCallTimeout, max: jobs.MaxCallTimeout},
+	"jobs.lease":         {min: time.Second, max: 24 * time.Hour, highWhy: " (a dead node's job waits this long)"},
+	"jobs.backoff":       {min: 100 * time.Millisecond, max: 24 * time.Hour},
+	"jobs.backoff_max":   {min: 100 * time.Millisecond, max: 24 * time.Hour},
+	"jobs.drain_timeout": {min: 0, max: time.Hour, highWhy: " (a stop waits this long)"},
+	// A retention of 0 keeps rows and skips these bounds.
+	"jobs.retention_done":      {min: time.Minute, max: maxRetention, lowWhy: keepWhy},
+	"jobs.retention_failed":    {min: time.Minute, max: maxRetention, lowWhy: keepWhy},
+	"jobs.retention_dead":      {min: time.Minute, max: maxRetention, lowWhy: keepWhy},
+	"jobs.retention_cancelled": {min: time.Minute, max: maxRetention, lowWhy: keepWhy},
+	"jobs.retention_missed":    {min: time.Minute, max: maxRetention, lowWhy: keepWhy},
+	"checkin.retention":        {min: time.Hour, max: maxRetention, lowWhy: " (more than any checkin.ttl), or 0 to keep nodes"},
+	"rotation.slot":            {min: 100 * time.Millisecond, max: time.Minute, lowWhy: " (the farm polls the database once per slot)", highWhy: " (due jobs wait up to a slot per node)"},
+	"checkin.heartbeat":        {min: 100 * time.Millisecond, max: time.Minute, lowWhy: " (every node writes its registry row once per heartbeat)"},
+	"checkin.ttl":              {min: 0, max: time.Hour, highWhy: " (a dead node's work waits this long)"},
+	"clock.skew":               {min: -7 * 24 * time.Hour, max: 7 * 24 * time.Hour},
+	"clock.resync":             {min: time.Second, max: 24 * time.Hour, lowWhy: " (each resync is a burst of queries)"},
+	"clock.ntp_max_offset":     {min: time.Millisecond, max: time.Hour},
 	// A schedule's timeout is checked when set; jobs.CompileSchedule checks
 	// the floors of every and tolerance.
 	"schedules.timeout":   {min: jobs.MinCallTimeout, max: jobs.MaxCallTimeout},
 	"schedules.every":     {min: math.MinInt64, max: 366 * 24 * time.Hour},
 	"schedules.tolerance": {min: math.MinInt64, max: 7 * 24 * time.Hour},
 }
+
+// maxRetention is ten years: longer is a typo, and 0 keeps rows for good.
+const maxRetention = 87600 * time.Hour
+
+const keepWhy = " (a finished job stays readable at least that long), or 0 to keep them"
 
 // boundsOf returns the bounds of key; a schedule's key
 // ("schedules[2].timeout") has the bounds of "schedules.timeout".
@@ -257,18 +294,24 @@ func DefaultConfig() Config {
 		Database: DatabaseConfig{Driver: "sqlite", Schema: store.DefaultSQLServerSchema, Migrate: true},
 		Node:     NodeConfig{Capacity: 16},
 		Jobs: JobsConfig{
-			BaseURL:      "http://localhost",
-			Timeout:      Duration(30 * time.Second),
-			Lease:        Duration(15 * time.Second),
-			MaxAttempts:  5,
-			Backoff:      Duration(time.Second),
-			BackoffMax:   Duration(5 * time.Minute),
-			DrainTimeout: Duration(20 * time.Second),
+			BaseURL:            "http://localhost",
+			Timeout:            Duration(30 * time.Second),
+			Lease:              Duration(15 * time.Second),
+			MaxAttempts:        jobs.DefaultMaxAttempts,
+			Backoff:            Duration(time.Second),
+			BackoffMax:         Duration(5 * time.Minute),
+			DrainTimeout:       Duration(20 * time.Second),
+			RetentionDone:      Duration(24 * time.Hour),
+			RetentionFailed:    Duration(7 * 24 * time.Hour),
+			RetentionDead:      Duration(7 * 24 * time.Hour),
+			RetentionCancelled: Duration(7 * 24 * time.Hour),
+			RetentionMissed:    Duration(7 * 24 * time.Hour),
 		},
 		Rotation: RotationConfig{Slot: Duration(time.Second)},
 		Checkin: CheckinConfig{
 			Heartbeat: Duration(time.Second),
 			TTL:       Duration(ttlHeartbeats * time.Second),
+			Retention: Duration(24 * time.Hour),
 		},
 		Clock: ClockConfig{
 			Resync:       Duration(30 * time.Second),
@@ -419,6 +462,11 @@ func (c Config) problems() []problem {
 		within("jobs.backoff_max", c.Jobs.BackoffMax)
 	}
 	within("jobs.drain_timeout", c.Jobs.DrainTimeout)
+	for _, st := range store.FinishedStates {
+		if d := c.Jobs.retention()[st]; d != 0 {
+			within("jobs.retention_"+st, Duration(d))
+		}
+	}
 
 	// rotation
 	within("rotation.slot", c.Rotation.Slot)
@@ -429,6 +477,9 @@ func (c Config) problems() []problem {
 		bad("checkin.ttl", c.Checkin.TTL, "must be greater than checkin.heartbeat (%s)", c.Checkin.Heartbeat)
 	} else {
 		within("checkin.ttl", c.Checkin.TTL)
+	}
+	if c.Checkin.Retention != 0 {
+		within("checkin.retention", c.Checkin.Retention)
 	}
 
 	// clock

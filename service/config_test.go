@@ -72,11 +72,17 @@ jobs:
   backoff: 250ms
   backoff_max: 1h
   drain_timeout: 0s
+  retention_done: 2h
+  retention_failed: 0s
+  retention_dead: 720h
+  retention_cancelled: 1m
+  retention_missed: 48h
 rotation:
   slot: 500ms
 checkin:
   heartbeat: 2s
   ttl: 10s
+  retention: 0s
 clock:
   skew: -90s
   resync: 1m
@@ -92,13 +98,15 @@ log:
 		Database: DatabaseConfig{Driver: "postgres", DSN: "postgres://slot:pw@db:5432/slotpoller", Schema: "farm_jobs", Migrate: false},
 		Node:     NodeConfig{Name: "web-01", Capacity: 4},
 		Jobs: JobsConfig{
-			BaseURL:      "https://127.0.0.1:8443/jobs/",
-			Timeout:      Duration(90 * time.Second),
-			Lease:        Duration(20 * time.Second),
-			MaxAttempts:  9,
-			Backoff:      Duration(250 * time.Millisecond),
-			BackoffMax:   Duration(time.Hour),
-			DrainTimeout: 0,
+			BaseURL:       "https://127.0.0.1:8443/jobs/",
+			Timeout:       Duration(90 * time.Second),
+			Lease:         Duration(20 * time.Second),
+			MaxAttempts:   9,
+			Backoff:       Duration(250 * time.Millisecond),
+			BackoffMax:    Duration(time.Hour),
+			DrainTimeout:  0,
+			RetentionDone: Duration(2 * time.Hour), RetentionDead: Duration(720 * time.Hour),
+			RetentionCancelled: Duration(time.Minute), RetentionMissed: Duration(48 * time.Hour),
 		},
 		Rotation: RotationConfig{Slot: Duration(500 * time.Millisecond)},
 		Checkin:  CheckinConfig{Heartbeat: Duration(2 * time.Second), TTL: Duration(10 * time.Second)},
@@ -179,9 +187,15 @@ func TestLoadEnvSetsEveryKey(t *testing.T) {
 		"SLOTPOLLER_JOBS_BACKOFF=4s",
 		"SLOTPOLLER_JOBS_BACKOFF_MAX=5s",
 		"SLOTPOLLER_JOBS_DRAIN_TIMEOUT=6s",
+		"SLOTPOLLER_JOBS_RETENTION_DONE=13m",
+		"SLOTPOLLER_JOBS_RETENTION_FAILED=14m",
+		"SLOTPOLLER_JOBS_RETENTION_DEAD=15m",
+		"SLOTPOLLER_JOBS_RETENTION_CANCELLED=16m",
+		"SLOTPOLLER_JOBS_RETENTION_MISSED=17m",
 		"SLOTPOLLER_ROTATION_SLOT=7s",
 		"SLOTPOLLER_CHECKIN_HEARTBEAT=8s",
 		"SLOTPOLLER_CHECKIN_TTL=9s",
+		"SLOTPOLLER_CHECKIN_RETENTION=18h",
 		"SLOTPOLLER_CLOCK_SKEW=10s",
 		"SLOTPOLLER_CLOCK_RESYNC=11s",
 		"SLOTPOLLER_CLOCK_NTP_SERVER=ntp",
@@ -190,14 +204,15 @@ func TestLoadEnvSetsEveryKey(t *testing.T) {
 		"SLOTPOLLER_LOG_FORMAT=json",
 	})
 	require.NoError(t, err)
-	s := Duration(time.Second)
+	s, m := Duration(time.Second), Duration(time.Minute)
 	require.Equal(t, Config{
 		Database: DatabaseConfig{Driver: "sqlite", DSN: dbPath, Schema: "sp1", Migrate: false},
 		Node:     NodeConfig{Name: "n1", Capacity: 7},
 		Jobs: JobsConfig{BaseURL: "http://h", Timeout: 2 * s, Lease: 3 * s, MaxAttempts: 2,
-			Backoff: 4 * s, BackoffMax: 5 * s, DrainTimeout: 6 * s},
+			Backoff: 4 * s, BackoffMax: 5 * s, DrainTimeout: 6 * s,
+			RetentionDone: 13 * m, RetentionFailed: 14 * m, RetentionDead: 15 * m, RetentionCancelled: 16 * m, RetentionMissed: 17 * m},
 		Rotation: RotationConfig{Slot: 7 * s},
-		Checkin:  CheckinConfig{Heartbeat: 8 * s, TTL: 9 * s},
+		Checkin:  CheckinConfig{Heartbeat: 8 * s, TTL: 9 * s, Retention: 18 * 60 * m},
 		Clock:    ClockConfig{Skew: 10 * s, Resync: 11 * s, NTPServer: "ntp", NTPMaxOffset: 12 * s},
 		Log:      LogConfig{Level: "warn", Format: "json"},
 	}, cfg)

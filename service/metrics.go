@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,10 +17,10 @@ const metricPrefix = "slotpoller_"
 // must answer even while the database does not.
 const jobsScrapeTimeout = 2 * time.Second
 
-// jobStates are the states the jobs gauge always reports, at zero when no
-// job is in them, so that an alert on one of them has a series to watch.
-var jobStates = []string{store.StateReady, store.StateRunning, store.StateDone, store.StateFailed,
-	store.StateDead, store.StateCancelled, store.StateMissed}
+// JobCountCap is where the job counts of /metrics and status stop: each
+// state's count reads at most this many index entries, whatever the size
+// of the table.
+const JobCountCap = 10000
 
 // metrics is a node's Prometheus instrumentation, on a registry of the
 // node's own (never the default registry: a process may run several nodes,
@@ -33,6 +32,8 @@ type metrics struct {
 	callDuration prometheus.Histogram
 	// slotLag is fed by the poll loop.
 	slotLag prometheus.Histogram
+	// pruned is fed by the slot owner's retention turns.
+	pruned *prometheus.CounterVec
 }
 
 func newMetrics(n *Node) *metrics {
@@ -48,8 +49,12 @@ func newMetrics(n *Node) *metrics {
 			Help:    "How late after the start of its turn, in database time, the node polled (guard band and schedule writing included).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}),
+		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricPrefix + "retention_deleted_total",
+			Help: "Rows this node deleted past their retention: finished jobs (jobs.retention_*) and departed nodes (checkin.retention).",
+		}, []string{"table"}),
 	}
-	m.reg.MustRegister(m.callDuration, m.slotLag, &nodeCollector{n: n},
+	m.reg.MustRegister(m.callDuration, m.slotLag, m.pruned, &nodeCollector{n: n},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -62,6 +67,16 @@ func (m *metrics) observeCall(_ jobs.Verdict, d time.Duration) {
 // observeSlotLag records how late a poll came after its turn began.
 func (m *metrics) observeSlotLag(lag time.Duration) {
 	m.slotLag.Observe(max(0, lag).Seconds())
+}
+
+// observePrune counts what a retention turn deleted.
+func (m *metrics) observePrune(r jobs.PruneResult) {
+	if r.Jobs > 0 {
+		m.pruned.WithLabelValues("jobs").Add(float64(r.Jobs))
+	}
+	if r.Nodes > 0 {
+		m.pruned.WithLabelValues("nodes").Add(float64(r.Nodes))
+	}
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -86,8 +101,10 @@ var (
 	descOffset       = desc("offset_seconds", "Database clock minus this node's clock, as last measured; absent until measured.")
 	descOffsetError  = desc("offset_error_seconds", "Error bound of offset_seconds (half the round trip of the best sample, plus half the database clock's tick).")
 	descLiveNodes    = desc("live_nodes", "Live nodes in the farm as this node last read the registry; 0 while its reading is older than the TTL.")
-	descJobs         = desc("jobs", "Jobs in the database by state, counted at scrape time; absent when the database did not answer in time.", "state")
-	descReady        = desc("ready", "1 when /readyz answers 200: the database answers, the clock offset is known and the node is checked in; else 0.")
+	descJobs         = desc("jobs", "Jobs in the database by state, counted at scrape time up to slotpoller_jobs_count_cap (a value at the cap means at least that many); "+
+		"retrying counts the ready jobs backing off after a failed attempt (also in ready). Absent when the database did not answer in time.", "state")
+	descJobsCap = desc("jobs_count_cap", "Where each state's count in slotpoller_jobs stops, so that a scrape costs the same whatever the size of the table.")
+	descReady   = desc("ready", "1 when /readyz answers 200: the database answers, the clock offset is known and the node is checked in; else 0.")
 )
 
 // nodeCollector reads a node's counters and state at scrape time.
@@ -96,7 +113,7 @@ type nodeCollector struct{ n *Node }
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPolls, descClaims, descCalls, descCancelled, descRenewals, descLeasesLost,
 		descRunning, descCapacity, descTasksHeld, descTaskCalls, descTaskFailures, descTaskLost, descStatements,
-		descOffset, descOffsetError, descLiveNodes, descJobs, descReady} {
+		descOffset, descOffsetError, descLiveNodes, descJobs, descJobsCap, descReady} {
 		ch <- d
 	}
 }
@@ -154,19 +171,13 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), jobsScrapeTimeout)
 	defer cancel()
-	counts, err := p.store.JobCounts(ctx)
+	tally, err := p.store.JobCountsCapped(ctx, JobCountCap)
 	if err != nil {
 		n.log.Debug("metrics: jobs by state left out: the database did not answer", "err", n.maskDSN(err.Error()))
 		return
 	}
-	states := slices.Clone(jobStates)
-	for s := range counts {
-		if !slices.Contains(states, s) {
-			states = append(states, s)
-		}
-	}
-	slices.Sort(states)
-	for _, s := range states {
-		gauge(descJobs, float64(counts[s]), s)
+	gauge(descJobsCap, JobCountCap)
+	for _, s := range store.CountStates {
+		gauge(descJobs, float64(tally.Counts[s]), s)
 	}
 }

@@ -238,8 +238,15 @@ func (n *Node) Run(ctx context.Context) error {
 		Widen:   func() bool { return reg.Membership().Backlog() },
 		Nudge:   nudge,
 	}
+	pruner := jobs.NewPruner(s, jobs.PruneOptions{
+		Jobs: cfg.Jobs.retention(), Nodes: time.Duration(cfg.Checkin.Retention),
+		// A turn's deleting stays a fraction of the slot: the slot owner's
+		// next turn is due a slot later.
+		Budget: min(jobs.DefaultPruneBudget, time.Duration(cfg.Rotation.Slot)/5),
+		Clock:  n.clock, Logger: log,
+	})
 	goRun(func(ctx context.Context) error {
-		n.pollLoop(ctx, log, waiter, est, reg, runner, keeper, renewTasks)
+		n.pollLoop(ctx, log, waiter, est, reg, runner, keeper, pruner, renewTasks)
 		return nil
 	})
 
@@ -357,10 +364,10 @@ func (n *Node) taskLoop(ctx context.Context, log *slog.Logger, k *jobs.Keeper, r
 }
 
 func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waiter, est *clocksync.Estimator,
-	reg checkin.Registry, r *jobs.Runner, k *jobs.Keeper, renewTasks chan<- struct{}) {
+	reg checkin.Registry, r *jobs.Runner, k *jobs.Keeper, pruner *jobs.Pruner, renewTasks chan<- struct{}) {
 	slot := time.Duration(n.cfg.Rotation.Slot)
 	hold := 3 * max(time.Duration(n.cfg.Checkin.Heartbeat), slot)
-	failing := false
+	failing, pruneFailing := false, false
 	for {
 		turn, err := w.Wait(ctx)
 		if err != nil {
@@ -417,8 +424,18 @@ func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waite
 			}
 		}
 		if turn.Rank != 0 {
-			continue // tasks are balanced once per slot, by its owner
+			continue // tasks are balanced and rows pruned once per slot, by its owner
 		}
+		// Retention after the poll, so that it never delays a claim.
+		pr, err := pruner.Turn(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !pruneFailing:
+			log.Warn("retention could not delete finished jobs; trying again next turn", "err", err)
+			pruneFailing = true
+		case err == nil:
+			pruneFailing = false
+		}
+		n.metrics.observePrune(pr)
 		var members []jobs.Member
 		for _, mm := range m.Members {
 			members = append(members, jobs.Member{Name: mm.Name, Incarnation: mm.Incarnation, Capacity: mm.Capacity})

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
+	"math"
 	"text/tabwriter"
 	"time"
 
@@ -29,14 +29,19 @@ type NodeStatus struct {
 
 // StatusReport is the farm as the database sees it.
 type StatusReport struct {
-	DatabaseTime  time.Time      `json:"database_time"`
-	SchemaVersion int            `json:"schema_version"`
-	Nodes         []NodeStatus   `json:"nodes"`
-	Jobs          map[string]int `json:"jobs"`
+	DatabaseTime  time.Time    `json:"database_time"`
+	SchemaVersion int          `json:"schema_version"`
+	Nodes         []NodeStatus `json:"nodes"`
+	// Jobs counts the jobs of each state, and retrying: the ready jobs
+	// backing off after a failed attempt (counted in ready too). Each count
+	// stops at JobsCountCap, which then means "at least".
+	Jobs         map[string]int `json:"jobs"`
+	JobsCountCap int            `json:"jobs_count_cap"`
 }
 
 // Status reads the farm's state: nodes with liveness judged by the
-// database clock against ttl, and job counts by state.
+// database clock against ttl, and job counts by state, each capped at
+// JobCountCap so that the read costs the same on a table of any size.
 func Status(ctx context.Context, s *store.Store, ttl time.Duration) (StatusReport, error) {
 	rep := StatusReport{Nodes: []NodeStatus{}}
 	cur, _, err := install.Status(ctx, s)
@@ -59,9 +64,11 @@ func Status(ctx context.Context, s *store.Store, ttl time.Duration) (StatusRepor
 			Capacity: n.Capacity, Free: n.Free, OffsetMS: ms(n.Offset), OffsetErrorMS: ms(n.OffsetError),
 			LastSeen: n.LastSeen, Started: n.Started})
 	}
-	if rep.Jobs, err = s.JobCounts(ctx); err != nil {
+	tally, err := s.JobCountsCapped(ctx, JobCountCap)
+	if err != nil {
 		return rep, err
 	}
+	rep.Jobs, rep.JobsCountCap = tally.Counts, tally.Cap
 	return rep, nil
 }
 
@@ -79,17 +86,20 @@ func (r StatusReport) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	states := make([]string, 0, len(r.Jobs))
-	for st := range r.Jobs {
-		states = append(states, st)
+	tally := store.JobTally{Counts: r.Jobs, Cap: r.JobsCountCap}
+	if tally.Cap == 0 {
+		tally.Cap = math.MaxInt
 	}
-	sort.Strings(states)
 	fmt.Fprint(w, "\njobs:")
-	if len(states) == 0 {
-		fmt.Fprint(w, " none")
+	shown := 0
+	for _, st := range store.CountStates {
+		if r.Jobs[st] > 0 {
+			fmt.Fprintf(w, " %s=%s", st, tally.Show(st))
+			shown++
+		}
 	}
-	for _, st := range states {
-		fmt.Fprintf(w, " %s=%d", st, r.Jobs[st])
+	if shown == 0 {
+		fmt.Fprint(w, " none")
 	}
 	_, err := fmt.Fprintln(w)
 	return err

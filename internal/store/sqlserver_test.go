@@ -149,6 +149,12 @@ func sqlServerOps() []op {
 			return err
 		}},
 		{name: "JobCounts", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobCounts(ctx); return err }},
+		{name: "JobCountsCapped", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobCountsCapped(ctx, 10000); return err }},
+		{name: "JobsPrune", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsPrune(ctx, store.StateDone, 24*time.Hour, 500)
+			return err
+		}},
+		{name: "NodesPrune", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.NodesPrune(ctx, 24*time.Hour); return err }},
 		{name: "JobsRenewLeases", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			_, err := s.JobsRenewLeases(ctx, "inc-MARK", 15*time.Second)
 			return err

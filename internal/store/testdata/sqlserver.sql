@@ -179,6 +179,25 @@ VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int)
 -- JobCounts
 SELECT state, COUNT(*) FROM [sp_unit].[jobs] GROUP BY state;
 
+-- JobCountsCapped
+-- @p1 int, @p2 int, @p3 int, @p4 int, @p5 int, @p6 int, @p7 int, @p8 int
+SELECT 0 AS k, COUNT(*) AS n FROM (SELECT TOP (@p1) 1 AS one FROM [sp_unit].[jobs] WHERE state = 'ready') c0
+UNION ALL SELECT 1 AS k, COUNT(*) AS n FROM (SELECT TOP (@p2) 1 AS one FROM [sp_unit].[jobs] WHERE state = 'ready' AND attempt > 0 AND run_at > SYSUTCDATETIME()) c1
+UNION ALL SELECT 2 AS k, COUNT(*) AS n FROM (SELECT TOP (@p3) 1 AS one FROM [sp_unit].[jobs] WHERE state = 'running') c2
+UNION ALL SELECT 3 AS k, COUNT(*) AS n FROM (SELECT TOP (@p4) 1 AS one FROM [sp_unit].[jobs] WHERE state = 'done') c3
+UNION ALL SELECT 4 AS k, COUNT(*) AS n FROM (SELECT TOP (@p5) 1 AS one FROM [sp_unit].[jobs] WHERE state = 'failed') c4
+UNION ALL SELECT 5 AS k, COUNT(*) AS n FROM (SELECT TOP (@p6) 1 AS one FROM [sp_unit].[jobs] WHERE state = 'dead') c5
+UNION ALL SELECT 6 AS k, COUNT(*) AS n FROM (SELECT TOP (@p7) 1 AS one FROM [sp_unit].[jobs] WHERE state = 'cancelled') c6
+UNION ALL SELECT 7 AS k, COUNT(*) AS n FROM (SELECT TOP (@p8) 1 AS one FROM [sp_unit].[jobs] WHERE state = 'missed') c7;
+
+-- JobsPrune
+-- @p1 int64, @p2 int, @p3 int64
+DELETE FROM [sp_unit].[jobs] WHERE state = 'done' AND finished_at IS NOT NULL AND finished_at < DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) AND id IN (SELECT TOP (@p2) id FROM [sp_unit].[jobs] WHERE state = 'done' AND finished_at IS NOT NULL AND finished_at < DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY finished_at);
+
+-- NodesPrune
+-- @p1 int64
+DELETE FROM [sp_unit].[nodes] WHERE last_seen < DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()));
+
 -- JobsRenewLeases
 -- @p1 int64, @p2 string
 UPDATE [sp_unit].[jobs] SET lease_until = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) OUTPUT inserted.id, inserted.token

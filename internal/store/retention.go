@@ -1,0 +1,142 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// FinishedStates are the states a job ends in, in the order retention
+// visits them.
+var FinishedStates = []string{StateDone, StateFailed, StateDead, StateCancelled, StateMissed}
+
+// CountStates are the states JobCountsCapped counts, and StateRetrying: the
+// ready jobs backing off after a failed attempt (attempt > 0, due later).
+// They are counted in ready too.
+var CountStates = []string{StateReady, StateRetrying, StateRunning, StateDone, StateFailed, StateDead, StateCancelled, StateMissed}
+
+// StateRetrying is not a state a row has: it names the ready jobs that
+// failed at least once and wait for their next attempt.
+const StateRetrying = "retrying"
+
+// BackingOff reports whether the job waits for a retry after a failed
+// attempt at dbNow (a database time): what job listings show as retrying.
+func (j Job) BackingOff(dbNow time.Time) bool {
+	return j.State == StateReady && j.Attempt > 0 && j.RunAt.After(dbNow)
+}
+
+// firstRows is a SELECT that returns at most limit rows: SQL Server's
+// TOP (?) before the columns, LIMIT ? after the rest elsewhere. The limit
+// travels as a parameter in its place; rest must hold no other parameter
+// when the select is part of a larger statement with parameters after it.
+func (s *Store) firstRows(cols, rest string, args []any, limit int) (string, []any) {
+	if s.d.Name() == "sqlserver" {
+		return "SELECT TOP (?) " + cols + " " + rest, append([]any{limit}, args...)
+	}
+	return "SELECT " + cols + " " + rest + " LIMIT ?", append(args, limit)
+}
+
+// finishedState is the condition of a retention delete for one state; the
+// state is a literal (it is one of FinishedStates, never user input), so
+// that the statement of each state is its own plan. finished_at IS NOT
+// NULL is implied, and said, so that every database matches the partial
+// index on finished rows even though the bound is computed from its clock.
+func finishedState(state string) string {
+	return "state = '" + state + "' AND finished_at IS NOT NULL AND finished_at < {now+?}"
+}
+
+// JobsPrune deletes up to limit jobs of a finished state whose finished_at
+// is older than age on the database clock, oldest first, and returns how
+// many it deleted. One statement, a seek on (state, finished_at) and at most
+// limit row locks: a claim, which touches only ready rows, never waits for
+// it. The outer condition repeats the inner one, so that a row changed
+// between the pick and the delete (a dead job retried) is left alone.
+func (s *Store) JobsPrune(ctx context.Context, state string, age time.Duration, limit int) (int64, error) {
+	if !isFinished(state) {
+		return 0, fmt.Errorf("prune jobs: %q is not a finished state", state)
+	}
+	pick, args := s.firstRows("id", "FROM {jobs} WHERE "+finishedState(state)+" ORDER BY finished_at", []any{-millis(age)}, limit)
+	q := expand(s.d, `DELETE FROM {jobs} WHERE `+finishedState(state)+` AND id IN (`+pick+`)`)
+	return s.execCount(ctx, "delete "+state+" jobs past their retention", q, append([]any{-millis(age)}, args...)...)
+}
+
+func isFinished(state string) bool {
+	for _, f := range FinishedStates {
+		if f == state {
+			return true
+		}
+	}
+	return false
+}
+
+// NodesPrune deletes the registry rows of nodes not seen for age on the
+// database clock: nodes that left, and nodes that died without leaving.
+// age is more than any TTL, so no live node's row goes; a node that comes
+// back after it checks in again as a new row.
+func (s *Store) NodesPrune(ctx context.Context, age time.Duration) (int64, error) {
+	q := expand(s.d, `DELETE FROM {nodes} WHERE last_seen < {now+?}`)
+	return s.execCount(ctx, "delete nodes not seen for "+age.String(), q, -millis(age))
+}
+
+// JobTally is the number of jobs per state (CountStates), each counted up
+// to a cap: a count equal to Cap means "Cap or more".
+type JobTally struct {
+	Counts map[string]int
+	Cap    int
+}
+
+// AtCap reports whether state's count reached the cap.
+func (t JobTally) AtCap(state string) bool { return t.Counts[state] >= t.Cap }
+
+// Show formats state's count, "10000+" at the cap.
+func (t JobTally) Show(state string) string {
+	if t.AtCap(state) {
+		return fmt.Sprintf("%d+", t.Cap)
+	}
+	return fmt.Sprint(t.Counts[state])
+}
+
+// JobCountsCapped counts the jobs of each state of CountStates, stopping at
+// limit in each: one statement reading at most limit index entries per
+// state, whatever the size of the table (JobCounts reads every row).
+func (s *Store) JobCountsCapped(ctx context.Context, limit int) (JobTally, error) {
+	if limit < 1 {
+		limit = 1
+	}
+	conds := map[string]string{StateRetrying: "state = 'ready' AND attempt > 0 AND run_at > {now}"}
+	var parts []string
+	var args []any
+	for i, st := range CountStates {
+		cond, ok := conds[st]
+		if !ok {
+			cond = "state = '" + st + "'"
+		}
+		pick, a := s.firstRows("1 AS one", "FROM {jobs} WHERE "+cond, nil, limit)
+		parts = append(parts, fmt.Sprintf("SELECT %d AS k, COUNT(*) AS n FROM (%s) c%d", i, pick, i))
+		args = append(args, a...)
+	}
+	q := expand(s.d, strings.Join(parts, "\nUNION ALL "))
+	t := JobTally{Counts: map[string]int{}, Cap: limit}
+	err := s.retry(ctx, func() error {
+		rows, err := s.query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k, n int
+			if err := rows.Scan(&k, &n); err != nil {
+				return err
+			}
+			if k >= 0 && k < len(CountStates) {
+				t.Counts[CountStates[k]] = n
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return t, fmt.Errorf("count jobs by state: %w", err)
+	}
+	return t, nil
+}

@@ -1,0 +1,160 @@
+package jobs
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/clock"
+	"github.com/slotpoller/slotpoller/internal/store"
+)
+
+// Retention defaults: rows per delete statement, the time a slot owner's
+// turn may spend deleting, and the pause between checks when the last turn
+// left nothing behind.
+const (
+	// DefaultPruneBatch keeps each delete's locks few and short: on SQL
+	// Server 500 rows stay far below the 5,000 locks that escalate a
+	// statement to a table lock.
+	DefaultPruneBatch = 500
+	// DefaultPruneBudget bounds a turn's deleting; a statement started
+	// before it ends runs to its end.
+	DefaultPruneBudget = 200 * time.Millisecond
+	// DefaultPruneIdle is how long a node waits, after a turn that deleted
+	// everything due, before it looks again: an idle farm sends a handful
+	// of statements a minute for retention.
+	DefaultPruneIdle = time.Minute
+	// maxPruneStatements bounds a turn whatever the budget.
+	maxPruneStatements = 100
+)
+
+// PruneStore is the part of the store retention uses.
+type PruneStore interface {
+	JobsPrune(ctx context.Context, state string, age time.Duration, limit int) (int64, error)
+	NodesPrune(ctx context.Context, age time.Duration) (int64, error)
+}
+
+// PruneOptions say what a node deletes and how fast.
+type PruneOptions struct {
+	// Jobs is the retention per finished state (store.FinishedStates): a
+	// job is deleted once it has been finished that long on the database
+	// clock. A state absent or at 0 keeps its jobs.
+	Jobs map[string]time.Duration
+	// Nodes deletes registry rows not seen for this long; 0 keeps them.
+	Nodes time.Duration
+	// Batch is the most rows one delete statement takes; default 500.
+	Batch int
+	// Budget is how long one turn may keep deleting while there is more;
+	// default 200ms.
+	Budget time.Duration
+	// Idle is the pause between checks after a turn that caught up;
+	// default 1m.
+	Idle   time.Duration
+	Clock  clock.Clock
+	Logger *slog.Logger
+}
+
+// Pruner deletes finished jobs and departed nodes past their retention, in
+// the slot owner's turns: one statement of at most Batch rows at a time, as
+// many as the turn's budget allows while there is more, so that no
+// statement holds many locks for long and a backlog drains over turns.
+type Pruner struct {
+	s      PruneStore
+	opts   PruneOptions
+	states []string // finished states with a retention, in visit order
+
+	next   time.Duration // monotonic time of the next check while caught up
+	behind bool          // the last turn stopped with rows still due
+	cursor int           // the state the last turn stopped at
+}
+
+// PruneResult is what one turn did.
+type PruneResult struct {
+	Jobs, Nodes int64 // rows deleted
+	Statements  int
+	Behind      bool // stopped by the budget with rows still due
+	Skipped     bool // caught up, and the idle pause is not over
+}
+
+// NewPruner returns a pruner over s.
+func NewPruner(s PruneStore, opts PruneOptions) *Pruner {
+	if opts.Batch <= 0 {
+		opts.Batch = DefaultPruneBatch
+	}
+	if opts.Budget <= 0 {
+		opts.Budget = DefaultPruneBudget
+	}
+	if opts.Idle <= 0 {
+		opts.Idle = DefaultPruneIdle
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Pruner{s: s, opts: opts}
+	for _, st := range store.FinishedStates {
+		if opts.Jobs[st] > 0 {
+			p.states = append(p.states, st)
+		}
+	}
+	return p
+}
+
+// Enabled reports whether the pruner deletes anything at all.
+func (p *Pruner) Enabled() bool { return len(p.states) > 0 || p.opts.Nodes > 0 }
+
+// Turn runs retention for one of the node's turns as slot owner. While
+// caught up it looks once per Idle; while behind, at every turn.
+func (p *Pruner) Turn(ctx context.Context) (PruneResult, error) {
+	var res PruneResult
+	now := p.opts.Clock.Monotonic()
+	if !p.Enabled() || (!p.behind && now < p.next) {
+		res.Skipped = true
+		return res, nil
+	}
+	deadline := now + p.opts.Budget
+	if !p.behind && p.opts.Nodes > 0 {
+		n, err := p.s.NodesPrune(ctx, p.opts.Nodes)
+		res.Statements++
+		res.Nodes = n
+		if err != nil {
+			return res, err
+		}
+	}
+	// Each state is looked at once per turn (one statement when it has
+	// nothing due); the budget stops a state that keeps filling batches,
+	// and the next turn starts there.
+	p.behind = false
+	for i := 0; i < len(p.states) && !res.Behind; i++ {
+		k := (p.cursor + i) % len(p.states)
+		st := p.states[k]
+		for {
+			n, err := p.s.JobsPrune(ctx, st, p.opts.Jobs[st], p.opts.Batch)
+			res.Statements++
+			res.Jobs += n
+			if err != nil {
+				p.behind, p.cursor = true, k // try again next turn, where it failed
+				return res, err
+			}
+			if n < int64(p.opts.Batch) {
+				break // this state caught up
+			}
+			if p.opts.Clock.Monotonic() >= deadline || res.Statements >= maxPruneStatements {
+				res.Behind, p.cursor = true, k
+				break
+			}
+		}
+	}
+	p.behind = res.Behind
+	if !res.Behind {
+		p.cursor, p.next = 0, p.opts.Clock.Monotonic()+p.opts.Idle
+	}
+	if res.Jobs > 0 || res.Nodes > 0 {
+		p.opts.Logger.Debug("retention deleted", "jobs", res.Jobs, "nodes", res.Nodes, "statements", res.Statements, "behind", res.Behind)
+	}
+	return res, nil
+}
+
+var _ PruneStore = (*store.Store)(nil)

@@ -297,3 +297,228 @@ func TestAPIJobs(t *testing.T) {
 		require.Equal(t, "pump", tasks[0].(map[string]any)["name"])
 	})
 }
+
+// apiServer serves a node's admin handler on its store, the node not
+// running: enough for everything but running jobs.
+func apiServer(t *testing.T, s *store.Store, db storetest.DB, token string) string {
+	t.Helper()
+	cfg := testConfig(t, db, "api-bad", "http://localhost")
+	cfg.Admin.Token = token
+	n := NewNode(cfg, NewLogger(io.Discard, LogConfig{Level: "error"}), nil)
+	n.mu.Lock()
+	n.store = s
+	n.mu.Unlock()
+	srv := httptest.NewServer(n.AdminHandler())
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// badCase is a request the API refuses: its status, error code, field,
+// batch index (-1: none) and a piece of the message.
+type badCase struct {
+	name   string
+	req    apiReq
+	status int
+	code   string
+	field  string
+	index  int
+	msg    string
+}
+
+func bad(name string, req apiReq, status int, code, field string, index int, msg string) badCase {
+	return badCase{name: name, req: req, status: status, code: code, field: field, index: index, msg: msg}
+}
+
+func checkBad(t *testing.T, base string, c badCase) {
+	t.Helper()
+	r := callAPI(t, base, c.req)
+	require.Equal(t, c.status, r.status, r.raw)
+	require.Equal(t, "application/json", r.header.Get("Content-Type"))
+	e := r.err()
+	require.NotNil(t, e, "an error object: %s", r.raw)
+	require.Equal(t, c.code, e["code"], r.raw)
+	if c.field == "" {
+		require.NotContains(t, e, "field", r.raw)
+	} else {
+		require.Equal(t, c.field, e["field"], r.raw)
+	}
+	if c.index < 0 {
+		require.NotContains(t, e, "index", r.raw)
+	} else {
+		require.Equal(t, float64(c.index), e["index"], r.raw)
+	}
+	require.Contains(t, e["message"], c.msg)
+	require.Empty(t, r.header.Get("Access-Control-Allow-Origin"), "no CORS, ever")
+}
+
+func TestAPIBadRequests(t *testing.T) {
+	s, db := storetest.OpenDB(t, "sqlite")
+	base := apiServer(t, s, db, "")
+	ctx := context.Background()
+	var someJobs []string
+	for range client10001() {
+		someJobs = append(someJobs, "{}")
+	}
+	id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/waiting", Method: "POST", MaxAttempts: 1, Delay: time.Hour, IdempotencyKey: "k-waiting"})
+	require.NoError(t, err)
+	const J, B = "/api/v1/jobs", "/api/v1/jobs/batch"
+	waiting := fmt.Sprintf("/api/v1/jobs/%d", id)
+	big := strings.Repeat("x", 1<<20+1)
+	soon := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	withHeader := func(q apiReq, k, v string) apiReq { q.header = map[string]string{k: v}; return q }
+	withType := func(q apiReq, ct string) apiReq { q.ctype = ct; return q }
+	bad400 := http.StatusBadRequest
+
+	cases := []badCase{
+		// malformed bodies
+		bad("malformed JSON", post(J, `{"endpoint" "/x"}`), bad400, "invalid_json", "", -1, "malformed JSON at byte 13"),
+		bad("cut short", post(J, `{"endpoint": "/x"`), bad400, "invalid_json", "", -1, "ends in the middle of a value"),
+		bad("empty body", post(J, ``), bad400, "invalid_json", "", -1, "the body is empty"),
+		bad("an array, not an object", post(J, `[{"endpoint":"/x"}]`), bad400, "wrong_type", "", -1, "must be a JSON object, not an array"),
+		bad("trailing garbage", post(J, `{"endpoint":"/x"} xyz`), bad400, "invalid_json", "", -1, "trailing data after the JSON object"),
+		bad("two objects", post(J, `{"endpoint":"/x"}{"endpoint":"/y"}`), bad400, "invalid_json", "", -1, "trailing data"),
+		// fields
+		bad("unknown field", post(J, `{"endpoint":"/x","priority":1}`), bad400, "unknown_field", "priority", -1, `unknown field "priority"`),
+		bad("max_attempts a string", post(J, `{"endpoint":"/x","max_attempts":"3"}`), bad400, "wrong_type", "max_attempts", -1, "max_attempts must be a whole number, not string"),
+		bad("max_attempts a fraction", post(J, `{"endpoint":"/x","max_attempts":1.5}`), bad400, "wrong_type", "max_attempts", -1, "must be a whole number, not number 1.5"),
+		bad("endpoint a number", post(J, `{"endpoint":42}`), bad400, "wrong_type", "endpoint", -1, "endpoint must be a string, not number"),
+		bad("payload an object", post(J, `{"endpoint":"/x","payload":{"a":1}}`), bad400, "wrong_type", "payload", -1, "payload must be a string, not object"),
+		bad("delay in milliseconds", post(J, `{"endpoint":"/x","delay":30000}`), bad400, "wrong_type", "delay", -1, "delay must be a string, not number"),
+		bad("delay without a unit", post(J, `{"endpoint":"/x","delay":"30"}`), bad400, "invalid_field", "delay", -1, `"30" is not a duration`),
+		bad("negative delay", post(J, `{"endpoint":"/x","delay":"-5s"}`), bad400, "invalid_field", "delay", -1, "delay"),
+		bad("timeout not a duration", post(J, `{"endpoint":"/x","timeout":"soon"}`), bad400, "invalid_field", "timeout", -1, `"soon" is not a duration`),
+		bad("run_at not RFC 3339", post(J, `{"endpoint":"/x","run_at":"tomorrow"}`), bad400, "invalid_field", "run_at", -1, "not an RFC 3339 time"),
+		bad("run_at and delay", post(J, `{"endpoint":"/x","run_at":"`+soon+`","delay":"1m"}`), bad400, "invalid_field", "run_at", -1, "not both"),
+		bad("no endpoint", post(J, `{}`), bad400, "invalid_field", "endpoint", -1, "endpoint"),
+		bad("endpoint to another host", post(J, `{"endpoint":"http://evil.example/x"}`), bad400, "invalid_field", "endpoint", -1, "endpoint"),
+		bad("endpoint climbing out", post(J, `{"endpoint":"/a/../../admin"}`), bad400, "invalid_field", "endpoint", -1, "endpoint"),
+		bad("method TRACE", post(J, `{"endpoint":"/x","method":"TRACE"}`), bad400, "invalid_field", "method", -1, `method "TRACE" is not one of`),
+		bad("max_attempts too many", post(J, `{"endpoint":"/x","max_attempts":100000}`), bad400, "invalid_field", "max_attempts", -1, "max"),
+		bad("payload and payload_base64", post(J, `{"endpoint":"/x","payload":"a","payload_base64":"YQ=="}`), bad400, "invalid_field", "payload_base64", -1, "not both"),
+		bad("payload_base64 not base64", post(J, `{"endpoint":"/x","payload_base64":"!!!"}`), bad400, "invalid_field", "payload_base64", -1, "not standard base64"),
+		bad("payload over 1 MiB", post(J, `{"endpoint":"/x","payload":"`+big+`"}`), bad400, "invalid_field", "payload", -1, "at most 1048576 (1 MiB)"),
+		bad("idempotency key with a newline", post(J, `{"endpoint":"/x","idempotency_key":"a\nb"}`), bad400, "invalid_field", "idempotency_key", -1, "has a control character"),
+		// size
+		bad("body over 2 MiB", post(J, `{"endpoint":"/x","payload":"`+strings.Repeat("x", 3<<20)+`"}`), http.StatusRequestEntityTooLarge, "body_too_large", "", -1, "over 2097152 bytes"),
+		bad("batch over 16 MiB", post(B, `{"jobs":[{"endpoint":"/x","payload":"`+strings.Repeat("x", 17<<20)+`"}]}`), http.StatusRequestEntityTooLarge, "body_too_large", "", -1, "over 16777216 bytes"),
+		// batches
+		bad("batch without jobs", post(B, `{}`), bad400, "invalid_field", "jobs", -1, "no jobs"),
+		bad("batch of none", post(B, `{"jobs":[]}`), bad400, "invalid_field", "jobs", -1, "no jobs"),
+		bad("batch jobs an object", post(B, `{"jobs":{"endpoint":"/x"}}`), bad400, "wrong_type", "jobs", -1, "jobs must be an array, not object"),
+		bad("batch over 10,000", post(B, `{"jobs":[`+strings.Join(someJobs, ",")+`]}`), bad400, "invalid_field", "jobs", -1, "a batch of 10001 jobs; at most 10000"),
+		bad("batch unknown field at 1", post(B, `{"jobs":[{"endpoint":"/x"},{"endpoint":"/x","prio":1}]}`), bad400, "unknown_field", "prio", 1, `jobs[1]: unknown field "prio"`),
+		bad("batch wrong type at 2", post(B, `{"jobs":[{"endpoint":"/x"},{"endpoint":"/x"},{"endpoint":"/x","max_attempts":"3"}]}`), bad400, "wrong_type", "max_attempts", 2, "jobs[2]: max_attempts must be a whole number"),
+		bad("batch element a string", post(B, `{"jobs":["/x"]}`), bad400, "wrong_type", "", 0, "jobs[0]: the value must be a job object, not a string"),
+		bad("batch bad endpoint at 1", post(B, `{"jobs":[{"endpoint":"/x"},{"endpoint":"x"}]}`), bad400, "invalid_field", "endpoint", 1, "jobs[1]: endpoint"),
+		bad("batch bad delay at 0", post(B, `{"jobs":[{"endpoint":"/x","delay":"1 hour"}]}`), bad400, "invalid_field", "delay", 0, `jobs[0]: delay: "1 hour" is not a duration`),
+		bad("batch repeats a unique key", post(B, `{"jobs":[{"endpoint":"/x","unique_key":"k"},{"endpoint":"/x","unique_key":"k"}]}`), bad400, "invalid_field", "unique_key", 1, "also job 0's in this batch"),
+		// content type
+		bad("text/plain", withType(post(J, `{"endpoint":"/x"}`), "text/plain"), http.StatusUnsupportedMediaType, "unsupported_media_type", "", -1, "Content-Type text/plain: send Content-Type: application/json"),
+		bad("a form", withType(post(J, `endpoint=/x`), "application/x-www-form-urlencoded"), http.StatusUnsupportedMediaType, "unsupported_media_type", "", -1, "send Content-Type: application/json"),
+		bad("no content type", withType(post(J, `{"endpoint":"/x"}`), "-"), http.StatusUnsupportedMediaType, "unsupported_media_type", "", -1, "Content-Type none"),
+		bad("latin-1 JSON", withType(post(J, `{"endpoint":"/x"}`), "application/json; charset=iso-8859-1"), http.StatusUnsupportedMediaType, "unsupported_media_type", "", -1, "UTF-8"),
+		bad("cancel as text/plain", withType(post(waiting+"/cancel", ``), "text/plain"), http.StatusUnsupportedMediaType, "unsupported_media_type", "", -1, "application/json"),
+		// routes and methods
+		bad("DELETE a job list", apiReq{method: http.MethodDelete, path: J}, http.StatusMethodNotAllowed, "method_not_allowed", "", -1, "DELETE /api/v1/jobs is not allowed: use GET, POST"),
+		bad("GET a batch", getReq(B), http.StatusMethodNotAllowed, "method_not_allowed", "", -1, "use POST"),
+		bad("GET a cancel", getReq(waiting+"/cancel"), http.StatusMethodNotAllowed, "method_not_allowed", "", -1, "use POST"),
+		bad("DELETE a job", apiReq{method: http.MethodDelete, path: waiting}, http.StatusMethodNotAllowed, "method_not_allowed", "", -1, "use GET"),
+		bad("a preflight", apiReq{method: http.MethodOptions, path: J}, http.StatusMethodNotAllowed, "method_not_allowed", "", -1, "OPTIONS"),
+		bad("unknown route", getReq("/api/v1/nodes"), http.StatusNotFound, "no_route", "", -1, "no API route /api/v1/nodes"),
+		bad("another version", getReq("/api/v2/jobs"), http.StatusNotFound, "no_route", "", -1, "no API route"),
+		bad("trailing slash", getReq("/api/v1/jobs/"), http.StatusNotFound, "no_route", "", -1, "no API route"),
+		bad("job id a word", getReq("/api/v1/jobs/abc"), bad400, "invalid_field", "id", -1, `"abc" is not a job id`),
+		bad("job id zero", getReq("/api/v1/jobs/0"), bad400, "invalid_field", "id", -1, "not a job id"),
+		bad("job id too big", getReq("/api/v1/jobs/99999999999999999999"), bad400, "invalid_field", "id", -1, "not a job id"),
+		bad("job not found", getReq("/api/v1/jobs/987654"), http.StatusNotFound, "not_found", "", -1, "job 987654: job not found"),
+		bad("cancel not found", post("/api/v1/jobs/987654/cancel", ""), http.StatusNotFound, "not_found", "", -1, "job not found"),
+		bad("retry not found", post("/api/v1/jobs/987654/retry", "{}"), http.StatusNotFound, "not_found", "", -1, "job not found"),
+		bad("retry a waiting job", post(waiting+"/retry", ""), http.StatusConflict, "state_conflict", "", -1, "only a dead, failed, cancelled or missed job can be retried"),
+		bad("cancel with options", post(waiting+"/cancel", `{"force":true}`), bad400, "unknown_field", "force", -1, `unknown field "force"`),
+		bad("get with a query", getReq(waiting+"?verbose=1"), bad400, "unknown_parameter", "verbose", -1, "this route takes none"),
+		// list filters
+		bad("bad state", getReq(J+"?state=broken"), bad400, "invalid_field", "state", -1, `state "broken" is not one of`),
+		bad("misspelt filter", getReq(J+"?stat=dead"), bad400, "unknown_parameter", "stat", -1, `unknown query parameter "stat"`),
+		bad("state twice", getReq(J+"?state=dead&state=done"), bad400, "invalid_field", "state", -1, "given 2 times"),
+		bad("limit zero", getReq(J+"?limit=0"), bad400, "invalid_field", "limit", -1, "from 1 to 1000"),
+		bad("limit too high", getReq(J+"?limit=1001"), bad400, "invalid_field", "limit", -1, "from 1 to 1000"),
+		bad("limit a word", getReq(J+"?limit=all"), bad400, "invalid_field", "limit", -1, `limit "all"`),
+		bad("bad cursor", getReq(J+"?cursor=abc"), bad400, "invalid_field", "cursor", -1, `cursor "abc" is not one a page gave`),
+		bad("negative cursor", getReq(J+"?cursor=-5"), bad400, "invalid_field", "cursor", -1, "is not one a page gave"),
+		bad("since a date", getReq(J+"?since=2026-01-01"), bad400, "invalid_field", "since", -1, "is not a duration"),
+		bad("since negative", getReq(J+"?since=-1h"), bad400, "invalid_field", "since", -1, "must not be negative"),
+		bad("malformed query", getReq(J+"?state=%zz"), bad400, "bad_query", "", -1, "the query string is malformed"),
+		bad("tasks all=maybe", getReq("/api/v1/tasks?all=maybe"), bad400, "invalid_field", "all", -1, `"maybe" is not true or false`),
+		// retry by filter
+		bad("retry all without a state", post("/api/v1/jobs/retry", `{}`), bad400, "invalid_field", "state", -1, "say which jobs to retry"),
+		bad("retry ready jobs", post("/api/v1/jobs/retry", `{"state":"ready"}`), bad400, "invalid_field", "state", -1, "a ready job cannot be retried"),
+		bad("retry limit too high", post("/api/v1/jobs/retry", `{"state":"dead","limit":5000}`), bad400, "invalid_field", "limit", -1, "between 1 and 1000"),
+		bad("retry since in hours", post("/api/v1/jobs/retry", `{"state":"dead","since":24}`), bad400, "wrong_type", "since", -1, "since must be a string"),
+		bad("retry unknown field", post("/api/v1/jobs/retry", `{"state":"dead","older_than":"1h"}`), bad400, "unknown_field", "older_than", -1, "unknown field"),
+		// the browser guard (no token on loopback)
+		bad("cross-origin post", withHeader(post(J, `{"endpoint":"/x"}`), "Origin", "http://evil.example"), http.StatusForbidden, "forbidden_origin", "", -1, "Origin http://evil.example is not this listener's own"),
+		bad("null origin", withHeader(post(J, `{"endpoint":"/x"}`), "Origin", "null"), http.StatusForbidden, "forbidden_origin", "", -1, "cross-origin requests are refused"),
+		bad("cross-origin preflight", withHeader(apiReq{method: http.MethodOptions, path: J}, "Origin", "http://evil.example"), http.StatusForbidden, "forbidden_origin", "", -1, "cross-origin"),
+		bad("cross-origin read of /status", withHeader(getReq("/status"), "Origin", "http://localhost:1"), http.StatusForbidden, "forbidden_origin", "", -1, "cross-origin"),
+		bad("DNS rebinding", withHeader(getReq(J), "Host", "evil.example:9090"), http.StatusForbidden, "forbidden_host", "", -1, "the Host header must name this host's loopback"),
+	}
+	require.GreaterOrEqual(t, len(cases), 30)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { checkBad(t, base, c) })
+	}
+
+	// Nothing refused was written: only the waiting job is in the table.
+	page := must(t, base, http.StatusOK, getReq(J))
+	require.Len(t, page.body["jobs"], 1)
+	// The browser guard lets the listener's own origin through.
+	must(t, base, http.StatusCreated, withHeader(post(J, `{"endpoint":"/x","delay":"1h"}`), "Origin", base))
+	must(t, base, http.StatusOK, withHeader(getReq(J), "Host", "localhost"))
+}
+
+func client10001() []struct{} { return make([]struct{}, 10001) }
+
+// TestAPIToken: with admin.token set, everything but /healthz and /readyz
+// takes it.
+func TestAPIToken(t *testing.T) {
+	s, db := storetest.OpenDB(t, "sqlite")
+	const token = "0123456789abcdef-the-token"
+	base := apiServer(t, s, db, token)
+	auth := func(q apiReq, v string) apiReq { q.header = map[string]string{"Authorization": v}; return q }
+	cases := []badCase{
+		bad("missing token", getReq("/api/v1/jobs"), http.StatusUnauthorized, "unauthorized", "", -1, "send the admin token: Authorization: Bearer <admin.token>"),
+		bad("wrong token", auth(getReq("/api/v1/jobs"), "Bearer 0123456789abcdef-the-tokeN"), http.StatusUnauthorized, "unauthorized", "", -1, "the bearer token is not admin.token"),
+		bad("token prefix", auth(getReq("/api/v1/jobs"), "Bearer 0123456789abcdef"), http.StatusUnauthorized, "unauthorized", "", -1, "not admin.token"),
+		bad("basic auth", auth(getReq("/api/v1/jobs"), "Basic "+token), http.StatusUnauthorized, "unauthorized", "", -1, "send the admin token"),
+		bad("bare token", auth(getReq("/api/v1/jobs"), token), http.StatusUnauthorized, "unauthorized", "", -1, "send the admin token"),
+		bad("enqueue without token", post("/api/v1/jobs", `{"endpoint":"/x"}`), http.StatusUnauthorized, "unauthorized", "", -1, "send the admin token"),
+		bad("metrics without token", getReq("/metrics"), http.StatusUnauthorized, "unauthorized", "", -1, "send the admin token"),
+		bad("status without token", getReq("/status"), http.StatusUnauthorized, "unauthorized", "", -1, "send the admin token"),
+		bad("right token, cross origin", withOrigin(auth(getReq("/api/v1/jobs"), "Bearer "+token), "http://evil.example"), http.StatusForbidden, "forbidden_origin", "", -1, "cross-origin"),
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			checkBad(t, base, c)
+		})
+	}
+	r := callAPI(t, base, getReq("/api/v1/jobs"))
+	require.Equal(t, `Bearer realm="slotpoller"`, r.header.Get("WWW-Authenticate"))
+
+	// Probes need no token; the right one opens the rest, whatever the
+	// Host (a token, not the network, is the guard beyond loopback).
+	for _, p := range []string{"/healthz", "/readyz"} {
+		require.NotEqual(t, http.StatusUnauthorized, callAPI(t, base, getReq(p)).status, p)
+	}
+	must(t, base, http.StatusOK, auth(getReq("/api/v1/jobs"), "Bearer "+token))
+	must(t, base, http.StatusOK, auth(getReq("/metrics"), "bearer "+token))
+	q := auth(post("/api/v1/jobs", `{"endpoint":"/x","delay":"1h"}`), "Bearer "+token)
+	q.header["Host"] = "slotpoller.internal:9090"
+	must(t, base, http.StatusCreated, q)
+}
+
+func withOrigin(q apiReq, o string) apiReq {
+	if q.header == nil {
+		q.header = map[string]string{}
+	}
+	q.header["Origin"] = o
+	return q
+}

@@ -300,7 +300,7 @@ func TestAPIJobs(t *testing.T) {
 
 // apiServer serves a node's admin handler on its store, the node not
 // running: enough for everything but running jobs.
-func apiServer(t *testing.T, s *store.Store, db storetest.DB, token string) string {
+func apiServer(t testing.TB, s *store.Store, db storetest.DB, token string) string {
 	t.Helper()
 	cfg := testConfig(t, db, "api-bad", "http://localhost")
 	cfg.Admin.Token = token

@@ -58,8 +58,8 @@ func (n *Node) apiRoutes(mux *http.ServeMux) {
 	a.route(mux, "/api/v1/jobs/counts", methods{http.MethodGet: a.counts})
 	a.route(mux, "/api/v1/jobs/retry", methods{http.MethodPost: a.retryMatching})
 	a.route(mux, "/api/v1/jobs/{id}", methods{http.MethodGet: a.get})
-	a.route(mux, "/api/v1/jobs/{id}/cancel", methods{http.MethodPost: a.cancel})
-	a.route(mux, "/api/v1/jobs/{id}/retry", methods{http.MethodPost: a.retry})
+	a.route(mux, "/api/v1/jobs/{id}/cancel", methods{http.MethodPost: a.act("cancelled", (*client.Client).Cancel, client.StateCancelled)})
+	a.route(mux, "/api/v1/jobs/{id}/retry", methods{http.MethodPost: a.act("retried", (*client.Client).Retry, client.StateReady)})
 	a.route(mux, "/api/v1/schedules", methods{http.MethodGet: a.schedules})
 	a.route(mux, "/api/v1/tasks", methods{http.MethodGet: a.tasks})
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
@@ -234,40 +234,26 @@ type actionResponse struct {
 	State string `json:"state"` // the job's state now
 }
 
-func (a *api) cancel(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
-	id, err := a.action(r)
-	if err != nil {
-		return 0, nil, err
+// act is a cancel or a retry of one job (do), whose body is empty or {};
+// state is the job's state after it.
+func (a *api) act(op string, do func(*client.Client, context.Context, int64) error, state string) apiFunc {
+	return func(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
+		id, err := pathID(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		if _, err := query(r); err != nil {
+			return 0, nil, err
+		}
+		if err := decodeBody(r, &struct{}{}, true); err != nil {
+			return 0, nil, err
+		}
+		if err := do(c, ctx, id); err != nil {
+			return 0, nil, err
+		}
+		a.log.Info("job "+op+" through the API", "job", id)
+		return http.StatusOK, actionResponse{ID: id, State: state}, nil
 	}
-	if err := c.Cancel(ctx, id); err != nil {
-		return 0, nil, err
-	}
-	a.log.Info("job cancelled through the API", "job", id)
-	return http.StatusOK, actionResponse{ID: id, State: client.StateCancelled}, nil
-}
-
-func (a *api) retry(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
-	id, err := a.action(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	if err := c.Retry(ctx, id); err != nil {
-		return 0, nil, err
-	}
-	a.log.Info("job retried through the API", "job", id)
-	return http.StatusOK, actionResponse{ID: id, State: client.StateReady}, nil
-}
-
-// action reads the id of a cancel or retry, whose body is empty or {}.
-func (a *api) action(r *http.Request) (int64, error) {
-	id, err := pathID(r)
-	if err != nil {
-		return 0, err
-	}
-	if _, err := query(r); err != nil {
-		return 0, err
-	}
-	return id, decodeBody(r, &struct{}{}, true)
 }
 
 // retryRequest selects the jobs POST /api/v1/jobs/retry retries.

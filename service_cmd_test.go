@@ -64,12 +64,14 @@ func TestConfigShow(t *testing.T) {
 	require.NoError(t, os.WriteFile("config.yaml", []byte(showConfig), 0o600))
 	t.Setenv("SLOTPOLLER_DATABASE_DSN", "postgres://farm:s3cr3tpw@db.example:5432/farm?sslmode=require")
 	t.Setenv("SLOTPOLLER_JOBS_SIGNING_KEY", "0123456789abcdef-signing")
+	t.Setenv("SLOTPOLLER_ADMIN_TOKEN", "fedcba9876543210-admin")
 	t.Setenv("SLOTPOLLER_LOG_LEVEL", "warn")
 
 	code, out, errOut := cli(t, "config", "show", "-log-level", "debug")
 	require.Equal(t, 0, code, errOut)
 	require.NotContains(t, out, "s3cr3tpw", "the DSN's password is masked")
 	require.NotContains(t, out, "0123456789abcdef", "the signing key is masked")
+	require.NotContains(t, out, "fedcba9876543210", "the admin token is masked")
 	golden := filepath.Join(pkgDir, "testdata", "config-show.golden")
 	if *updateGolden {
 		require.NoError(t, os.WriteFile(golden, []byte(out), 0o644))
@@ -82,6 +84,7 @@ func TestConfigShow(t *testing.T) {
 	require.Equal(t, "postgres://farm:xxxxx@db.example:5432/farm?sslmode=require", got["database.dsn"].Value)
 	require.Equal(t, service.Source{Kind: service.FromEnv, Where: "SLOTPOLLER_DATABASE_DSN"}, got["database.dsn"].Source)
 	require.Equal(t, "xxxxx", got["jobs.signing_key"].Value)
+	require.Equal(t, "xxxxx", got["admin.token"].Value)
 	require.Equal(t, service.Source{Kind: service.FromFile, Where: "config.yaml:5"}, got["node.capacity"].Source)
 	require.Equal(t, float64(8), got["node.capacity"].Value)
 	require.Equal(t, service.Source{Kind: service.FromFlag, Where: "-log-level"}, got["log.level"].Source)

@@ -28,6 +28,10 @@ import (
 //	              per failing check
 //	GET /metrics  Prometheus text format (the node's own registry)
 //	GET /status   the JSON of `slotpoller status -json`
+//	/api/v1/...   the HTTP API (api.go)
+//
+// All but /healthz and /readyz pass the guard (api_guard.go): the token
+// when admin.token is set, no foreign Origin, a loopback Host otherwise.
 const (
 	// pingTimeout bounds the database check of /readyz.
 	pingTimeout = 2 * time.Second
@@ -126,8 +130,8 @@ func (n *Node) maskDSN(msg string) string {
 }
 
 // AdminHandler is the admin endpoint's handler: /healthz, /readyz,
-// /metrics and /status. Run serves it on admin.listen; it is exported for
-// embedding and tests.
+// /metrics, /status and the HTTP API under /api/v1/. Run serves it on
+// admin.listen; it is exported for embedding and tests.
 func (n *Node) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
@@ -135,7 +139,18 @@ func (n *Node) AdminHandler() http.Handler {
 			"/healthz  200 while the process is up\n"+
 			"/readyz   200 when the database answers, the clock offset is known and the node is checked in\n"+
 			"/metrics  Prometheus metrics\n"+
-			"/status   the farm's status as JSON (slotpoller status -json)\n")
+			"/status   the farm's status as JSON (slotpoller status -json)\n\n"+
+			"HTTP API (JSON; POST takes Content-Type: application/json):\n"+
+			"POST /api/v1/jobs               enqueue one job\n"+
+			"POST /api/v1/jobs/batch         enqueue {\"jobs\": [...]} in one transaction\n"+
+			"GET  /api/v1/jobs               list: ?state=&endpoint=&since=&limit=&cursor=\n"+
+			"GET  /api/v1/jobs/counts        jobs by state\n"+
+			"GET  /api/v1/jobs/{id}          a job with its history\n"+
+			"POST /api/v1/jobs/{id}/cancel   cancel a waiting job\n"+
+			"POST /api/v1/jobs/{id}/retry    retry a finished job\n"+
+			"POST /api/v1/jobs/retry         retry {\"state\", \"endpoint\", \"since\", \"limit\"}\n"+
+			"GET  /api/v1/schedules          schedules\n"+
+			"GET  /api/v1/tasks              endless tasks (?all=true: deleted too)\n")
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		text(w, http.StatusOK, "ok\n")
@@ -170,7 +185,8 @@ func (n *Node) AdminHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(rep)
 	})
-	return mux
+	n.apiRoutes(mux)
+	return n.guard(mux)
 }
 
 func text(w http.ResponseWriter, code int, body string) {

@@ -58,7 +58,7 @@ func (s *syncBuffer) String() string {
 }
 
 // testConfig is a node with fast slots and heartbeats on db.
-func testConfig(t *testing.T, db storetest.DB, name, baseURL string) Config {
+func testConfig(t testing.TB, db storetest.DB, name, baseURL string) Config {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Database = DatabaseConfig{Driver: db.Driver, DSN: db.DSN, Schema: db.Schema, Migrate: true}

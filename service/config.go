@@ -153,12 +153,18 @@ func (c JobsConfig) retention() map[string]time.Duration {
 }
 
 // AdminConfig is the node's admin HTTP endpoint (/healthz, /readyz,
-// /metrics, /status).
+// /metrics, /status and the HTTP API under /api/v1/).
 type AdminConfig struct {
 	// Listen is the address to serve on; empty (the default) turns the
 	// endpoint off. A port alone (":9090") binds to loopback, 127.0.0.1. The
 	// port is 0..65535 or a service name.
 	Listen string `yaml:"listen"`
+	// Token, when set, is required as "Authorization: Bearer <token>" by
+	// everything the admin endpoint serves but /healthz and /readyz. It
+	// must be set when Listen binds beyond loopback. A secret: set it
+	// through SLOTPOLLER_ADMIN_TOKEN; it is never logged or shown. 16 to
+	// 256 printable ASCII characters, no spaces.
+	Token string `yaml:"token"`
 }
 
 // AdminAddr is the address the admin endpoint binds: loopback unless a
@@ -168,6 +174,27 @@ func (a AdminConfig) AdminAddr() string {
 		return "127.0.0.1" + a.Listen
 	}
 	return a.Listen
+}
+
+// Loopback reports whether the admin endpoint binds to loopback only
+// (127.0.0.0/8, ::1 or localhost), where only the host's own users and
+// processes reach it.
+func (a AdminConfig) Loopback() bool {
+	host, _, err := net.SplitHostPort(a.AdminAddr())
+	if err != nil {
+		return false
+	}
+	return isLoopbackHost(host)
+}
+
+// isLoopbackHost reports whether host (no port) names this host's loopback
+// interface.
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // RotationConfig shapes the polling rotation.
@@ -362,7 +389,15 @@ func (c Config) problems() []problem {
 	if l := c.Admin.Listen; l != "" {
 		if why := checkListen(l); why != "" {
 			bad("admin.listen", l, "%s", why)
+		} else if c.Admin.Token == "" && !c.Admin.Loopback() {
+			// Open beyond loopback, anyone on the network could enqueue,
+			// cancel and retry jobs: refuse to start rather than serve that.
+			bad("admin.listen", l, "binds beyond loopback, so the admin endpoint needs admin.token "+
+				"(set SLOTPOLLER_ADMIN_TOKEN to 16 or more random characters), or bind to loopback (e.g. :9090)")
 		}
+	}
+	if why := checkToken(c.Admin.Token); why != "" {
+		ps = append(ps, problem{key: "admin.token", text: "config: admin.token (value hidden): " + why})
 	}
 
 	// schedules: each must compile and names must be unique
@@ -542,6 +577,24 @@ func checkListen(l string) string {
 	}
 	if host != "" && net.ParseIP(host) == nil && !validHostName(host) {
 		return fmt.Sprintf("host %q is neither an IP address nor a host name", host)
+	}
+	return ""
+}
+
+// checkToken returns why t is not a usable admin.token, or "". It never
+// quotes t.
+func checkToken(t string) string {
+	if t == "" {
+		return ""
+	}
+	if len(t) < 16 || len(t) > 256 {
+		return "must be 16 to 256 characters"
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] <= ' ' || t[i] > '~' {
+			// It travels in an Authorization header.
+			return "must be printable ASCII without spaces"
+		}
 	}
 	return ""
 }

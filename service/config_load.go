@@ -519,9 +519,9 @@ func decodeYAML(cfg *Config, name string, data []byte, src Sources) []error {
 	return errs
 }
 
-// rawForError shows a raw value in an error, hiding the DSN's.
+// rawForError shows a raw value in an error, hiding the secrets'.
 func rawForError(path, raw string) string {
-	if path == dsnKey || path == "jobs.signing_key" {
+	if IsSecret(path) {
 		return "(value hidden)"
 	}
 	return strconv.Quote(raw)

@@ -9,6 +9,9 @@ func (c Config) Redacted() Config {
 	if c.Jobs.SigningKey != "" {
 		c.Jobs.SigningKey = "xxxxx"
 	}
+	if c.Admin.Token != "" {
+		c.Admin.Token = "xxxxx"
+	}
 	return c
 }
 
@@ -19,7 +22,8 @@ func MaskDSN(dsn string) string {
 }
 
 // IsSecret reports whether key holds a secret (the DSN, which may carry a
-// password, and the signing key): its value is shown only masked.
+// password, the signing key and the admin token): its value is shown only
+// masked.
 func IsSecret(key string) bool {
-	return key == dsnKey || key == "jobs.signing_key"
+	return key == dsnKey || key == "jobs.signing_key" || key == "admin.token"
 }

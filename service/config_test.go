@@ -1,6 +1,7 @@
 package service
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -715,4 +716,38 @@ func TestSigningKeyAndAdminListen(t *testing.T) {
 	require.NotContains(t, err.Error(), "short-secret", "the key never appears in an error")
 	_, err = Load(filepath.Join(t.TempDir(), "none.yaml"), false, []string{"SLOTPOLLER_ADMIN_LISTEN=9090", "SLOTPOLLER_NODE_NAME=n1"})
 	require.ErrorContains(t, err, "admin.listen")
+}
+
+func TestAdminToken(t *testing.T) {
+	load := func(env ...string) (Config, error) {
+		return Load(filepath.Join(t.TempDir(), "none.yaml"), false, append(env, "SLOTPOLLER_NODE_NAME=n1"))
+	}
+	const token = "0123456789abcdef-admin-token"
+
+	// Beyond loopback without a token: a config error, not an open API.
+	for _, l := range []string{"0.0.0.0:9090", "[::]:9090", "10.1.2.3:9090", "admin.example.com:9090"} {
+		_, err := load("SLOTPOLLER_ADMIN_LISTEN=" + l)
+		require.ErrorContains(t, err, "binds beyond loopback, so the admin endpoint needs admin.token", l)
+	}
+	// Loopback is open without one.
+	for _, l := range []string{":9090", "127.0.0.1:9090", "[::1]:9090", "localhost:9090", "127.0.0.2:0"} {
+		cfg, err := load("SLOTPOLLER_ADMIN_LISTEN=" + l)
+		require.NoError(t, err, l)
+		require.True(t, cfg.Admin.Loopback(), l)
+	}
+	cfg, err := load("SLOTPOLLER_ADMIN_LISTEN=0.0.0.0:9090", "SLOTPOLLER_ADMIN_TOKEN="+token)
+	require.NoError(t, err)
+	require.False(t, cfg.Admin.Loopback())
+	require.Equal(t, token, cfg.Admin.Token)
+	require.Equal(t, "xxxxx", cfg.Redacted().Admin.Token, "config show and logs see it masked")
+	require.True(t, IsSecret("admin.token"))
+	for _, s := range cfg.Settings(Sources{}) {
+		require.NotContains(t, fmt.Sprint(s.Value), token, s.Key)
+	}
+
+	for _, bad := range []string{"short-token", "0123456789abcdef with space", strings.Repeat("x", 257), "0123456789abcdef\u00e9"} {
+		_, err := load("SLOTPOLLER_ADMIN_TOKEN=" + bad)
+		require.ErrorContains(t, err, "admin.token (value hidden)")
+		require.NotContains(t, err.Error(), bad, "the token never appears in an error")
+	}
 }

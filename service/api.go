@@ -1,0 +1,413 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/internal/store"
+)
+
+// The HTTP API, under /api/v1/ on the admin endpoint. Every job operation
+// goes through the client package, as the CLI's do. JSON in and out;
+// durations are Go duration strings ("30s", "1h30m"), times RFC 3339.
+//
+//	POST /api/v1/jobs               enqueue one job          201 {"id"}
+//	POST /api/v1/jobs/batch         enqueue {"jobs":[...]}   201 {"ids"}, all or none
+//	GET  /api/v1/jobs               list: state, endpoint, since, limit, cursor
+//	GET  /api/v1/jobs/counts        jobs by state
+//	POST /api/v1/jobs/retry         retry the jobs a filter selects
+//	GET  /api/v1/jobs/{id}          one job with its history
+//	POST /api/v1/jobs/{id}/cancel   cancel a waiting job
+//	POST /api/v1/jobs/{id}/retry    retry a finished job
+//	GET  /api/v1/schedules          schedules with their outcomes
+//	GET  /api/v1/tasks              endless tasks (?all=true: deleted too)
+const (
+	// maxJobBody caps the body of one job: a 1 MiB payload sent as
+	// payload_base64 is 1.34 MiB; the rest is room for the other fields.
+	maxJobBody = 2 << 20
+	// maxBatchBody caps a batch's body. It bounds what one request holds
+	// in memory; many large payloads go in several batches.
+	maxBatchBody = 16 << 20
+	// apiTimeout bounds one call's database work (within the server's
+	// 30 s write timeout).
+	apiTimeout = 25 * time.Second
+)
+
+// api serves /api/v1/.
+type api struct {
+	n   *Node
+	log *slog.Logger
+
+	mu sync.Mutex
+	s  *store.Store // the store c was made for
+	c  *client.Client
+}
+
+func (n *Node) apiRoutes(mux *http.ServeMux) {
+	a := &api{n: n, log: n.log.With("node", n.cfg.Node.Name, "component", "api")}
+	a.route(mux, "/api/v1/jobs", methods{http.MethodGet: a.list, http.MethodPost: a.enqueue})
+	a.route(mux, "/api/v1/jobs/batch", methods{http.MethodPost: a.enqueueBatch})
+	a.route(mux, "/api/v1/jobs/counts", methods{http.MethodGet: a.counts})
+	a.route(mux, "/api/v1/jobs/retry", methods{http.MethodPost: a.retryMatching})
+	a.route(mux, "/api/v1/jobs/{id}", methods{http.MethodGet: a.get})
+	a.route(mux, "/api/v1/jobs/{id}/cancel", methods{http.MethodPost: a.act("cancelled", (*client.Client).Cancel, client.StateCancelled)})
+	a.route(mux, "/api/v1/jobs/{id}/retry", methods{http.MethodPost: a.act("retried", (*client.Client).Retry, client.StateReady)})
+	a.route(mux, "/api/v1/schedules", methods{http.MethodGet: a.schedules})
+	a.route(mux, "/api/v1/tasks", methods{http.MethodGet: a.tasks})
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeAPIError(w, &apiError{Status: http.StatusNotFound, Code: "no_route",
+			Message: fmt.Sprintf("no API route %s; the routes are listed at GET /", r.URL.Path)})
+	})
+}
+
+// apiFunc handles one call: it returns the status and the JSON body of a
+// success, or an error (an *apiError, or one of the client's).
+type apiFunc func(ctx context.Context, c *client.Client, r *http.Request) (int, any, error)
+
+type methods map[string]apiFunc
+
+// route serves pattern's methods; another method is a JSON 405.
+func (a *api) route(mux *http.ServeMux, pattern string, ms methods) {
+	allow := ""
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		if ms[m] != nil {
+			allow += ", " + m
+		}
+	}
+	allow = allow[2:]
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		f := ms[r.Method]
+		if f == nil {
+			w.Header().Set("Allow", allow)
+			writeAPIError(w, &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+				Message: fmt.Sprintf("%s %s is not allowed: use %s", r.Method, r.URL.Path, allow)})
+			return
+		}
+		if r.Method == http.MethodPost {
+			if err := checkJSONContentType(r); err != nil {
+				writeAPIError(w, err)
+				return
+			}
+		}
+		c, err := a.client()
+		if err != nil {
+			writeAPIError(w, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
+		defer cancel()
+		r.Body = http.MaxBytesReader(w, r.Body, bodyCap(pattern))
+		status, body, err := f(ctx, c, r)
+		if err != nil {
+			ae := a.apiError(err)
+			if ae.Status >= 500 {
+				a.log.Warn("api call failed", "method", r.Method, "path", r.URL.Path, "status", ae.Status, "err", ae.Message)
+			}
+			writeAPIError(w, ae)
+			return
+		}
+		writeJSON(w, status, body)
+	})
+}
+
+func bodyCap(pattern string) int64 {
+	if pattern == "/api/v1/jobs/batch" {
+		return maxBatchBody
+	}
+	return maxJobBody
+}
+
+// client returns the client of the node's store; a 503 before the node
+// has connected to its database.
+func (a *api) client() (*client.Client, error) {
+	s := a.n.parts().store
+	if s == nil {
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "database: not connected yet"}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.s != s {
+		cfg := a.n.cfg
+		c, err := client.New(s.DB(), cfg.Database.Driver, client.WithSchema(cfg.Database.Schema),
+			client.WithDefaultMaxAttempts(cfg.Jobs.MaxAttempts), client.WithActor("api@"+cfg.Node.Name))
+		if err != nil {
+			return nil, err
+		}
+		a.s, a.c = s, c
+	}
+	return a.c, nil
+}
+
+func (a *api) enqueue(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
+	var req jobRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	j, err := req.job(0)
+	if err != nil {
+		return 0, nil, err
+	}
+	id, err := c.Enqueue(ctx, j)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, map[string]int64{"id": id}, nil
+}
+
+func (a *api) enqueueBatch(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
+	js, err := decodeBatch(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ids, err := c.EnqueueMany(ctx, js)
+	var dup *client.DuplicateError
+	if errors.As(err, &dup) {
+		// Name the batch's job whose key is taken.
+		for i, j := range js {
+			if dup.UniqueKey != "" && j.UniqueKey == dup.UniqueKey {
+				return 0, nil, duplicateError(dup, &i)
+			}
+		}
+	}
+	if err != nil {
+		return 0, nil, inBatch(err)
+	}
+	return http.StatusCreated, map[string][]int64{"ids": ids}, nil
+}
+
+// listResponse is a page of jobs.
+type listResponse struct {
+	Jobs []jobView `json:"jobs"`
+	// NextCursor is the cursor of the next page; "" on the last.
+	NextCursor string `json:"next_cursor"`
+}
+
+func (a *api) list(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
+	q, err := query(r, "state", "endpoint", "since", "limit", "cursor")
+	if err != nil {
+		return 0, nil, err
+	}
+	f := client.Filter{State: q.Get("state"), EndpointPrefix: q.Get("endpoint"), Cursor: q.Get("cursor")}
+	if f.Since, err = queryDuration(q, "since"); err != nil {
+		return 0, nil, err
+	}
+	if f.Limit, err = queryLimit(q); err != nil {
+		return 0, nil, err
+	}
+	page, err := c.List(ctx, f)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp := listResponse{Jobs: make([]jobView, 0, len(page.Jobs)), NextCursor: page.NextCursor}
+	for _, j := range page.Jobs {
+		resp.Jobs = append(resp.Jobs, view(j, false))
+	}
+	return http.StatusOK, resp, nil
+}
+
+func (a *api) get(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := query(r); err != nil {
+		return 0, nil, err
+	}
+	j, err := c.Get(ctx, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, view(j, true), nil
+}
+
+// actionResponse answers a cancel or a retry of one job.
+type actionResponse struct {
+	ID    int64  `json:"id"`
+	State string `json:"state"` // the job's state now
+}
+
+// act is a cancel or a retry of one job (do), whose body is empty or {};
+// state is the job's state after it.
+func (a *api) act(op string, do func(*client.Client, context.Context, int64) error, state string) apiFunc {
+	return func(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
+		id, err := pathID(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		if _, err := query(r); err != nil {
+			return 0, nil, err
+		}
+		if err := decodeBody(r, &struct{}{}, true); err != nil {
+			return 0, nil, err
+		}
+		if err := do(c, ctx, id); err != nil {
+			return 0, nil, err
+		}
+		a.log.Info("job "+op+" through the API", "job", id)
+		return http.StatusOK, actionResponse{ID: id, State: state}, nil
+	}
+}
+
+// retryRequest selects the jobs POST /api/v1/jobs/retry retries.
+type retryRequest struct {
+	State    string `json:"state"` // dead, failed, cancelled or missed: required
+	Endpoint string `json:"endpoint"`
+	Since    string `json:"since"`
+	Limit    int    `json:"limit"` // default and at most 1000
+}
+
+type retryResponse struct {
+	Retried int64 `json:"retried"`
+	// More is true when the limit was reached: there may be more to retry.
+	More bool `json:"more"`
+}
+
+func (a *api) retryMatching(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
+	if _, err := query(r); err != nil {
+		return 0, nil, err
+	}
+	var req retryRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if req.State == "" {
+		// Like the CLI: retrying every finished job takes saying which.
+		return 0, nil, &client.FieldError{Field: "state", Problem: "say which jobs to retry: dead, failed, cancelled or missed"}
+	}
+	f := client.Filter{State: req.State, EndpointPrefix: req.Endpoint, Limit: req.Limit}
+	var err error
+	if f.Since, err = apiDuration("since", req.Since, 0); err != nil {
+		return 0, nil, err
+	}
+	if req.Limit == 0 {
+		f.Limit = client.MaxListLimit
+	}
+	n, err := c.RetryMatching(ctx, f)
+	if err != nil {
+		return 0, nil, err
+	}
+	a.log.Info("jobs retried through the API", "state", f.State, "endpoint", f.EndpointPrefix, "since", f.Since, "retried", n)
+	return http.StatusOK, retryResponse{Retried: n, More: n == int64(f.Limit)}, nil
+}
+
+// countsResponse is the number of jobs in each state: every state is
+// present, 0 when none; "retrying" are ready jobs backing off after a
+// failed attempt (also counted in ready). Each count stops at Cap, so
+// that reading them costs the same whatever the table's size: a count
+// equal to Cap means Cap or more.
+type countsResponse struct {
+	Counts map[string]int `json:"counts"`
+	Cap    int            `json:"cap"`
+}
+
+func (a *api) counts(ctx context.Context, _ *client.Client, r *http.Request) (int, any, error) {
+	if _, err := query(r); err != nil {
+		return 0, nil, err
+	}
+	tally, err := a.n.parts().store.JobCountsCapped(ctx, JobCountCap)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := map[string]int{}
+	for _, st := range []string{client.StateReady, client.StateRunning, client.StateDone, client.StateFailed,
+		client.StateDead, client.StateCancelled, client.StateMissed, store.StateRetrying} {
+		out[st] = 0
+	}
+	for st, c := range tally.Counts {
+		out[st] = c
+	}
+	return http.StatusOK, countsResponse{Counts: out, Cap: tally.Cap}, nil
+}
+
+func (a *api) schedules(ctx context.Context, _ *client.Client, r *http.Request) (int, any, error) {
+	if _, err := query(r); err != nil {
+		return 0, nil, err
+	}
+	rep, err := ScheduleReport(ctx, a.n.parts().store)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string][]ScheduleStatus{"schedules": rep}, nil
+}
+
+func (a *api) tasks(ctx context.Context, _ *client.Client, r *http.Request) (int, any, error) {
+	q, err := query(r, "all")
+	if err != nil {
+		return 0, nil, err
+	}
+	all := false
+	if v := q.Get("all"); v != "" {
+		if all, err = strconv.ParseBool(v); err != nil {
+			return 0, nil, &client.FieldError{Field: "all", Problem: fmt.Sprintf("%q is not true or false", v)}
+		}
+	}
+	tasks, err := a.n.parts().store.Tasks(ctx, all)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string][]TaskStatus{"tasks": TaskReport(tasks)}, nil
+}
+
+// pathID is the {id} of the path: a positive whole number.
+func pathID(r *http.Request) (int64, error) {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, &client.FieldError{Field: "id", Problem: fmt.Sprintf("%q is not a job id (a positive whole number)", raw)}
+	}
+	return id, nil
+}
+
+// query returns the request's query parameters, refusing one not in
+// allowed or given twice: a misspelt filter must not widen a list or a
+// retry silently.
+func query(r *http.Request, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, &apiError{Status: http.StatusBadRequest, Code: "bad_query", Message: "the query string is malformed: " + err.Error()}
+	}
+	for k, vs := range q {
+		known := false
+		for _, a := range allowed {
+			known = known || k == a
+		}
+		switch {
+		case !known && len(allowed) == 0:
+			return nil, &apiError{Status: http.StatusBadRequest, Code: "unknown_parameter", Field: k,
+				Message: fmt.Sprintf("unknown query parameter %q: this route takes none", k)}
+		case !known:
+			return nil, &apiError{Status: http.StatusBadRequest, Code: "unknown_parameter", Field: k,
+				Message: fmt.Sprintf("unknown query parameter %q: this route takes %v", k, allowed)}
+		case len(vs) > 1:
+			return nil, &apiError{Status: http.StatusBadRequest, Code: "invalid_field", Field: k,
+				Message: fmt.Sprintf("query parameter %q is given %d times; give it once", k, len(vs))}
+		}
+	}
+	return q, nil
+}
+
+func queryDuration(q url.Values, key string) (time.Duration, error) {
+	return apiDuration(key, q.Get(key), 0)
+}
+
+// queryLimit is the list's limit: 1 to client.MaxListLimit; 0 when not
+// given (the client's default).
+func queryLimit(q url.Values) (int, error) {
+	raw := q.Get("limit")
+	if raw == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 || n > client.MaxListLimit {
+		return 0, &client.FieldError{Field: "limit", Problem: fmt.Sprintf("limit %q must be a whole number from 1 to %d", raw, client.MaxListLimit)}
+	}
+	return n, nil
+}

@@ -1,0 +1,85 @@
+package service
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// guard protects everything the admin endpoint serves but /healthz and
+// /readyz, which load balancers probe without credentials. In order:
+//
+//   - With no admin.token (only possible on loopback), the Host header
+//     must name loopback (localhost, 127.0.0.1, [::1]): a page on another
+//     site that rebinds its DNS name to 127.0.0.1 sends its own name.
+//   - An Origin header must be the listener's own (a browser sends it on a
+//     cross-site fetch or form post); no CORS header is ever sent, so a
+//     preflight fails and a page elsewhere can neither send JSON nor read
+//     an answer.
+//   - With admin.token set, "Authorization: Bearer <token>", compared in
+//     constant time.
+func (n *Node) guard(next http.Handler) http.Handler {
+	token := n.cfg.Admin.Token
+	var want [sha256.Size]byte
+	if token != "" {
+		want = sha256.Sum256([]byte(token))
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/healthz", "/readyz":
+			next.ServeHTTP(w, r)
+			return
+		}
+		if token == "" && !loopbackHostHeader(r.Host) {
+			writeAPIError(w, &apiError{Status: http.StatusForbidden, Code: "forbidden_host",
+				Message: "the Host header must name this host's loopback (localhost, 127.0.0.1 or [::1]) while admin.token is not set"})
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) {
+			writeAPIError(w, &apiError{Status: http.StatusForbidden, Code: "forbidden_origin",
+				Message: "cross-origin requests are refused: Origin " + o + " is not this listener's own"})
+			return
+		}
+		if token == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		auth := r.Header.Get("Authorization")
+		scheme, got, ok := strings.Cut(auth, " ")
+		if auth == "" || !ok || !strings.EqualFold(scheme, "Bearer") {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="slotpoller"`)
+			writeAPIError(w, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
+				Message: "send the admin token: Authorization: Bearer <admin.token>"})
+			return
+		}
+		// Hashing first makes the comparison's time independent of the
+		// token's length too.
+		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="slotpoller", error="invalid_token"`)
+			writeAPIError(w, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
+				Message: "the bearer token is not admin.token"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// loopbackHostHeader reports whether a Host header names loopback.
+func loopbackHostHeader(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return isLoopbackHost(strings.Trim(host, "[]"))
+}
+
+// sameOrigin reports whether origin is the listener's own: http or https
+// (a TLS proxy in front) with the host and port the request was sent to.
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Path == "" &&
+		u.User == nil && strings.EqualFold(u.Host, host)
+}

@@ -91,7 +91,7 @@ func TestMisfirePolicies(t *testing.T) {
 
 func TestRacingMaterializersCreateEachOccurrenceOnce(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
-		s, dsn := storetest.Open(t, driver)
+		s, db := storetest.OpenDB(t, driver)
 		ctx := context.Background()
 		require.NoError(t, jobs.AddSchedule(ctx, s, everySecond("race", store.MisfireAll)))
 		outage(t, s, "race")
@@ -100,7 +100,7 @@ func TestRacingMaterializersCreateEachOccurrenceOnce(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				other, err := store.Open(ctx, driver, dsn)
+				other, err := db.Open(ctx)
 				if err != nil {
 					t.Error(err)
 					return

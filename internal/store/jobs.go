@@ -117,21 +117,7 @@ func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
 	if j.RunAt != nil {
 		runAt, runArg = "?", s.d.TimeArg(*j.RunAt)
 	}
-	var unique any
-	if j.UniqueKey != "" {
-		unique = j.UniqueKey
-	}
-	var schedule, scheduledFor, startBy any
 	exclusive := 0
-	if j.Schedule != "" {
-		schedule = j.Schedule
-	}
-	if j.ScheduledFor != nil {
-		scheduledFor = s.d.TimeArg(*j.ScheduledFor)
-	}
-	if j.StartBy != nil {
-		startBy = s.d.TimeArg(*j.StartBy)
-	}
 	if j.Exclusive {
 		exclusive = 1
 	}
@@ -141,7 +127,7 @@ VALUES (?, ?, ?, 'ready', `+runAt+`, 0, ?, ?, ?, ?, 0, {now}, ?, ?, ?, ?) {retur
 	var id int64
 	err := s.retry(ctx, func() error {
 		return s.queryRow(ctx, q, j.Endpoint, j.Method, j.Payload, runArg, j.MaxAttempts, millis(j.Timeout),
-			unique, j.IdempotencyKey, schedule, scheduledFor, startBy, exclusive).Scan(&id)
+			nullString(j.UniqueKey), j.IdempotencyKey, nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive).Scan(&id)
 	})
 	if err != nil && s.d.UniqueViolation(err) {
 		var existing int64
@@ -236,14 +222,7 @@ type Outcome struct {
 // JobFinishIfRunning records the end of a call, fenced by the claim's token:
 // a node whose lease was lost cannot overwrite what the new owner wrote.
 func (s *Store) JobFinishIfRunning(ctx context.Context, id, token int64, o Outcome) (bool, error) {
-	var status any
-	if o.Status != 0 {
-		status = o.Status
-	}
-	var errText any
-	if o.Error != "" {
-		errText = o.Error
-	}
+	status, errText := nullInt(o.Status), nullString(o.Error)
 	if o.State == StateReady {
 		q := expand(s.d, `UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now+?},
   last_status = ?, last_error = ? WHERE id = ? AND token = ? AND state = 'running'`)

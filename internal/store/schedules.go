@@ -144,13 +144,9 @@ func (s *Store) SchedulesDue(ctx context.Context, lookahead time.Duration) ([]Sc
 // cannot both advance it, and the occurrences themselves exist once by
 // their unique keys.
 func (s *Store) ScheduleAdvance(ctx context.Context, name string, version int64, next time.Time, lastFire *time.Time, missed int64) (bool, error) {
-	var last any
-	if lastFire != nil {
-		last = s.d.TimeArg(*lastFire)
-	}
 	q := expand(s.d, `UPDATE {schedules} SET next_fire_at = ?, last_fire_at = COALESCE(?, last_fire_at),
   missed = missed + ?, version = version + 1 WHERE name = ? AND version = ?`)
-	return s.fenced(ctx, "advance schedule "+strconv.Quote(name), q, s.d.TimeArg(next), last, missed, name, version)
+	return s.fenced(ctx, "advance schedule "+strconv.Quote(name), q, s.d.TimeArg(next), nullTime(lastFire), missed, name, version)
 }
 
 // ScheduleSetEnabled pauses or resumes a schedule; resuming starts again at

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"database/sql"
 	"errors"
 	"strings"
 	"time"
@@ -21,9 +22,22 @@ func (SQLite) Now() string                    { return "CAST(unixepoch('now','su
 func (SQLite) NowPlusMillis() string          { return "(CAST(unixepoch('now','subsec')*1000 AS INTEGER) + ?)" }
 func (SQLite) Table(name string) string       { return "slotpoller_" + name }
 func (SQLite) TimeArg(t time.Time) any        { return t.UnixMilli() }
-func (SQLite) MigrationLock() string          { return "" }
-func (SQLite) Returning(cols string) string   { return "RETURNING " + cols }
-func (SQLite) Output(string) string           { return "" }
+
+// Arg turns a time into the integer milliseconds of SQLite's time columns,
+// and a NULL time into a NULL integer.
+func (d SQLite) Arg(v any) any {
+	if t, ok := v.(sql.NullTime); ok {
+		if !t.Valid {
+			return sql.NullInt64{}
+		}
+		return d.TimeArg(t.Time)
+	}
+	return v
+}
+
+func (SQLite) MigrationLock() string        { return "" }
+func (SQLite) Returning(cols string) string { return "RETURNING " + cols }
+func (SQLite) Output(string) string         { return "" }
 
 // ClaimJobs needs no row locks: SQLite has one writer at a time, so the
 // subquery and the update see the same rows.

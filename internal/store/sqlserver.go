@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/golang-sql/civil"
@@ -90,6 +91,33 @@ func (d SQLServer) Table(name string) string { return "[" + d.Schema() + "].[" +
 // instant, so the value is converted to UTC first.
 func (SQLServer) TimeArg(t time.Time) any { return civil.DateTimeOf(t.UTC()) }
 
+// Arg gives every parameter a declared type that does not depend on its
+// value, so that SQL Server keeps one cached plan per statement: go-mssqldb
+// declares a string as nvarchar(len), one plan per length combination, so
+// strings go as nvarchar(max) (mssql.NVarCharMax), and a NULL string as the
+// nvarchar(4000) go-mssqldb gives sql.NullString. A max parameter compared
+// with a key column of nvarchar(n) is the same type, so the column is not
+// converted and the comparison stays a seek. Times go as datetime2 (TimeArg),
+// a NULL time as a NULL datetime2. Integers are bigint whatever their value.
+// A []byte stays varbinary(len): go-mssqldb has no fixed-size binary type;
+// only the writes of a payload carry one.
+func (d SQLServer) Arg(v any) any {
+	switch x := v.(type) {
+	case string:
+		return mssql.NVarCharMax(x)
+	case sql.NullString:
+		if x.Valid {
+			return mssql.NVarCharMax(x.String)
+		}
+	case sql.NullTime:
+		if x.Valid {
+			return d.TimeArg(x.Time)
+		}
+		return mssql.NullDateTime{}
+	}
+	return v
+}
+
 // MigrationLock takes an application lock that the transaction holds until
 // it ends. sp_getapplock reports failure (timeout, deadlock victim) by its
 // return code, not by an error, so the code is checked and turned into one.
@@ -158,8 +186,14 @@ const (
 // without a unique key, which a retry after a lost acknowledgement could
 // write twice.
 func (SQLServer) Retryable(err error) bool {
-	return mssqlErrorIs(err, mssqlDeadlockVictim, mssqlLockTimeout, 40613, 40501, 40197, 49918, 49919, 49920, 10928, 10929)
+	return mssqlErrorIs(err, mssqlDeadlockVictim, mssqlLockTimeout, 40613, 40501, 40197, 49918, 49919, 49920, 10928, 10929) ||
+		mssqlMessageHas(err, babelfishError, "Lock request time out period exceeded")
 }
+
+// babelfishError is the number Babelfish (Aurora's T-SQL layer) gives the
+// errors it has no SQL Server number for, such as a lock timeout (1222 on
+// SQL Server) or a missing table (208): they are told apart by their text.
+const babelfishError = 33557097
 
 // checkSession refuses a connection whose statements report no row counts
 // (SET NOCOUNT ON as a server or login default): every fenced write reads
@@ -180,7 +214,25 @@ func (SQLServer) UniqueViolation(err error) bool {
 	return mssqlErrorIs(err, mssqlDuplicateKey, mssqlDuplicateIndex)
 }
 
-func (SQLServer) UndefinedTable(err error) bool { return mssqlErrorIs(err, mssqlInvalidObject) }
+// UndefinedTable: Babelfish says PostgreSQL's `relation "..." does not exist`.
+func (SQLServer) UndefinedTable(err error) bool {
+	return mssqlErrorIs(err, mssqlInvalidObject) || mssqlMessageHas(err, babelfishError, "does not exist")
+}
+
+// mssqlMessageHas reports whether err carries a server error of the number
+// whose message contains text.
+func mssqlMessageHas(err error, number int32, text string) bool {
+	var e mssql.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	for _, x := range append([]mssql.Error{e}, e.All...) {
+		if x.Number == number && strings.Contains(x.Message, text) {
+			return true
+		}
+	}
+	return false
+}
 
 // mssqlErrorIs reports whether err, or any of the server errors it carries
 // (one statement can raise several), has one of the numbers.

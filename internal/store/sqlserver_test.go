@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -306,15 +307,24 @@ func checkTSQL(t *testing.T, c storetest.Call) {
 	for _, m := range literalRE.FindAllStringSubmatch(q, -1) {
 		require.True(t, allowedLiterals[m[1]], "literal %s in:\n%s", m[0], q)
 	}
+	// Every parameter's declared type is fixed, whatever its value (one
+	// cached plan per statement), and a NULL is typed: go-mssqldb sends a
+	// bare nil as TDS type 0x1F, which Babelfish refuses (error 8009).
 	for i, a := range c.Args {
 		switch v := a.(type) {
-		case string:
-			if !allowedLiterals[v] {
-				require.NotContains(t, q, v, "argument @p%d is written into the statement", i+1)
+		case mssql.NVarCharMax:
+			if !allowedLiterals[string(v)] {
+				require.NotContains(t, q, string(v), "argument @p%d is written into the statement", i+1)
 			}
+		case string:
+			t.Errorf("argument @p%d is a string: go-mssqldb declares it nvarchar(len), a plan per length; send mssql.NVarCharMax", i+1)
+		case nil:
+			t.Errorf("argument @p%d is an untyped NULL (TDS type 0x1F): send a typed null", i+1)
+		case sql.NullString:
+			require.False(t, v.Valid, "argument @p%d: a string that is not NULL goes as mssql.NVarCharMax", i+1)
 		case []byte:
 			require.NotContains(t, q, string(v), "argument @p%d is written into the statement", i+1)
-		case int64, int, nil, civil.DateTime:
+		case int64, int, civil.DateTime, mssql.NullDateTime, sql.NullInt64:
 		default:
 			t.Errorf("argument @p%d is a %T: go-mssqldb would bind it as a type the columns do not have", i+1, a)
 		}
@@ -369,7 +379,7 @@ func TestSQLServerClaim(t *testing.T) {
 	calls := tr.Calls()
 	require.Len(t, calls, 1)
 	q := calls[0].Query
-	require.Equal(t, []any{"inc-a", "node-a", int64(15000), 7}, calls[0].Args, "owner, owner_node, lease ms, limit")
+	require.Equal(t, []any{mssql.NVarCharMax("inc-a"), mssql.NVarCharMax("node-a"), int64(15000), 7}, calls[0].Args, "owner, owner_node, lease ms, limit")
 	for _, want := range []string{
 		"SELECT TOP (@p4) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)",
 		"WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME()",
@@ -417,6 +427,14 @@ func TestSQLServerErrors(t *testing.T) {
 	require.False(t, d.Retryable(mssql.Error{Number: 208}), "invalid object name")
 	require.False(t, d.Retryable(errors.New("deadlock")))
 	require.False(t, d.Retryable(nil))
+
+	// Babelfish reports some errors under its own number, with SQL
+	// Server's text or PostgreSQL's.
+	require.True(t, d.Retryable(mssql.Error{Number: 33557097, Message: "Lock request time out period exceeded."}), "Babelfish's lock timeout")
+	require.True(t, d.UndefinedTable(mssql.Error{Number: 208, Message: "Invalid object name 'x.schema_version'."}))
+	require.True(t, d.UndefinedTable(fmt.Errorf("read: %w", mssql.Error{Number: 33557097, Message: `relation "test_x.schema_version" does not exist`})), "Babelfish's missing table")
+	require.False(t, d.UndefinedTable(mssql.Error{Number: 33557097, Message: "Lock request time out period exceeded."}))
+	require.False(t, d.UndefinedTable(deadlock))
 
 	require.True(t, d.UniqueViolation(duplicate(2627)), "PRIMARY KEY / UNIQUE constraint")
 	require.True(t, d.UniqueViolation(fmt.Errorf("x: %w", duplicate(2601))), "unique index")

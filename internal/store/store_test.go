@@ -421,7 +421,7 @@ func TestOpenErrorsHidePasswordInAnyForm(t *testing.T) {
 func TestSchemaStatusTellsMissingFromBroken(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
 		ctx := context.Background()
-		s, err := store.Open(ctx, driver, storetest.DSN(t, driver))
+		s, err := storetest.New(t, driver).Open(ctx)
 		require.NoError(t, err)
 		cur, latest, err := install.Status(ctx, s)
 		require.NoError(t, err, "a database never migrated is version 0, not an error")

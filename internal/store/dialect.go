@@ -76,19 +76,29 @@ type Dialect interface {
 //	{now+?}      the database clock plus ? milliseconds
 //	{nodes} etc. table names
 //	{returning c} / {output c}  the clauses that hand back written rows
+//	{limit ?}    at most ? rows, after the ORDER BY
 //	?            bind parameters, numbered in order
 //	{again}      the last ? once more (only a dialect whose placeholders
 //	             are numbered may write it: SQL Server's {now+?} uses its
 //	             parameter twice)
 func expand(d Dialect, q string) string {
+	output := ""
 	q = clauseMarker.ReplaceAllStringFunc(q, func(m string) string {
 		sub := clauseMarker.FindStringSubmatch(m)
 		if sub[1] == "returning" {
 			return d.Returning(sub[2])
 		}
+		output = sub[2]
 		return d.Output(sub[2])
 	})
-	r := strings.NewReplacer(append([]string{"{now+?}", d.NowPlusMillis(), "{now}", d.Now()}, tableMarkers(d)...)...)
+	if b, ok := d.(outputBatch); ok && output != "" {
+		q = b.wrapOutput(output, q)
+	}
+	limit := "LIMIT ?"
+	if l, ok := d.(interface{ limit() string }); ok {
+		limit = l.limit()
+	}
+	r := strings.NewReplacer(append([]string{"{now+?}", d.NowPlusMillis(), "{now}", d.Now(), "{limit ?}", limit}, tableMarkers(d)...)...)
 	return rebind(d, r.Replace(q))
 }
 
@@ -99,6 +109,13 @@ func tableMarkers(d Dialect) []string {
 		pairs = append(pairs, "{"+t+"}", d.Table(t))
 	}
 	return pairs
+}
+
+// outputBatch is a dialect whose Output clause writes the rows into a
+// table variable: the statement becomes a batch that declares it first and
+// reads it last.
+type outputBatch interface {
+	wrapOutput(cols, stmt string) string
 }
 
 var clauseMarker = regexp.MustCompile(`\{(returning|output) ([^}]+)\}`)

@@ -90,14 +90,15 @@ const claimedColumns = "id, token, attempt, max_attempts, endpoint, method, payl
 // claimable is the condition, beyond ready and due, for claiming job
 // alias j: an occurrence of a schedule that forbids overlap waits while an
 // occurrence of the same schedule runs, or an earlier one still waits (so
-// even one claim statement takes at most one of them). readHint is the
-// dialect's table hint for the two look-ups (SQL Server's SERIALIZABLE, so
-// that a concurrent claim's change to the same schedule's rows cannot slip
-// between them under plain locking read committed).
-func claimable(j, readHint string) string {
-	return `(` + j + `.exclusive = 0 OR (
-    NOT EXISTS (SELECT 1 FROM {jobs} r` + readHint + ` WHERE r.schedule = ` + j + `.schedule AND r.state = 'running')
-    AND NOT EXISTS (SELECT 1 FROM {jobs} e` + readHint + ` WHERE e.schedule = ` + j + `.schedule AND e.state = 'ready'
+// even one claim statement takes at most one of them). scheduleLock is a
+// condition the dialect puts first (SQL Server's lock on the schedule's row,
+// so that claims of one schedule's occurrences take turns and a concurrent
+// claim cannot slip between the two look-ups under locking read committed),
+// or "".
+func claimable(j, scheduleLock string) string {
+	return `(` + j + `.exclusive = 0 OR (` + scheduleLock + `
+    NOT EXISTS (SELECT 1 FROM {jobs} r WHERE r.schedule = ` + j + `.schedule AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM {jobs} e WHERE e.schedule = ` + j + `.schedule AND e.state = 'ready'
       AND e.scheduled_for < ` + j + `.scheduled_for)))`
 }
 
@@ -303,8 +304,8 @@ func (s *Store) JobGet(ctx context.Context, id int64) (Job, error) {
 
 // JobsList reads up to limit jobs, newest first; state "" means any.
 func (s *Store) JobsList(ctx context.Context, state string, limit int) ([]Job, error) {
-	q := `SELECT ` + jobColumns + ` FROM {jobs} WHERE (? = '' OR state = ?) ORDER BY id DESC`
-	rows, err := s.query(ctx, expand(s.d, q), state, state)
+	q := `SELECT ` + jobColumns + ` FROM {jobs} WHERE (? = '' OR state = ?) ORDER BY id DESC {limit ?}`
+	rows, err := s.query(ctx, expand(s.d, q), state, state, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}

@@ -130,12 +130,42 @@ IF @lock < 0 RAISERROR(N'slotpoller: could not take the migration lock (sp_getap
 func (SQLServer) Returning(string) string { return "" }
 
 // Output is the OUTPUT clause, placed before VALUES in an INSERT and before
-// WHERE in an UPDATE; the rows it returns are read with a query.
-func (SQLServer) Output(cols string) string { return "OUTPUT " + qualified("inserted", cols) }
+// WHERE in an UPDATE. It writes INTO a table variable that the batch then
+// reads (wrapOutput): a plain OUTPUT, which sends the rows to the client,
+// fails (error 334) once anyone adds a trigger to the table. The rows are
+// read with a query, never counted with Exec: Babelfish reports 0 rows
+// affected for a statement with OUTPUT.
+func (SQLServer) Output(cols string) string {
+	return "OUTPUT " + qualified("inserted", cols) + " INTO @out"
+}
 
-// ClaimJobs picks the due jobs in order in a CTE (TOP with ORDER BY: an
-// UPDATE TOP alone takes any n rows, not the oldest) and updates them,
-// handing the claimed rows back through OUTPUT.
+// wrapOutput declares the table variable an OUTPUT ... INTO @out fills, and
+// reads it back, ordered by its first column (an id or a name).
+func (SQLServer) wrapOutput(cols, stmt string) string {
+	names := strings.Split(cols, ", ")
+	decl := make([]string, len(names))
+	for i, c := range names {
+		decl[i] = c + " " + sqlServerOutputTypes[c]
+	}
+	return "DECLARE @out TABLE (" + strings.Join(decl, ", ") + ");\n" + strings.TrimSpace(stmt) +
+		";\nSELECT " + cols + " FROM @out ORDER BY " + names[0]
+}
+
+// sqlServerOutputTypes are the column types (install/migrations/sqlserver)
+// of the columns statements hand back.
+var sqlServerOutputTypes = map[string]string{
+	"id": "BIGINT", "token": "BIGINT", "attempt": "INT", "max_attempts": "INT", "endpoint": "NVARCHAR(MAX)",
+	"method": "NVARCHAR(16)", "payload": "VARBINARY(MAX)", "idem_key": "NVARCHAR(MAX)", "timeout_ms": "BIGINT",
+	"run_at": "DATETIME2(7)", "scheduled_for": "DATETIME2(7)", "name": "NVARCHAR(200)", "state": "NVARCHAR(20)",
+	"every_ms": "BIGINT", "handoff": "INT", "failures": "INT",
+}
+
+// ClaimJobs picks the due jobs in order in a derived table (TOP with ORDER
+// BY: an UPDATE TOP alone takes any n rows, not the oldest) and updates
+// them, handing the claimed rows back through OUTPUT ... INTO. A derived
+// table, not a CTE: SQL Server inlines either the same way, and Babelfish
+// fails a CTE-joined UPDATE whose OUTPUT goes INTO a table variable (stack
+// depth limit exceeded).
 //
 // UPDLOCK makes the pick a locking read of the latest committed rows, even
 // under READ_COMMITTED_SNAPSHOT, and holds the rows until the update;
@@ -146,8 +176,19 @@ func (SQLServer) Output(cols string) string { return "OUTPUT " + qualified("inse
 // its own exclusive lock, so a server that blocked instead of skipping would
 // find the row taken once the other claim commits and leave it.
 //
-// FORCESEEK keeps the pick a seek on jobs_due (state, run_at, id), which
-// hands the rows over in claim order, even where statistics would tempt the
+// An occurrence of a schedule that forbids overlap is claimed only under an
+// update lock on its schedule's row, held until the claim commits: claims
+// of one schedule's occurrences take turns, so the look-ups for a running or
+// earlier occurrence read what the previous claim wrote, with no
+// SERIALIZABLE key-range locks (which concurrent claims need too, a deadlock
+// pattern once the rotation widens). READPAST there too: a claimer that
+// finds the schedule's row locked leaves its occurrences to the claim that
+// holds it, the next poll takes them, and claimers never wait on each other.
+// An occurrence whose schedule was removed is not claimed (removing a
+// schedule cancels its occurrences that have not started).
+//
+// INDEX(jobs_due), FORCESEEK keeps the pick a seek on jobs_due (state,
+// run_at, id), which hands the rows over in claim order, even where statistics would tempt the
 // optimizer to scan a small table and sort it (locking every row it reads,
 // the road to the deadlocks Hangfire's users met). Every poller takes its
 // locks in the same order, so concurrent claims do not deadlock on each
@@ -156,17 +197,21 @@ func (SQLServer) Output(cols string) string { return "OUTPUT " + qualified("inse
 // Parameters are numbered by hand to keep the order every dialect shares:
 // owner, owner_node, lease ms, limit.
 func (d SQLServer) ClaimJobs() string {
-	return expand(d, `WITH picked AS (
-  SELECT TOP (@p4) c.id FROM {jobs} AS c WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
-  WHERE c.state = 'ready' AND c.run_at <= {now} AND `+claimable("c", " WITH (SERIALIZABLE)")+`
-  ORDER BY c.run_at, c.id)
-UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
+	return expand(d, `UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
   attempt = j.attempt + 1, started_at = {now}, start_by = NULL,
   lease_until = `+sqlServerPlusMillis("@p3", "@p3")+`
-`+d.Output(claimedColumns)+`
-FROM {jobs} AS j WITH (ROWLOCK) INNER JOIN picked ON j.id = picked.id
+{output `+claimedColumns+`}
+FROM {jobs} AS j WITH (ROWLOCK) INNER JOIN (
+  SELECT TOP (@p4) c.id FROM {jobs} AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
+  WHERE c.state = 'ready' AND c.run_at <= {now} AND `+claimable("c", `
+    EXISTS (SELECT 1 FROM {schedules} AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule) AND`)+`
+  ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id
 WHERE j.state = 'ready'`)
 }
+
+// limit is T-SQL's row limit after an ORDER BY (LIMIT is not T-SQL, and
+// TOP would come before the columns, ahead of the other parameters).
+func (SQLServer) limit() string { return "OFFSET 0 ROWS FETCH NEXT ? ROWS ONLY" }
 
 // SQL Server error numbers slotpoller acts on.
 const (

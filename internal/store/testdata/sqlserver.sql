@@ -44,21 +44,27 @@ FROM [sp_unit].[nodes];
 
 -- JobInsert (delay)
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 sql.NullString, @p10 mssql.NullDateTime, @p11 mssql.NullDateTime, @p12 int
+DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
 VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12);
+SELECT id FROM @out ORDER BY id;
 
 -- JobInsert (run at)
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int, @p6 int64, @p7 sql.NullString, @p8 mssql.NVarCharMax, @p9 sql.NullString, @p10 mssql.NullDateTime, @p11 mssql.NullDateTime, @p12 int
+DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
 VALUES (@p1, @p2, @p3, 'ready', @p4, 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12);
+SELECT id FROM @out ORDER BY id;
 
 -- JobInsert (unique key taken)
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 sql.NullString, @p10 mssql.NullDateTime, @p11 mssql.NullDateTime, @p12 int
+DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
 VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12);
+SELECT id FROM @out ORDER BY id;
 -- @p1 mssql.NVarCharMax
 SELECT id FROM [sp_unit].[jobs] WHERE unique_key = @p1;
 
@@ -82,19 +88,21 @@ FROM [sp_unit].[jobs] WHERE (state = 'ready' AND run_at <= SYSUTCDATETIME()) OR 
 
 -- JobsClaim
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int64, @p4 int
-WITH picked AS (
-  SELECT TOP (@p4) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
-  WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND (c.exclusive = 0 OR (
-    NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WITH (SERIALIZABLE) WHERE r.schedule = c.schedule AND r.state = 'running')
-    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WITH (SERIALIZABLE) WHERE e.schedule = c.schedule AND e.state = 'ready'
-      AND e.scheduled_for < c.scheduled_for)))
-  ORDER BY c.run_at, c.id)
+DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7));
 UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
   attempt = j.attempt + 1, started_at = SYSUTCDATETIME(), start_by = NULL,
   lease_until = DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME()))
-OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for
-FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN picked ON j.id = picked.id
+OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for INTO @out
+FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN (
+  SELECT TOP (@p4) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
+  WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND (c.exclusive = 0 OR (
+    EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule) AND
+    NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = c.schedule AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = c.schedule AND e.state = 'ready'
+      AND e.scheduled_for < c.scheduled_for)))
+  ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id
 WHERE j.state = 'ready';
+SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for FROM @out ORDER BY id;
 
 -- JobRenewLeaseIfRunning
 -- @p1 int64, @p2 int64, @p3 int64
@@ -128,17 +136,19 @@ SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, time
   owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for FROM [sp_unit].[jobs] WHERE id = @p1;
 
 -- JobsList
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int
 SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for FROM [sp_unit].[jobs] WHERE (@p1 = '' OR state = @p2) ORDER BY id DESC;
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for FROM [sp_unit].[jobs] WHERE (@p1 = '' OR state = @p2) ORDER BY id DESC OFFSET 0 ROWS FETCH NEXT @p3 ROWS ONLY;
 
 -- JobCounts
 SELECT state, COUNT(*) FROM [sp_unit].[jobs] GROUP BY state;
 
 -- JobsRenewLeases
 -- @p1 int64, @p2 mssql.NVarCharMax
-UPDATE [sp_unit].[jobs] SET lease_until = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) OUTPUT inserted.id, inserted.token
+DECLARE @out TABLE (id BIGINT, token BIGINT);
+UPDATE [sp_unit].[jobs] SET lease_until = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) OUTPUT inserted.id, inserted.token INTO @out
 WHERE owner = @p2 AND state = 'running';
+SELECT id, token FROM @out ORDER BY id;
 
 -- TaskInsert (new)
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 []uint8, @p5 int64, @p6 int64
@@ -157,9 +167,11 @@ WHERE name = @p6 AND state = 'deleted';
 
 -- TasksRenew
 -- @p1 int64, @p2 mssql.NVarCharMax
+DECLARE @out TABLE (name NVARCHAR(200), token BIGINT, state NVARCHAR(20), endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), every_ms BIGINT, timeout_ms BIGINT, handoff INT, failures INT);
 UPDATE [sp_unit].[tasks] SET lease_until = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))
-  OUTPUT inserted.name, inserted.token, inserted.state, inserted.endpoint, inserted.method, inserted.payload, inserted.every_ms, inserted.timeout_ms, inserted.handoff, inserted.failures
+  OUTPUT inserted.name, inserted.token, inserted.state, inserted.endpoint, inserted.method, inserted.payload, inserted.every_ms, inserted.timeout_ms, inserted.handoff, inserted.failures INTO @out
 WHERE owner = @p2 AND state IN ('running', 'deleting');
+SELECT name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures FROM @out ORDER BY name;
 
 -- Tasks
 -- @p1 int

@@ -112,6 +112,13 @@ func env(driver, dsn, name, baseURL string, extra ...string) []string {
 		"SLOTPOLLER_JOBS_DRAIN_TIMEOUT=2s",
 		"SLOTPOLLER_LOG_LEVEL=debug",
 	)
+	if driver == "sqlserver" {
+		// The T-SQL test server (Babelfish) spends 0.4-0.7 s warming up
+		// each new connection before its first statement, several seconds
+		// on a busy machine: a 3 s lease could run out during a node's
+		// first claim. A later value of a variable wins.
+		e = append(e, "SLOTPOLLER_JOBS_LEASE=10s")
+	}
 	return append(e, extra...)
 }
 

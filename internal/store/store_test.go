@@ -280,40 +280,27 @@ func TestConcurrentClaimsGiveEachJobOnce(t *testing.T) {
 		}
 		var mu sync.Mutex
 		seen := map[int64]string{}
-		var wg sync.WaitGroup
-		for p := range 6 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				// Separate pools, as separate nodes have.
-				other, err := db.Open(ctx)
+		asNodes(t, db, 6, func(other *store.Store, p int) {
+			owner := string(rune('A' + p))
+			for {
+				cs, err := other.JobsClaim(ctx, owner, owner, 7, time.Minute)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				defer other.Close()
-				owner := string(rune('A' + p))
-				for {
-					cs, err := other.JobsClaim(ctx, owner, owner, 7, time.Minute)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if len(cs) == 0 {
-						return
-					}
-					mu.Lock()
-					for _, c := range cs {
-						if prev, ok := seen[c.ID]; ok {
-							t.Errorf("job %d claimed by %s and %s", c.ID, prev, owner)
-						}
-						seen[c.ID] = owner
-					}
-					mu.Unlock()
+				if len(cs) == 0 {
+					return
 				}
-			}()
-		}
-		wg.Wait()
+				mu.Lock()
+				for _, c := range cs {
+					if prev, ok := seen[c.ID]; ok {
+						t.Errorf("job %d claimed by %s and %s", c.ID, prev, owner)
+					}
+					seen[c.ID] = owner
+				}
+				mu.Unlock()
+			}
+		})
 		require.Len(t, seen, jobs)
 	})
 }
@@ -464,61 +451,70 @@ func TestConcurrentClaimsKeepOverlapForbid(t *testing.T) {
 		var mu sync.Mutex
 		holder := map[string]string{}
 		done := map[int64]bool{}
-		var wg sync.WaitGroup
-		for p := range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				other, err := db.Open(ctx)
+		asNodes(t, db, 4, func(other *store.Store, p int) {
+			owner := fmt.Sprint("claimer-", p)
+			for idle := 0; idle < 20; {
+				cs, err := other.JobsClaim(ctx, owner, owner, 2, time.Minute)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				defer other.Close()
-				owner := fmt.Sprint("claimer-", p)
-				for idle := 0; idle < 20; {
-					cs, err := other.JobsClaim(ctx, owner, owner, 2, time.Minute)
+				if len(cs) == 0 {
+					idle++
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				idle = 0
+				for _, c := range cs {
+					j, err := other.JobGet(ctx, c.ID)
 					if err != nil {
 						t.Error(err)
 						return
 					}
-					if len(cs) == 0 {
-						idle++
-						time.Sleep(5 * time.Millisecond)
-						continue
+					mu.Lock()
+					if h, ok := holder[j.Schedule]; ok {
+						t.Errorf("%s holds an occurrence of %s while %s claims job %d", h, j.Schedule, owner, c.ID)
 					}
-					idle = 0
-					for _, c := range cs {
-						j, err := other.JobGet(ctx, c.ID)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						mu.Lock()
-						if h, ok := holder[j.Schedule]; ok {
-							t.Errorf("%s holds an occurrence of %s while %s claims job %d", h, j.Schedule, owner, c.ID)
-						}
-						holder[j.Schedule] = owner
-						if done[c.ID] {
-							t.Errorf("job %d claimed twice", c.ID)
-						}
-						done[c.ID] = true
-						mu.Unlock()
-						time.Sleep(2 * time.Millisecond)
-						// Let go before the finish commits: a claim can only
-						// follow the finish, so it never sees a stale holder.
-						mu.Lock()
-						delete(holder, j.Schedule)
-						mu.Unlock()
-						ok, err := other.JobFinishIfRunning(ctx, c.ID, c.Token, store.Outcome{State: store.StateDone, Status: 200})
-						if err != nil || !ok {
-							t.Errorf("finish job %d: %v %v", c.ID, ok, err)
-						}
+					holder[j.Schedule] = owner
+					if done[c.ID] {
+						t.Errorf("job %d claimed twice", c.ID)
+					}
+					done[c.ID] = true
+					mu.Unlock()
+					time.Sleep(2 * time.Millisecond)
+					// Let go before the finish commits: a claim can only
+					// follow the finish, so it never sees a stale holder.
+					mu.Lock()
+					delete(holder, j.Schedule)
+					mu.Unlock()
+					ok, err := other.JobFinishIfRunning(ctx, c.ID, c.Token, store.Outcome{State: store.StateDone, Status: 200})
+					if err != nil || !ok {
+						t.Errorf("finish job %d: %v %v", c.ID, ok, err)
 					}
 				}
-			}()
-		}
-		wg.Wait()
+			}
+		})
 		require.Len(t, done, schedules*each, "every occurrence ran once")
 	})
+}
+
+// asNodes runs fn on n goroutines at once, each with a pool of its own, as
+// separate nodes have, and waits for them.
+func asNodes(t *testing.T, db storetest.DB, n int, fn func(s *store.Store, i int)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := db.Open(context.Background())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer s.Close()
+			fn(s, i)
+		}()
+	}
+	wg.Wait()
 }

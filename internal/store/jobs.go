@@ -350,8 +350,12 @@ type Held struct {
 // owner holds, and returns which ones it still holds: a job missing from the
 // answer was reclaimed and must not be worked on under its old token.
 func (s *Store) JobsRenewLeases(ctx context.Context, owner string, lease time.Duration) ([]Held, error) {
-	q := expand(s.d, `UPDATE {jobs} SET lease_until = {now+?} {output id, token}
-WHERE owner = ? AND state = 'running' {returning id, token}`)
+	q := `UPDATE {jobs} SET lease_until = {now+?} {output id, token}
+WHERE owner = ? AND state = 'running' {returning id, token}`
+	if r, ok := s.d.(interface{ renewJobLeases() string }); ok {
+		q = r.renewJobLeases()
+	}
+	q = expand(s.d, q)
 	return queryAll(ctx, s, "renew job leases", q, []any{millis(lease), owner}, func(r rowScanner) (Held, error) {
 		var h Held
 		return h, r.Scan(&h.ID, &h.Token)

@@ -209,6 +209,19 @@ FROM {jobs} AS j WITH (ROWLOCK) INNER JOIN (
 WHERE j.state = 'ready'`)
 }
 
+// renewJobLeases is JobsRenewLeases' statement (parameters: lease ms,
+// owner). It finds the owner's rows through the (state, lease_until) index
+// but updates them through the primary key, so that it locks a job's row
+// before its index keys, as a finish (which starts at the row) does: had
+// the update come in through the index, the two would take the same two
+// locks in opposite order and could deadlock on one job.
+func (SQLServer) renewJobLeases() string {
+	return `UPDATE j SET lease_until = {now+?} {output id, token}
+FROM {jobs} AS j WITH (ROWLOCK, INDEX(pk_jobs), FORCESEEK)
+WHERE j.id IN (SELECT r.id FROM {jobs} AS r WHERE r.owner = ? AND r.state = 'running')
+  AND j.owner = {again} AND j.state = 'running'`
+}
+
 // limit is T-SQL's row limit after an ORDER BY (LIMIT is not T-SQL, and
 // TOP would come before the columns, ahead of the other parameters).
 func (SQLServer) limit() string { return "OFFSET 0 ROWS FETCH NEXT ? ROWS ONLY" }

@@ -544,3 +544,20 @@ func TestSQLServerJobsListIsBounded(t *testing.T) {
 	require.True(t, strings.HasSuffix(calls[0].Query, "ORDER BY id DESC OFFSET 0 ROWS FETCH NEXT @p3 ROWS ONLY"), calls[0].Query)
 	require.Equal(t, 25, calls[0].Args[2])
 }
+
+// The lease renewal reaches its rows through the primary key, as a finish
+// does: both then lock a job's row before its index keys, and cannot
+// deadlock each other on one job (the renewal used to come in through the
+// (state, lease_until) index, locking in the opposite order).
+func TestSQLServerRenewalLocksInFinishOrder(t *testing.T) {
+	d, err := store.NewSQLServer("sp_unit")
+	require.NoError(t, err)
+	s, tr := storetest.NewTrace(t, d, nil)
+	_, _ = s.JobsRenewLeases(context.Background(), "inc-a", 15*time.Second)
+	calls := tr.Calls()
+	require.Len(t, calls, 1)
+	q := calls[0].Query
+	require.Contains(t, q, "FROM [sp_unit].[jobs] AS j WITH (ROWLOCK, INDEX(pk_jobs), FORCESEEK)\nWHERE j.id IN (SELECT r.id FROM [sp_unit].[jobs] AS r WHERE r.owner = @p2 AND r.state = 'running')")
+	require.Contains(t, q, "AND j.owner = @p2 AND j.state = 'running'", "re-checked on the row it writes")
+	require.Equal(t, []any{int64(15000), mssql.NVarCharMax("inc-a")}, calls[0].Args)
+}

@@ -146,8 +146,10 @@ SELECT state, COUNT(*) FROM [sp_unit].[jobs] GROUP BY state;
 -- JobsRenewLeases
 -- @p1 int64, @p2 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT, token BIGINT);
-UPDATE [sp_unit].[jobs] SET lease_until = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) OUTPUT inserted.id, inserted.token INTO @out
-WHERE owner = @p2 AND state = 'running';
+UPDATE j SET lease_until = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) OUTPUT inserted.id, inserted.token INTO @out
+FROM [sp_unit].[jobs] AS j WITH (ROWLOCK, INDEX(pk_jobs), FORCESEEK)
+WHERE j.id IN (SELECT r.id FROM [sp_unit].[jobs] AS r WHERE r.owner = @p2 AND r.state = 'running')
+  AND j.owner = @p2 AND j.state = 'running';
 SELECT id, token FROM @out ORDER BY id;
 
 -- TaskInsert (new)

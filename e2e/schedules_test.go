@@ -84,7 +84,7 @@ func onceEach(t *testing.T, name string, fires []time.Time, every time.Duration)
 
 func TestSchedulesRunEachOccurrenceOnceAcrossTheFarm(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
-		s, dsn := storetest.Open(t, driver)
+		s, db := storetest.OpenDB(t, driver)
 		ctx := context.Background()
 		rec := &fireRecorder{fires: map[string][]time.Time{}, nodes: map[string]map[string]int{}}
 		srv := httptest.NewServer(http.HandlerFunc(rec.handler))
@@ -92,7 +92,14 @@ func TestSchedulesRunEachOccurrenceOnceAcrossTheFarm(t *testing.T) {
 
 		names := []string{"node-a", "node-b", "node-c"}
 		nodes := map[string]*node{}
-		start := func(name string) { nodes[name] = startNode(t, env(driver, dsn, name, srv.URL), name) }
+		extra := db.ExtraEnv()
+		if driver == "sqlserver" {
+			// The returning node's first poll then claims every occurrence
+			// due at once: on the busy T-SQL test server its second poll
+			// can come after some of them are past their tolerance.
+			extra = append(extra, "SLOTPOLLER_NODE_CAPACITY=64")
+		}
+		start := func(name string) { nodes[name] = startNode(t, env(driver, db.DSN, name, srv.URL, extra...), name) }
 		for _, n := range names {
 			start(n)
 		}
@@ -110,8 +117,15 @@ func TestSchedulesRunEachOccurrenceOnceAcrossTheFarm(t *testing.T) {
 		require.Greater(t, len(used), 1, "occurrences spread over more than one node: %v", used)
 
 		// Misfire policies: every node down for 10s, then one comes back.
+		tolerance, catchUp := 2*time.Second, 5*time.Second
+		if driver == "sqlserver" {
+			// The T-SQL test server (Babelfish) warms up each new
+			// connection for 0.4-0.7 s, seconds on a busy machine: the
+			// returning node polls later, and more slowly at first.
+			tolerance, catchUp = 4*time.Second, 10*time.Second
+		}
 		for _, p := range []string{store.MisfireSkip, store.MisfireOnce, store.MisfireAll} {
-			require.NoError(t, jobs.AddSchedule(ctx, s, schedule("m-"+p, time.Second, p, 2*time.Second)))
+			require.NoError(t, jobs.AddSchedule(ctx, s, schedule("m-"+p, time.Second, p, tolerance)))
 		}
 		time.Sleep(3 * time.Second)
 		for _, n := range names {
@@ -125,7 +139,7 @@ func TestSchedulesRunEachOccurrenceOnceAcrossTheFarm(t *testing.T) {
 		time.Sleep(10 * time.Second)
 		start("node-a")
 		up := time.Now()
-		time.Sleep(5 * time.Second)
+		time.Sleep(catchUp)
 		nodes["node-a"].stop(t)
 
 		outage := func(p string) (in []time.Time) {
@@ -143,7 +157,7 @@ func TestSchedulesRunEachOccurrenceOnceAcrossTheFarm(t *testing.T) {
 		// ones, once runs one, all runs each.
 		skip, once, all := outage(store.MisfireSkip), outage(store.MisfireOnce), outage(store.MisfireAll)
 		t.Logf("%s: calls for occurrences due during a 10s outage: skip %d, once %d, all %d", driver, len(skip), len(once), len(all))
-		require.LessOrEqual(t, len(skip), 3, "skip runs only occurrences still within their 2s tolerance")
+		require.LessOrEqual(t, len(skip), int(tolerance/time.Second)+1, "skip runs only occurrences still within their %v tolerance", tolerance)
 		require.Len(t, once, len(skip)+1, "once runs exactly one late occurrence more than skip")
 		require.Equal(t, once[len(once)-len(skip)-1], latestBefore(once, skip), "the one it runs is the latest late one")
 		require.GreaterOrEqual(t, len(all), 8, "all runs each occurrence of the outage")

@@ -22,15 +22,17 @@ func everySecond(name, misfire string) store.Schedule {
 }
 
 // outage moves a schedule's next occurrence 10s into the past on the
-// database clock, as if no node had run for 10s.
-func outage(t *testing.T, s *store.Store, name string) {
+// database clock, as if no node had run for 10s, and returns it.
+func outage(t *testing.T, s *store.Store, name string) time.Time {
 	_, err := s.DB().ExecContext(context.Background(),
 		store.Expand(s.Dialect(), `UPDATE {schedules} SET next_fire_at = {now+?} WHERE name = ?`), -10_000, name)
 	require.NoError(t, err)
 	// Align to the every-second grid like a real occurrence.
 	sc, err := s.ScheduleGet(context.Background(), name)
 	require.NoError(t, err)
-	setNext(t, s, name, sc.NextFireAt.Truncate(time.Second))
+	aligned := sc.NextFireAt.Truncate(time.Second)
+	setNext(t, s, name, aligned)
+	return aligned
 }
 
 func setNext(t *testing.T, s *store.Store, name string, next time.Time) {
@@ -100,7 +102,7 @@ func TestMisfirePolicies(t *testing.T) {
 
 func TestRacingMaterializersCreateEachOccurrenceOnce(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
-		s, dsn := storetest.Open(t, driver)
+		s, db := storetest.OpenDB(t, driver)
 		ctx := context.Background()
 		require.NoError(t, jobs.AddSchedule(ctx, s, everySecond("race", store.MisfireAll)))
 		outage(t, s, "race")
@@ -109,7 +111,7 @@ func TestRacingMaterializersCreateEachOccurrenceOnce(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				other, err := store.Open(ctx, driver, dsn)
+				other, err := db.Open(ctx)
 				if err != nil {
 					t.Error(err)
 					return

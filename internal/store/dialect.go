@@ -13,6 +13,7 @@
 package store
 
 import (
+	"database/sql"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -40,6 +41,11 @@ type Dialect interface {
 	Table(name string) string
 	// TimeArg converts a time to the value a time column takes.
 	TimeArg(t time.Time) any
+	// Arg converts a parameter to the value the dialect's driver should
+	// bind; every parameter the store sends passes through it. The store
+	// writes a NULL as a typed null (nullString, nullInt, nullTime), never as
+	// a bare nil, and Arg gives it the type of its column.
+	Arg(v any) any
 	// ClaimJobs returns the batch claim statement: it sets up to n due ready
 	// jobs running under a new token and returns them. Parameters in order:
 	// owner, owner_node, lease ms, limit.
@@ -87,13 +93,18 @@ type Dialect interface {
 //	             are numbered may write it: SQL Server's {now+?} uses its
 //	             parameter twice)
 func expand(d Dialect, q string) string {
+	output := ""
 	q = clauseMarker.ReplaceAllStringFunc(q, func(m string) string {
 		sub := clauseMarker.FindStringSubmatch(m)
 		if sub[1] == "returning" {
 			return d.Returning(sub[2])
 		}
+		output = sub[2]
 		return d.Output(sub[2])
 	})
+	if b, ok := d.(outputBatch); ok && output != "" {
+		q = b.wrapOutput(output, q)
+	}
 	r := strings.NewReplacer(append([]string{"{now+?}", d.NowPlusMillis(), "{now}", d.Now()}, tableMarkers(d)...)...)
 	return rebind(d, r.Replace(q))
 }
@@ -105,6 +116,13 @@ func tableMarkers(d Dialect) []string {
 		pairs = append(pairs, "{"+t+"}", d.Table(t))
 	}
 	return pairs
+}
+
+// outputBatch is a dialect whose Output clause writes the rows into a
+// table variable: the statement becomes a batch that declares it first and
+// reads it last.
+type outputBatch interface {
+	wrapOutput(cols, stmt string) string
 }
 
 var clauseMarker = regexp.MustCompile(`\{(returning|output) ([^}]+)\}`)
@@ -190,4 +208,25 @@ func (t dbTime) ptr() *time.Time {
 	}
 	v := t.T
 	return &v
+}
+
+// Typed NULLs: a NULL parameter carries the type of its column. go-mssqldb
+// sends a bare nil as TDS type 0x1F, which Babelfish refuses (error 8009)
+// and which gives SQL Server a plan of its own for each mix of NULLs; pgx and
+// SQLite take these types as they are, and Arg adapts them where the
+// dialect's time column is not a time (SQLite) or is a datetime2 (SQL
+// Server).
+
+// nullString is s, or NULL when s is "".
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// nullInt is n, or NULL when n is 0.
+func nullInt(n int) sql.NullInt64 { return sql.NullInt64{Int64: int64(n), Valid: n != 0} }
+
+// nullTime is *t, or NULL when t is nil.
+func nullTime(t *time.Time) sql.NullTime {
+	if t == nil {
+		return sql.NullTime{}
+	}
+	return sql.NullTime{Time: *t, Valid: true}
 }

@@ -90,14 +90,15 @@ const claimedColumns = "id, token, attempt, max_attempts, endpoint, method, payl
 // claimable is the condition, beyond ready and due, for claiming job
 // alias j: an occurrence of a schedule that forbids overlap waits while an
 // occurrence of the same schedule runs, or an earlier one still waits (so
-// even one claim statement takes at most one of them). readHint is the
-// dialect's table hint for the two look-ups (SQL Server's SERIALIZABLE, so
-// that a concurrent claim's change to the same schedule's rows cannot slip
-// between them under plain locking read committed).
-func claimable(j, readHint string) string {
-	return `(` + j + `.exclusive = 0 OR (
-    NOT EXISTS (SELECT 1 FROM {jobs} r` + readHint + ` WHERE r.schedule = ` + j + `.schedule AND r.state = 'running')
-    AND NOT EXISTS (SELECT 1 FROM {jobs} e` + readHint + ` WHERE e.schedule = ` + j + `.schedule AND e.state = 'ready'
+// even one claim statement takes at most one of them). scheduleLock is a
+// condition the dialect puts first (SQL Server's lock on the schedule's row,
+// so that claims of one schedule's occurrences take turns and a concurrent
+// claim cannot slip between the two look-ups under locking read committed),
+// or "".
+func claimable(j, scheduleLock string) string {
+	return `(` + j + `.exclusive = 0 OR (` + scheduleLock + `
+    NOT EXISTS (SELECT 1 FROM {jobs} r WHERE r.schedule = ` + j + `.schedule AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM {jobs} e WHERE e.schedule = ` + j + `.schedule AND e.state = 'ready'
       AND e.scheduled_for < ` + j + `.scheduled_for)))`
 }
 
@@ -122,27 +123,13 @@ func (s *Store) jobValues(j NewJob) (string, []any) {
 	if j.RunAt != nil {
 		runAt, runArg = "?", s.d.TimeArg(*j.RunAt)
 	}
-	var unique any
-	if j.UniqueKey != "" {
-		unique = j.UniqueKey
-	}
-	var schedule, scheduledFor, startBy any
 	exclusive := 0
-	if j.Schedule != "" {
-		schedule = j.Schedule
-	}
-	if j.ScheduledFor != nil {
-		scheduledFor = s.d.TimeArg(*j.ScheduledFor)
-	}
-	if j.StartBy != nil {
-		startBy = s.d.TimeArg(*j.StartBy)
-	}
 	if j.Exclusive {
 		exclusive = 1
 	}
 	return `?, ?, ?, 'ready', ` + runAt + `, 0, ?, ?, ?, ?, 0, {now}, ?, ?, ?, ?`,
 		[]any{j.Endpoint, j.Method, j.Payload, runArg, j.MaxAttempts, millis(j.Timeout),
-			unique, j.IdempotencyKey, schedule, scheduledFor, startBy, exclusive}
+			nullString(j.UniqueKey), j.IdempotencyKey, nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive}
 }
 
 // JobInsert enqueues a job and returns its id. A taken unique key gives
@@ -263,14 +250,7 @@ type Outcome struct {
 // JobFinishIfRunning records the end of a call, fenced by the claim's token:
 // a node whose lease was lost cannot overwrite what the new owner wrote.
 func (s *Store) JobFinishIfRunning(ctx context.Context, id, token int64, o Outcome) (bool, error) {
-	var status any
-	if o.Status != 0 {
-		status = o.Status
-	}
-	var errText any
-	if o.Error != "" {
-		errText = o.Error
-	}
+	status, errText := nullInt(o.Status), nullString(o.Error)
 	if o.State == StateReady {
 		q := expand(s.d, `UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now+?},
   last_status = ?, last_error = ?, history = `+s.attemptLine()+`
@@ -380,8 +360,12 @@ type Held struct {
 // owner holds, and returns which ones it still holds: a job missing from the
 // answer was reclaimed and must not be worked on under its old token.
 func (s *Store) JobsRenewLeases(ctx context.Context, owner string, lease time.Duration) ([]Held, error) {
-	q := expand(s.d, `UPDATE {jobs} SET lease_until = {now+?} {output id, token}
-WHERE owner = ? AND state = 'running' {returning id, token}`)
+	q := `UPDATE {jobs} SET lease_until = {now+?} {output id, token}
+WHERE owner = ? AND state = 'running' {returning id, token}`
+	if r, ok := s.d.(interface{ renewJobLeases() string }); ok {
+		q = r.renewJobLeases()
+	}
+	q = expand(s.d, q)
 	return queryAll(ctx, s, "renew job leases", q, []any{millis(lease), owner}, func(r rowScanner) (Held, error) {
 		var h Held
 		return h, r.Scan(&h.ID, &h.Token)

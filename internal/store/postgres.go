@@ -1,6 +1,7 @@
 package store
 
 import (
+	"database/sql"
 	"errors"
 	"net/url"
 	"strconv"
@@ -23,8 +24,18 @@ func (Postgres) ClockResolution() time.Duration { return time.Microsecond }
 func (Postgres) NowPlusMillis() string {
 	return "(clock_timestamp() + CAST(? AS double precision) * interval '1 millisecond')"
 }
-func (Postgres) Table(name string) string      { return "slotpoller_" + name }
-func (Postgres) TimeArg(t time.Time) any       { return t.UTC() }
+func (Postgres) Table(name string) string { return "slotpoller_" + name }
+func (Postgres) TimeArg(t time.Time) any  { return t.UTC() }
+
+// Arg hands pgx a valid time as the UTC time TimeArg makes of it; every
+// other value, typed NULLs included, pgx binds as it is.
+func (d Postgres) Arg(v any) any {
+	if t, ok := v.(sql.NullTime); ok && t.Valid {
+		return d.TimeArg(t.Time)
+	}
+	return v
+}
+
 func (Postgres) MigrationLock() string         { return "SELECT pg_advisory_xact_lock(7305112)" }
 func (Postgres) Returning(cols string) string  { return "RETURNING " + cols }
 func (Postgres) Output(string) string          { return "" }

@@ -31,10 +31,7 @@ func (j Job) BackingOff(dbNow time.Time) bool {
 // travels as a parameter in its place; rest must hold no other parameter
 // when the select is part of a larger statement with parameters after it.
 func (s *Store) firstRows(cols, rest string, args []any, limit int) (string, []any) {
-	if s.d.Name() == "sqlserver" {
-		return "SELECT TOP (?) " + cols + " " + rest, append([]any{limit}, args...)
-	}
-	return "SELECT " + cols + " " + rest + " LIMIT ?", append(args, limit)
+	return rowLimit(s.d, "SELECT "+cols+" "+rest, args, limit)
 }
 
 // finishedState is the condition of a retention delete for one state; the

@@ -209,7 +209,7 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 // txExec runs a write in a transaction and returns how many rows it changed.
 func (s *Store) txExec(ctx context.Context, tx *sql.Tx, q string, args ...any) (int64, error) {
 	s.stmts.Add(1)
-	res, err := tx.ExecContext(ctx, q, args...)
+	res, err := tx.ExecContext(ctx, q, s.args(args)...)
 	if err != nil {
 		return 0, err
 	}

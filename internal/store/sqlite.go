@@ -1,6 +1,7 @@
 package store
 
 import (
+	"database/sql"
 	"errors"
 	"strconv"
 	"strings"
@@ -22,12 +23,25 @@ func (SQLite) Now() string                    { return "CAST(unixepoch('now','su
 func (SQLite) NowPlusMillis() string          { return "(CAST(unixepoch('now','subsec')*1000 AS INTEGER) + ?)" }
 func (SQLite) Table(name string) string       { return "slotpoller_" + name }
 func (SQLite) TimeArg(t time.Time) any        { return t.UnixMilli() }
-func (SQLite) MigrationLock() string          { return "" }
-func (SQLite) Returning(cols string) string   { return "RETURNING " + cols }
-func (SQLite) Output(string) string           { return "" }
-func (SQLite) TimeText(expr string) string    { return expr } // integer milliseconds
-func (SQLite) TextParam() string              { return "?" }
-func (SQLite) RowLimit() (top, limit string)  { return "", "LIMIT ?" }
+
+// Arg turns a time into the integer milliseconds of SQLite's time columns,
+// and a NULL time into a NULL integer.
+func (d SQLite) Arg(v any) any {
+	if t, ok := v.(sql.NullTime); ok {
+		if !t.Valid {
+			return sql.NullInt64{}
+		}
+		return d.TimeArg(t.Time)
+	}
+	return v
+}
+
+func (SQLite) MigrationLock() string         { return "" }
+func (SQLite) Returning(cols string) string  { return "RETURNING " + cols }
+func (SQLite) Output(string) string          { return "" }
+func (SQLite) TimeText(expr string) string   { return expr } // integer milliseconds
+func (SQLite) TextParam() string             { return "?" }
+func (SQLite) RowLimit() (top, limit string) { return "", "LIMIT ?" }
 func (SQLite) Tail(expr string, n int) string {
 	return "substr(" + expr + ", -" + strconv.Itoa(n) + ")"
 }

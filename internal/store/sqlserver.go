@@ -92,6 +92,33 @@ func (d SQLServer) Table(name string) string { return "[" + d.Schema() + "].[" +
 // instant, so the value is converted to UTC first.
 func (SQLServer) TimeArg(t time.Time) any { return civil.DateTimeOf(t.UTC()) }
 
+// Arg gives every parameter a declared type that does not depend on its
+// value, so that SQL Server keeps one cached plan per statement: go-mssqldb
+// declares a string as nvarchar(len), one plan per length combination, so
+// strings go as nvarchar(max) (mssql.NVarCharMax), and a NULL string as the
+// nvarchar(4000) go-mssqldb gives sql.NullString. A max parameter compared
+// with a key column of nvarchar(n) is the same type, so the column is not
+// converted and the comparison stays a seek. Times go as datetime2 (TimeArg),
+// a NULL time as a NULL datetime2. Integers are bigint whatever their value.
+// A []byte stays varbinary(len): go-mssqldb has no fixed-size binary type;
+// only the writes of a payload carry one.
+func (d SQLServer) Arg(v any) any {
+	switch x := v.(type) {
+	case string:
+		return mssql.NVarCharMax(x)
+	case sql.NullString:
+		if x.Valid {
+			return mssql.NVarCharMax(x.String)
+		}
+	case sql.NullTime:
+		if x.Valid {
+			return d.TimeArg(x.Time)
+		}
+		return mssql.NullDateTime{}
+	}
+	return v
+}
+
 // MigrationLock takes an application lock that the transaction holds until
 // it ends. sp_getapplock reports failure (timeout, deadlock victim) by its
 // return code, not by an error, so the code is checked and turned into one.
@@ -115,12 +142,42 @@ func (SQLServer) Tail(expr string, n int) string {
 }
 
 // Output is the OUTPUT clause, placed before VALUES in an INSERT and before
-// WHERE in an UPDATE; the rows it returns are read with a query.
-func (SQLServer) Output(cols string) string { return "OUTPUT " + qualified("inserted", cols) }
+// WHERE in an UPDATE. It writes INTO a table variable that the batch then
+// reads (wrapOutput): a plain OUTPUT, which sends the rows to the client,
+// fails (error 334) once anyone adds a trigger to the table. The rows are
+// read with a query, never counted with Exec: Babelfish reports 0 rows
+// affected for a statement with OUTPUT.
+func (SQLServer) Output(cols string) string {
+	return "OUTPUT " + qualified("inserted", cols) + " INTO @out"
+}
 
-// ClaimJobs picks the due jobs in order in a CTE (TOP with ORDER BY: an
-// UPDATE TOP alone takes any n rows, not the oldest) and updates them,
-// handing the claimed rows back through OUTPUT.
+// wrapOutput declares the table variable an OUTPUT ... INTO @out fills, and
+// reads it back, ordered by its first column (an id or a name).
+func (SQLServer) wrapOutput(cols, stmt string) string {
+	names := strings.Split(cols, ", ")
+	decl := make([]string, len(names))
+	for i, c := range names {
+		decl[i] = c + " " + sqlServerOutputTypes[c]
+	}
+	return "DECLARE @out TABLE (" + strings.Join(decl, ", ") + ");\n" + strings.TrimSpace(stmt) +
+		";\nSELECT " + cols + " FROM @out ORDER BY " + names[0]
+}
+
+// sqlServerOutputTypes are the column types (install/migrations/sqlserver)
+// of the columns statements hand back.
+var sqlServerOutputTypes = map[string]string{
+	"id": "BIGINT", "token": "BIGINT", "attempt": "INT", "max_attempts": "INT", "endpoint": "NVARCHAR(MAX)",
+	"method": "NVARCHAR(16)", "payload": "VARBINARY(MAX)", "idem_key": "NVARCHAR(MAX)", "timeout_ms": "BIGINT",
+	"run_at": "DATETIME2(7)", "scheduled_for": "DATETIME2(7)", "name": "NVARCHAR(200)", "state": "NVARCHAR(20)",
+	"every_ms": "BIGINT", "handoff": "INT", "failures": "INT",
+}
+
+// ClaimJobs picks the due jobs in order in a derived table (TOP with ORDER
+// BY: an UPDATE TOP alone takes any n rows, not the oldest) and updates
+// them, handing the claimed rows back through OUTPUT ... INTO. A derived
+// table, not a CTE: SQL Server inlines either the same way, and Babelfish
+// fails a CTE-joined UPDATE whose OUTPUT goes INTO a table variable (stack
+// depth limit exceeded).
 //
 // UPDLOCK makes the pick a locking read of the latest committed rows, even
 // under READ_COMMITTED_SNAPSHOT, and holds the rows until the update;
@@ -131,8 +188,19 @@ func (SQLServer) Output(cols string) string { return "OUTPUT " + qualified("inse
 // its own exclusive lock, so a server that blocked instead of skipping would
 // find the row taken once the other claim commits and leave it.
 //
-// FORCESEEK keeps the pick a seek on jobs_due (state, run_at, id), which
-// hands the rows over in claim order, even where statistics would tempt the
+// An occurrence of a schedule that forbids overlap is claimed only under an
+// update lock on its schedule's row, held until the claim commits: claims
+// of one schedule's occurrences take turns, so the look-ups for a running or
+// earlier occurrence read what the previous claim wrote, with no
+// SERIALIZABLE key-range locks (which concurrent claims need too, a deadlock
+// pattern once the rotation widens). READPAST there too: a claimer that
+// finds the schedule's row locked leaves its occurrences to the claim that
+// holds it, the next poll takes them, and claimers never wait on each other.
+// An occurrence whose schedule was removed is not claimed (removing a
+// schedule cancels its occurrences that have not started).
+//
+// INDEX(jobs_due), FORCESEEK keeps the pick a seek on jobs_due (state,
+// run_at, id), which hands the rows over in claim order, even where statistics would tempt the
 // optimizer to scan a small table and sort it (locking every row it reads,
 // the road to the deadlocks Hangfire's users met). Every poller takes its
 // locks in the same order, so concurrent claims do not deadlock on each
@@ -141,16 +209,29 @@ func (SQLServer) Output(cols string) string { return "OUTPUT " + qualified("inse
 // Parameters are numbered by hand to keep the order every dialect shares:
 // owner, owner_node, lease ms, limit.
 func (d SQLServer) ClaimJobs() string {
-	return expand(d, `WITH picked AS (
-  SELECT TOP (@p4) c.id FROM {jobs} AS c WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
-  WHERE c.state = 'ready' AND c.run_at <= {now} AND `+claimable("c", " WITH (SERIALIZABLE)")+`
-  ORDER BY c.run_at, c.id)
-UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
+	return expand(d, `UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
   attempt = j.attempt + 1, started_at = {now}, start_by = NULL,
   lease_until = `+sqlServerPlusMillis("@p3", "@p3")+`
-`+d.Output(claimedColumns)+`
-FROM {jobs} AS j WITH (ROWLOCK) INNER JOIN picked ON j.id = picked.id
+{output `+claimedColumns+`}
+FROM {jobs} AS j WITH (ROWLOCK) INNER JOIN (
+  SELECT TOP (@p4) c.id FROM {jobs} AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
+  WHERE c.state = 'ready' AND c.run_at <= {now} AND `+claimable("c", `
+    EXISTS (SELECT 1 FROM {schedules} AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule) AND`)+`
+  ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id
 WHERE j.state = 'ready'`)
+}
+
+// renewJobLeases is JobsRenewLeases' statement (parameters: lease ms,
+// owner). It finds the owner's rows through the (state, lease_until) index
+// but updates them through the primary key, so that it locks a job's row
+// before its index keys, as a finish (which starts at the row) does: had
+// the update come in through the index, the two would take the same two
+// locks in opposite order and could deadlock on one job.
+func (SQLServer) renewJobLeases() string {
+	return `UPDATE j SET lease_until = {now+?} {output id, token}
+FROM {jobs} AS j WITH (ROWLOCK, INDEX(pk_jobs), FORCESEEK)
+WHERE j.id IN (SELECT r.id FROM {jobs} AS r WHERE r.owner = ? AND r.state = 'running')
+  AND j.owner = {again} AND j.state = 'running'`
 }
 
 // SQL Server error numbers slotpoller acts on.
@@ -171,8 +252,14 @@ const (
 // without a unique key, which a retry after a lost acknowledgement could
 // write twice.
 func (SQLServer) Retryable(err error) bool {
-	return mssqlErrorIs(err, mssqlDeadlockVictim, mssqlLockTimeout, 40613, 40501, 40197, 49918, 49919, 49920, 10928, 10929)
+	return mssqlErrorIs(err, mssqlDeadlockVictim, mssqlLockTimeout, 40613, 40501, 40197, 49918, 49919, 49920, 10928, 10929) ||
+		mssqlMessageHas(err, babelfishError, "Lock request time out period exceeded")
 }
+
+// babelfishError is the number Babelfish (Aurora's T-SQL layer) gives the
+// errors it has no SQL Server number for, such as a lock timeout (1222 on
+// SQL Server) or a missing table (208): they are told apart by their text.
+const babelfishError = 33557097
 
 // checkSession refuses a connection whose session options break
 // slotpoller's writes (set as a server or login default: sp_configure 'user
@@ -216,7 +303,25 @@ func (SQLServer) UniqueViolation(err error) bool {
 	return mssqlErrorIs(err, mssqlDuplicateKey, mssqlDuplicateIndex)
 }
 
-func (SQLServer) UndefinedTable(err error) bool { return mssqlErrorIs(err, mssqlInvalidObject) }
+// UndefinedTable: Babelfish says PostgreSQL's `relation "..." does not exist`.
+func (SQLServer) UndefinedTable(err error) bool {
+	return mssqlErrorIs(err, mssqlInvalidObject) || mssqlMessageHas(err, babelfishError, "does not exist")
+}
+
+// mssqlMessageHas reports whether err carries a server error of the number
+// whose message contains text.
+func mssqlMessageHas(err error, number int32, text string) bool {
+	var e mssql.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	for _, x := range append([]mssql.Error{e}, e.All...) {
+		if x.Number == number && strings.Contains(x.Message, text) {
+			return true
+		}
+	}
+	return false
+}
 
 // mssqlErrorIs reports whether err, or any of the server errors it carries
 // (one statement can raise several), has one of the numbers.

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -96,7 +97,7 @@ func sqlServerOps() []op {
 		{name: "Nodes", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, _, err := s.Nodes(ctx, 3*time.Second); return err }},
 		{name: "JobInsert (delay)", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobInsert(ctx, mJob); return err }},
 		{name: "JobInsert (run at)", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobInsert(ctx, atJob); return err }},
-		{name: "JobInsert (unique key taken)", sends: 2, respond: answer("INSERT", duplicate(2601), 0),
+		{name: "JobInsert (unique key taken)", sends: 2, respond: answer("DECLARE", duplicate(2601), 0),
 			run: func(ctx context.Context, s *store.Store) error { _, err := s.JobInsert(ctx, mJob); return err }},
 		{name: "JobsReclaimExpired", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobsReclaimExpired(ctx); return err }},
 		{name: "JobsLoad", sends: 1, run: func(ctx context.Context, s *store.Store) error {
@@ -346,15 +347,24 @@ func checkTSQL(t *testing.T, c storetest.Call) {
 	for _, m := range literalRE.FindAllStringSubmatch(q, -1) {
 		require.True(t, allowedLiterals[m[1]], "literal %s in:\n%s", m[0], q)
 	}
+	// Every parameter's declared type is fixed, whatever its value (one
+	// cached plan per statement), and a NULL is typed: go-mssqldb sends a
+	// bare nil as TDS type 0x1F, which Babelfish refuses (error 8009).
 	for i, a := range c.Args {
 		switch v := a.(type) {
-		case string:
-			if !allowedLiterals[v] {
-				require.NotContains(t, q, v, "argument @p%d is written into the statement", i+1)
+		case mssql.NVarCharMax:
+			if !allowedLiterals[string(v)] {
+				require.NotContains(t, q, string(v), "argument @p%d is written into the statement", i+1)
 			}
+		case string:
+			t.Errorf("argument @p%d is a string: go-mssqldb declares it nvarchar(len), a plan per length; send mssql.NVarCharMax", i+1)
+		case nil:
+			t.Errorf("argument @p%d is an untyped NULL (TDS type 0x1F): send a typed null", i+1)
+		case sql.NullString:
+			require.False(t, v.Valid, "argument @p%d: a string that is not NULL goes as mssql.NVarCharMax", i+1)
 		case []byte:
 			require.NotContains(t, q, string(v), "argument @p%d is written into the statement", i+1)
-		case int64, int, nil, civil.DateTime:
+		case int64, int, civil.DateTime, mssql.NullDateTime, sql.NullInt64:
 		default:
 			t.Errorf("argument @p%d is a %T: go-mssqldb would bind it as a type the columns do not have", i+1, a)
 		}
@@ -374,6 +384,9 @@ func checkTSQL(t *testing.T, c storetest.Call) {
 	if strings.Contains(q, "OUTPUT") {
 		require.False(t, c.Exec, "a statement with OUTPUT is read as a query:\n%s", q)
 		require.Contains(t, q, "OUTPUT inserted.", q)
+		// OUTPUT without INTO fails once anyone adds a trigger to the
+		// table: the rows go into a table variable and are read from it.
+		require.Regexp(t, `(?s)^DECLARE @out TABLE \(.*\);\n.*OUTPUT inserted\.[^;]* INTO @out\b.*;\nSELECT [^;]* FROM @out`, q)
 		out := strings.Index(q, "OUTPUT")
 		if i := strings.Index(q, "VALUES"); i >= 0 {
 			require.Less(t, out, i, "OUTPUT before VALUES:\n%s", q)
@@ -409,21 +422,24 @@ func TestSQLServerClaim(t *testing.T) {
 	calls := tr.Calls()
 	require.Len(t, calls, 1)
 	q := calls[0].Query
-	require.Equal(t, []any{"inc-a", "node-a", int64(15000), 7}, calls[0].Args, "owner, owner_node, lease ms, limit")
+	require.Equal(t, []any{mssql.NVarCharMax("inc-a"), mssql.NVarCharMax("node-a"), int64(15000), 7}, calls[0].Args, "owner, owner_node, lease ms, limit")
 	for _, want := range []string{
-		"SELECT TOP (@p4) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)",
+		"SELECT TOP (@p4) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)",
+		// Overlap: claims of one schedule's occurrences take turns on its row.
+		"EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule) AND",
 		"WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME()",
-		"ORDER BY c.run_at, c.id)",
+		"ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id",
 		"owner = @p1, owner_node = @p2, token = j.token + 1",
 		"lease_until = DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME()))",
 		"OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, " +
-			"inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for",
-		"FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN picked ON j.id = picked.id",
+			"inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for INTO @out",
+		"FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN (",
 		// One winner without READPAST: the update re-checks the row it writes.
 		"WHERE j.state = 'ready'",
 	} {
 		require.Contains(t, q, want)
 	}
+	require.NotContains(t, q, "SERIALIZABLE", "no key-range locks: concurrent claims would need them too")
 }
 
 // An absolute run time is bound as a datetime2 (civil.DateTime) holding the
@@ -457,6 +473,14 @@ func TestSQLServerErrors(t *testing.T) {
 	require.False(t, d.Retryable(mssql.Error{Number: 208}), "invalid object name")
 	require.False(t, d.Retryable(errors.New("deadlock")))
 	require.False(t, d.Retryable(nil))
+
+	// Babelfish reports some errors under its own number, with SQL
+	// Server's text or PostgreSQL's.
+	require.True(t, d.Retryable(mssql.Error{Number: 33557097, Message: "Lock request time out period exceeded."}), "Babelfish's lock timeout")
+	require.True(t, d.UndefinedTable(mssql.Error{Number: 208, Message: "Invalid object name 'x.schema_version'."}))
+	require.True(t, d.UndefinedTable(fmt.Errorf("read: %w", mssql.Error{Number: 33557097, Message: `relation "test_x.schema_version" does not exist`})), "Babelfish's missing table")
+	require.False(t, d.UndefinedTable(mssql.Error{Number: 33557097, Message: "Lock request time out period exceeded."}))
+	require.False(t, d.UndefinedTable(deadlock))
 
 	require.True(t, d.UniqueViolation(duplicate(2627)), "PRIMARY KEY / UNIQUE constraint")
 	require.True(t, d.UniqueViolation(fmt.Errorf("x: %w", duplicate(2601))), "unique index")
@@ -547,4 +571,33 @@ func TestPlaceholdersMatchArguments(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A listing asks the server for at most limit rows, instead of reading
+// every job and dropping the rest.
+func TestSQLServerJobsListIsBounded(t *testing.T) {
+	s, tr := storetest.NewTrace(t, store.SQLServer{}, nil)
+	_, err := s.JobsList(context.Background(), store.JobFilter{Limit: 25})
+	require.NoError(t, err)
+	calls := tr.Calls()
+	require.Len(t, calls, 1)
+	require.True(t, strings.HasPrefix(calls[0].Query, "SELECT TOP (@p1) "), calls[0].Query)
+	require.Equal(t, 25, calls[0].Args[0])
+}
+
+// The lease renewal reaches its rows through the primary key, as a finish
+// does: both then lock a job's row before its index keys, and cannot
+// deadlock each other on one job (the renewal used to come in through the
+// (state, lease_until) index, locking in the opposite order).
+func TestSQLServerRenewalLocksInFinishOrder(t *testing.T) {
+	d, err := store.NewSQLServer("sp_unit")
+	require.NoError(t, err)
+	s, tr := storetest.NewTrace(t, d, nil)
+	_, _ = s.JobsRenewLeases(context.Background(), "inc-a", 15*time.Second)
+	calls := tr.Calls()
+	require.Len(t, calls, 1)
+	q := calls[0].Query
+	require.Contains(t, q, "FROM [sp_unit].[jobs] AS j WITH (ROWLOCK, INDEX(pk_jobs), FORCESEEK)\nWHERE j.id IN (SELECT r.id FROM [sp_unit].[jobs] AS r WHERE r.owner = @p2 AND r.state = 'running')")
+	require.Contains(t, q, "AND j.owner = @p2 AND j.state = 'running'", "re-checked on the row it writes")
+	require.Equal(t, []any{int64(15000), mssql.NVarCharMax("inc-a")}, calls[0].Args)
 }

@@ -231,19 +231,28 @@ func (s *Store) Dialect() Dialect { return s.d }
 // benchmark of the farm's database load.
 func (s *Store) Statements() int64 { return s.stmts.Load() }
 
+// args passes each parameter through the dialect's Arg.
+func (s *Store) args(in []any) []any {
+	out := make([]any, len(in))
+	for i, v := range in {
+		out[i] = s.d.Arg(v)
+	}
+	return out
+}
+
 func (s *Store) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	s.stmts.Add(1)
-	return s.db.ExecContext(ctx, q, args...)
+	return s.db.ExecContext(ctx, q, s.args(args)...)
 }
 
 func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	s.stmts.Add(1)
-	return s.db.QueryContext(ctx, q, args...)
+	return s.db.QueryContext(ctx, q, s.args(args)...)
 }
 
 func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	s.stmts.Add(1)
-	return s.db.QueryRowContext(ctx, q, args...)
+	return s.db.QueryRowContext(ctx, q, s.args(args)...)
 }
 
 // retry runs op again while the database reports a transient conflict

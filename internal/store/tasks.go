@@ -194,13 +194,6 @@ WHERE owner = ? AND state IN ('running', 'deleting')`)
 
 // TaskRecordCall records one call's result, fenced by the token.
 func (s *Store) TaskRecordCall(ctx context.Context, name string, token int64, ok bool, status int, errText string) (bool, error) {
-	var st, et any
-	if status != 0 {
-		st = status
-	}
-	if errText != "" {
-		et = errText
-	}
 	okFlag := 0
 	if ok {
 		okFlag = 1
@@ -208,7 +201,7 @@ func (s *Store) TaskRecordCall(ctx context.Context, name string, token int64, ok
 	q := expand(s.d, `UPDATE {tasks} SET calls = calls + 1, last_call_at = {now}, last_status = ?, last_error = ?,
   failures = CASE WHEN ? = 1 THEN 0 ELSE failures + 1 END
 WHERE name = ? AND token = ? AND state IN ('running', 'deleting')`)
-	return s.fenced(ctx, "record call of task "+strconv.Quote(name), q, st, et, okFlag, name, token)
+	return s.fenced(ctx, "record call of task "+strconv.Quote(name), q, nullInt(status), nullString(errText), okFlag, name, token)
 }
 
 // TaskRequestDelete asks for a task to be deleted. A task with no owner is

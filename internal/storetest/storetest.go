@@ -113,16 +113,42 @@ func sqlServerSchema(t testing.TB, dsn string) string {
 		defer db.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		// The name is ours (sp_test_ and hex), so it needs no quoting.
-		_, err = db.ExecContext(ctx, `DECLARE @drop nvarchar(max) = N'';
-SELECT @drop = @drop + N'DROP TABLE [`+schema+`].' + QUOTENAME(name) + N'; ' FROM sys.tables WHERE schema_id = SCHEMA_ID(N'`+schema+`');
-EXEC sp_executesql @drop;
-IF SCHEMA_ID(N'`+schema+`') IS NOT NULL EXEC(N'DROP SCHEMA [`+schema+`]');`)
-		if err != nil {
+		if err := dropSQLServerSchema(ctx, db, schema); err != nil {
 			t.Errorf("drop test schema %s: %v", schema, err)
 		}
 	})
 	return schema
+}
+
+// dropSQLServerSchema drops a test's schema and its tables, one DROP per
+// table: concatenating over rows (`SELECT @s = @s + ...`) is not portable
+// (Babelfish keeps the last row) and STRING_AGG is SQL Server 2017+. The
+// name is ours (sp_test_ and hex), so it needs no quoting.
+func dropSQLServerSchema(ctx context.Context, db *sql.DB, schema string) error {
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sys.tables WHERE schema_id = SCHEMA_ID(N'`+schema+`')`)
+	if err != nil {
+		return err
+	}
+	var tables []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return err
+		}
+		tables = append(tables, name)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, name := range tables {
+		if _, err := db.ExecContext(ctx, `DECLARE @q nvarchar(max) = N'DROP TABLE [`+schema+`].' + QUOTENAME(@p1); EXEC sp_executesql @q`, name); err != nil {
+			return err
+		}
+	}
+	_, err = db.ExecContext(ctx, `IF SCHEMA_ID(N'`+schema+`') IS NOT NULL EXEC(N'DROP SCHEMA [`+schema+`]')`)
+	return err
 }
 
 // DSN returns a DSN for a new empty database of the driver, removed when

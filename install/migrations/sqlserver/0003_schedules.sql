@@ -24,11 +24,13 @@ CREATE TABLE {schedules} (
 
 CREATE NONCLUSTERED INDEX schedules_next ON {schedules} (enabled, next_fire_at);
 
-ALTER TABLE {jobs} ADD
-  schedule      NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NULL,
-  scheduled_for DATETIME2(7)  NULL,
-  start_by      DATETIME2(7)  NULL,
-  exclusive     INT           NOT NULL CONSTRAINT df_jobs_exclusive DEFAULT 0;
+-- One ALTER TABLE ... ADD per column: SQL Server takes several columns in
+-- one ADD, Babelfish (Aurora's T-SQL layer) does not, and the schema is the
+-- same either way.
+ALTER TABLE {jobs} ADD schedule NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NULL;
+ALTER TABLE {jobs} ADD scheduled_for DATETIME2(7) NULL;
+ALTER TABLE {jobs} ADD start_by DATETIME2(7) NULL;
+ALTER TABLE {jobs} ADD exclusive INT NOT NULL CONSTRAINT df_jobs_exclusive DEFAULT 0;
 
 CREATE NONCLUSTERED INDEX jobs_schedule ON {jobs} (schedule, state) WHERE schedule IS NOT NULL;
 -- The poll marks occurrences missed past their start_by: keep that a seek.

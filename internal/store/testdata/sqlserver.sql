@@ -5,43 +5,43 @@
 SELECT SYSUTCDATETIME();
 
 -- NodeCheckIn (row exists)
--- @p1 string, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 string, @p7 string, @p8 int64
+-- @p1 mssql.NVarCharMax, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 int64
 UPDATE [sp_unit].[nodes] SET incarnation = @p1, state = 'up', capacity = @p2, free = @p3,
   offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), left_at = NULL, backlog_until = NULL
 WHERE name = @p6 AND (state <> 'up' OR incarnation = @p7 OR last_seen <= DATEADD(millisecond, CAST(@p8 % 86400000 AS int), DATEADD(day, CAST(@p8 / 86400000 AS int), SYSUTCDATETIME())));
 
 -- NodeCheckIn (new node)
--- @p1 string, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 string, @p7 string, @p8 int64
+-- @p1 mssql.NVarCharMax, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 int64
 UPDATE [sp_unit].[nodes] SET incarnation = @p1, state = 'up', capacity = @p2, free = @p3,
   offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), left_at = NULL, backlog_until = NULL
 WHERE name = @p6 AND (state <> 'up' OR incarnation = @p7 OR last_seen <= DATEADD(millisecond, CAST(@p8 % 86400000 AS int), DATEADD(day, CAST(@p8 / 86400000 AS int), SYSUTCDATETIME())));
--- @p1 int64, @p2 string
+-- @p1 int64, @p2 mssql.NVarCharMax
 SELECT incarnation, last_seen, SYSUTCDATETIME(), CASE WHEN state = 'up' AND last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END
 FROM [sp_unit].[nodes] WHERE name = @p2;
--- @p1 string, @p2 string, @p3 int, @p4 int, @p5 int64, @p6 int64
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int, @p4 int, @p5 int64, @p6 int64
 INSERT INTO [sp_unit].[nodes] (name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen)
 VALUES (@p1, @p2, 'up', @p3, @p4, @p5, @p6, SYSUTCDATETIME(), SYSUTCDATETIME());
 
 -- NodeCheckIn (name held by a live node)
--- @p1 string, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 string, @p7 string, @p8 int64
+-- @p1 mssql.NVarCharMax, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 int64
 UPDATE [sp_unit].[nodes] SET incarnation = @p1, state = 'up', capacity = @p2, free = @p3,
   offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), left_at = NULL, backlog_until = NULL
 WHERE name = @p6 AND (state <> 'up' OR incarnation = @p7 OR last_seen <= DATEADD(millisecond, CAST(@p8 % 86400000 AS int), DATEADD(day, CAST(@p8 / 86400000 AS int), SYSUTCDATETIME())));
--- @p1 int64, @p2 string
+-- @p1 int64, @p2 mssql.NVarCharMax
 SELECT incarnation, last_seen, SYSUTCDATETIME(), CASE WHEN state = 'up' AND last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END
 FROM [sp_unit].[nodes] WHERE name = @p2;
 
 -- NodeHeartbeat
--- @p1 int, @p2 int64, @p3 int64, @p4 string, @p5 string
+-- @p1 int, @p2 int64, @p3 int64, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax
 UPDATE [sp_unit].[nodes] SET free = @p1, offset_us = @p2, offset_error_us = @p3, last_seen = SYSUTCDATETIME()
 WHERE name = @p4 AND incarnation = @p5 AND state = 'up';
 
 -- NodeSignalBacklog
--- @p1 int64, @p2 string, @p3 string
+-- @p1 int64, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax
 UPDATE [sp_unit].[nodes] SET backlog_until = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) WHERE name = @p2 AND incarnation = @p3;
 
 -- NodeLeave
--- @p1 string, @p2 string
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax
 UPDATE [sp_unit].[nodes] SET state = 'left', free = 0, left_at = SYSUTCDATETIME(), backlog_until = NULL
 WHERE name = @p1 AND incarnation = @p2;
 
@@ -55,27 +55,33 @@ SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, sta
 FROM [sp_unit].[nodes];
 
 -- JobInsert (delay)
--- @p1 string, @p2 string, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 string, @p8 string, @p9 <nil>, @p10 <nil>, @p11 <nil>, @p12 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 sql.NullString, @p10 mssql.NullDateTime, @p11 mssql.NullDateTime, @p12 int
+DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
 VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12);
+SELECT id FROM @out ORDER BY id;
 
 -- JobInsert (run at)
--- @p1 string, @p2 string, @p3 []uint8, @p4 civil.DateTime, @p5 int, @p6 int64, @p7 <nil>, @p8 string, @p9 <nil>, @p10 <nil>, @p11 <nil>, @p12 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int, @p6 int64, @p7 sql.NullString, @p8 mssql.NVarCharMax, @p9 sql.NullString, @p10 mssql.NullDateTime, @p11 mssql.NullDateTime, @p12 int
+DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
 VALUES (@p1, @p2, @p3, 'ready', @p4, 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12);
+SELECT id FROM @out ORDER BY id;
 
 -- JobInsert (unique key taken)
--- @p1 string, @p2 string, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 string, @p8 string, @p9 <nil>, @p10 <nil>, @p11 <nil>, @p12 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 sql.NullString, @p10 mssql.NullDateTime, @p11 mssql.NullDateTime, @p12 int
+DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
 VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12);
--- @p1 string
+SELECT id FROM @out ORDER BY id;
+-- @p1 mssql.NVarCharMax
 SELECT id FROM [sp_unit].[jobs] WHERE unique_key = @p1;
 
 -- JobsReclaimExpired
--- @p1 string, @p2 string, @p3 string, @p4 string, @p5 string, @p6 string, @p7 string
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax
 UPDATE [sp_unit].[jobs] SET
   state = CASE WHEN state = 'ready' THEN 'missed' WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
   finished_at = CASE WHEN state = 'ready' OR attempt >= max_attempts THEN SYSUTCDATETIME() ELSE NULL END,
@@ -99,45 +105,47 @@ FROM (SELECT j.state, j.run_at, j.start_by,
   FROM [sp_unit].[jobs] j WHERE (j.state = 'ready' AND j.run_at <= SYSUTCDATETIME()) OR j.state = 'running') AS pending;
 
 -- JobsClaim
--- @p1 string, @p2 string, @p3 int64, @p4 int
-WITH picked AS (
-  SELECT TOP (@p4) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)
-  WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND (c.exclusive = 0 OR (
-    NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WITH (SERIALIZABLE) WHERE r.schedule = c.schedule AND r.state = 'running')
-    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WITH (SERIALIZABLE) WHERE e.schedule = c.schedule AND e.state = 'ready'
-      AND e.scheduled_for < c.scheduled_for)))
-  ORDER BY c.run_at, c.id)
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int64, @p4 int
+DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7));
 UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
   attempt = j.attempt + 1, started_at = SYSUTCDATETIME(), start_by = NULL,
   lease_until = DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME()))
-OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for
-FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN picked ON j.id = picked.id
+OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for INTO @out
+FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN (
+  SELECT TOP (@p4) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
+  WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND (c.exclusive = 0 OR (
+    EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule) AND
+    NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = c.schedule AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = c.schedule AND e.state = 'ready'
+      AND e.scheduled_for < c.scheduled_for)))
+  ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id
 WHERE j.state = 'ready';
+SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for FROM @out ORDER BY id;
 
 -- JobRenewLeaseIfRunning
 -- @p1 int64, @p2 int64, @p3 int64
 UPDATE [sp_unit].[jobs] SET lease_until = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) WHERE id = @p2 AND token = @p3 AND state = 'running';
 
 -- JobFinishIfRunning (done)
--- @p1 string, @p2 int, @p3 <nil>, @p4 string, @p5 string, @p6 string, @p7 string, @p8 int64, @p9 int64
+-- @p1 mssql.NVarCharMax, @p2 sql.NullInt64, @p3 sql.NullString, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 int64, @p9 int64
 UPDATE [sp_unit].[jobs] SET state = @p1, owner = NULL, lease_until = NULL, finished_at = SYSUTCDATETIME(),
   last_status = @p2, last_error = @p3, history = RIGHT(CONCAT(history, attempt, @p4, owner_node, @p5, CONVERT(nvarchar(27), started_at, 121), @p6, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p7), 8000)
 WHERE id = @p8 AND token = @p9 AND state = 'running';
 
 -- JobFinishIfRunning (retry)
--- @p1 int64, @p2 int, @p3 string, @p4 string, @p5 string, @p6 string, @p7 string, @p8 int64, @p9 int64
+-- @p1 int64, @p2 sql.NullInt64, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 int64, @p9 int64
 UPDATE [sp_unit].[jobs] SET state = 'ready', owner = NULL, lease_until = NULL, run_at = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())),
   last_status = @p2, last_error = @p3, history = RIGHT(CONCAT(history, attempt, @p4, owner_node, @p5, CONVERT(nvarchar(27), started_at, 121), @p6, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p7), 8000)
 WHERE id = @p8 AND token = @p9 AND state = 'running';
 
 -- JobReleaseIfRunning
--- @p1 string, @p2 string, @p3 string, @p4 string, @p5 string, @p6 int64, @p7 int64
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int64, @p7 int64
 UPDATE [sp_unit].[jobs] SET state = 'ready', owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),
   attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = @p1, history = RIGHT(CONCAT(history, attempt, @p2, owner_node, @p3, CONVERT(nvarchar(27), started_at, 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
 WHERE id = @p6 AND token = @p7 AND state = 'running';
 
 -- JobsReleaseOwned
--- @p1 string, @p2 string, @p3 string, @p4 string, @p5 string, @p6 string
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax
 UPDATE [sp_unit].[jobs] SET state = 'ready', owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),
   attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = @p1, history = RIGHT(CONCAT(history, attempt, @p2, owner_node, @p3, CONVERT(nvarchar(27), started_at, 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
 WHERE owner = @p6 AND state = 'running';
@@ -148,33 +156,35 @@ SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, time
   owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, history FROM [sp_unit].[jobs] WHERE id = @p1;
 
 -- JobsList
--- @p1 int, @p2 string, @p3 int, @p4 string, @p5 int64, @p6 int64
+-- @p1 int, @p2 mssql.NVarCharMax, @p3 int, @p4 mssql.NVarCharMax, @p5 int64, @p6 int64
 SELECT TOP (@p1) id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
   owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN (@p2) AND attempt > 0 AND SUBSTRING(endpoint, 1, @p3) = @p4 AND created_at >= DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME())) AND id < @p6 ORDER BY id DESC;
 
 -- JobCancelIfWaiting
--- @p1 string, @p2 string, @p3 string, @p4 string, @p5 string, @p6 int64
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int64
 UPDATE [sp_unit].[jobs] SET state = 'cancelled', finished_at = SYSUTCDATETIME(), start_by = NULL,
   history = RIGHT(CONCAT(history, attempt, @p1, @p2, @p3, CONVERT(nvarchar(27), NULLIF(started_at, started_at), 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
 WHERE id = @p6 AND state = 'ready';
 
 -- JobsRetry
--- @p1 string, @p2 string, @p3 string, @p4 string, @p5 string, @p6 int, @p7 string, @p8 string, @p9 int64, @p10 string, @p11 string
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 int64, @p10 mssql.NVarCharMax, @p11 mssql.NVarCharMax
 UPDATE [sp_unit].[jobs] SET state = 'ready', run_at = SYSUTCDATETIME(), attempt = 0, finished_at = NULL,
   start_by = NULL, owner = NULL, lease_until = NULL,
   history = RIGHT(CONCAT(history, attempt, @p1, @p2, @p3, CONVERT(nvarchar(27), NULLIF(started_at, started_at), 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
 WHERE id IN (SELECT TOP (@p6) id FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN (@p7, @p8) AND created_at >= DATEADD(millisecond, CAST(@p9 % 86400000 AS int), DATEADD(day, CAST(@p9 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY id DESC) AND state IN (@p10, @p11);
 
 -- JobsByUniqueKey
--- @p1 string, @p2 string
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax
 SELECT unique_key, id FROM [sp_unit].[jobs] WHERE unique_key IN (@p1, @p2);
 
 -- JobInsertMany
--- @p1 string, @p2 string, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 string, @p8 string, @p9 <nil>, @p10 <nil>, @p11 <nil>, @p12 int, @p13 string, @p14 string, @p15 []uint8, @p16 civil.DateTime, @p17 int, @p18 int64, @p19 <nil>, @p20 string, @p21 <nil>, @p22 <nil>, @p23 <nil>, @p24 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 sql.NullString, @p10 mssql.NullDateTime, @p11 mssql.NullDateTime, @p12 int, @p13 mssql.NVarCharMax, @p14 mssql.NVarCharMax, @p15 []uint8, @p16 civil.DateTime, @p17 int, @p18 int64, @p19 sql.NullString, @p20 mssql.NVarCharMax, @p21 sql.NullString, @p22 mssql.NullDateTime, @p23 mssql.NullDateTime, @p24 int
+DECLARE @out TABLE (id BIGINT, idem_key NVARCHAR(MAX));
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id, inserted.idem_key
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id, inserted.idem_key INTO @out
 VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12),
   (@p13, @p14, @p15, 'ready', @p16, 0, @p17, @p18, @p19, @p20, 0, SYSUTCDATETIME(), @p21, @p22, @p23, @p24);
+SELECT id, idem_key FROM @out ORDER BY id;
 
 -- JobCounts
 SELECT state, COUNT(*) FROM [sp_unit].[jobs] GROUP BY state;
@@ -199,30 +209,36 @@ DELETE FROM [sp_unit].[jobs] WHERE state = 'done' AND finished_at IS NOT NULL AN
 DELETE FROM [sp_unit].[nodes] WHERE last_seen < DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()));
 
 -- JobsRenewLeases
--- @p1 int64, @p2 string
-UPDATE [sp_unit].[jobs] SET lease_until = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) OUTPUT inserted.id, inserted.token
-WHERE owner = @p2 AND state = 'running';
+-- @p1 int64, @p2 mssql.NVarCharMax
+DECLARE @out TABLE (id BIGINT, token BIGINT);
+UPDATE j SET lease_until = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) OUTPUT inserted.id, inserted.token INTO @out
+FROM [sp_unit].[jobs] AS j WITH (ROWLOCK, INDEX(pk_jobs), FORCESEEK)
+WHERE j.id IN (SELECT r.id FROM [sp_unit].[jobs] AS r WHERE r.owner = @p2 AND r.state = 'running')
+  AND j.owner = @p2 AND j.state = 'running';
+SELECT id, token FROM @out ORDER BY id;
 
 -- TaskInsert (new)
--- @p1 string, @p2 string, @p3 string, @p4 []uint8, @p5 int64, @p6 int64
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 []uint8, @p5 int64, @p6 int64
 INSERT INTO [sp_unit].[tasks] (name, endpoint, method, payload, every_ms, timeout_ms, state, token, created_at)
 VALUES (@p1, @p2, @p3, @p4, @p5, @p6, 'created', 0, SYSUTCDATETIME());
 
 -- TaskInsert (name of a deleted task)
--- @p1 string, @p2 string, @p3 string, @p4 []uint8, @p5 int64, @p6 int64
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 []uint8, @p5 int64, @p6 int64
 INSERT INTO [sp_unit].[tasks] (name, endpoint, method, payload, every_ms, timeout_ms, state, token, created_at)
 VALUES (@p1, @p2, @p3, @p4, @p5, @p6, 'created', 0, SYSUTCDATETIME());
--- @p1 string, @p2 string, @p3 []uint8, @p4 int64, @p5 int64, @p6 string
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int64, @p5 int64, @p6 mssql.NVarCharMax
 UPDATE [sp_unit].[tasks] SET endpoint = @p1, method = @p2, payload = @p3, every_ms = @p4, timeout_ms = @p5,
   state = 'created', owner = NULL, owner_node = NULL, lease_until = NULL, since = NULL, handoff = 0, calls = 0,
   failures = 0, last_call_at = NULL, last_status = NULL, last_error = NULL, created_at = SYSUTCDATETIME(), deleted_at = NULL
 WHERE name = @p6 AND state = 'deleted';
 
 -- TasksRenew
--- @p1 int64, @p2 string
+-- @p1 int64, @p2 mssql.NVarCharMax
+DECLARE @out TABLE (name NVARCHAR(200), token BIGINT, state NVARCHAR(20), endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), every_ms BIGINT, timeout_ms BIGINT, handoff INT, failures INT);
 UPDATE [sp_unit].[tasks] SET lease_until = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))
-  OUTPUT inserted.name, inserted.token, inserted.state, inserted.endpoint, inserted.method, inserted.payload, inserted.every_ms, inserted.timeout_ms, inserted.handoff, inserted.failures
+  OUTPUT inserted.name, inserted.token, inserted.state, inserted.endpoint, inserted.method, inserted.payload, inserted.every_ms, inserted.timeout_ms, inserted.handoff, inserted.failures INTO @out
 WHERE owner = @p2 AND state IN ('running', 'deleting');
+SELECT name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures FROM @out ORDER BY name;
 
 -- Tasks
 -- @p1 int
@@ -231,29 +247,29 @@ SELECT name, endpoint, method, every_ms, state, owner, owner_node, token,
   since, handoff, calls, failures, last_call_at, last_status, last_error, SYSUTCDATETIME() FROM [sp_unit].[tasks] WHERE (state <> 'deleted' OR @p1 = 1) ORDER BY name;
 
 -- TaskGet
--- @p1 string
+-- @p1 mssql.NVarCharMax
 SELECT name, endpoint, method, every_ms, state, owner, owner_node, token,
   CASE WHEN state IN ('running', 'deleting') AND lease_until > SYSUTCDATETIME() THEN 1 ELSE 0 END,
   since, handoff, calls, failures, last_call_at, last_status, last_error, SYSUTCDATETIME() FROM [sp_unit].[tasks] WHERE name = @p1;
 
 -- TaskAssignIfUnowned
--- @p1 string, @p2 string, @p3 int64, @p4 string, @p5 string, @p6 int64
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int64, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int64
 UPDATE [sp_unit].[tasks] SET state = 'running', owner = @p1, owner_node = @p2, token = token + 1,
   lease_until = DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME())), since = SYSUTCDATETIME(), handoff = 0
 WHERE name = @p4 AND (state = 'created' OR (state = 'running' AND (lease_until IS NULL OR lease_until < SYSUTCDATETIME())))
   AND EXISTS (SELECT 1 FROM [sp_unit].[nodes] WHERE incarnation = @p5 AND state = 'up' AND last_seen > DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME())));
 
 -- TaskRequestHandoff
--- @p1 string, @p2 int64
+-- @p1 mssql.NVarCharMax, @p2 int64
 UPDATE [sp_unit].[tasks] SET handoff = 1 WHERE name = @p1 AND token = @p2 AND state = 'running';
 
 -- TaskReleaseIfHeld
--- @p1 string, @p2 int64
+-- @p1 mssql.NVarCharMax, @p2 int64
 UPDATE [sp_unit].[tasks] SET state = 'created', owner = NULL, lease_until = NULL, handoff = 0
 WHERE name = @p1 AND token = @p2 AND state = 'running';
 
 -- TasksReleaseAll
--- @p1 string
+-- @p1 mssql.NVarCharMax
 UPDATE [sp_unit].[tasks] SET
   state = CASE WHEN state = 'deleting' THEN 'deleted' ELSE 'created' END,
   deleted_at = CASE WHEN state = 'deleting' THEN SYSUTCDATETIME() ELSE deleted_at END,
@@ -261,24 +277,24 @@ UPDATE [sp_unit].[tasks] SET
 WHERE owner = @p1 AND state IN ('running', 'deleting');
 
 -- TaskRecordCall
--- @p1 int, @p2 string, @p3 int, @p4 string, @p5 int64
+-- @p1 sql.NullInt64, @p2 mssql.NVarCharMax, @p3 int, @p4 mssql.NVarCharMax, @p5 int64
 UPDATE [sp_unit].[tasks] SET calls = calls + 1, last_call_at = SYSUTCDATETIME(), last_status = @p1, last_error = @p2,
   failures = CASE WHEN @p3 = 1 THEN 0 ELSE failures + 1 END
 WHERE name = @p4 AND token = @p5 AND state IN ('running', 'deleting');
 
 -- TaskRequestDelete
--- @p1 string
+-- @p1 mssql.NVarCharMax
 UPDATE [sp_unit].[tasks] SET
   state = CASE WHEN owner IS NULL OR state = 'created' THEN 'deleted' ELSE 'deleting' END,
   deleted_at = CASE WHEN owner IS NULL OR state = 'created' THEN SYSUTCDATETIME() ELSE NULL END
 WHERE name = @p1 AND state IN ('created', 'running');
--- @p1 string
+-- @p1 mssql.NVarCharMax
 SELECT name, endpoint, method, every_ms, state, owner, owner_node, token,
   CASE WHEN state IN ('running', 'deleting') AND lease_until > SYSUTCDATETIME() THEN 1 ELSE 0 END,
   since, handoff, calls, failures, last_call_at, last_status, last_error, SYSUTCDATETIME() FROM [sp_unit].[tasks] WHERE name = @p1;
 
 -- TaskMarkDeleted
--- @p1 string, @p2 int64
+-- @p1 mssql.NVarCharMax, @p2 int64
 UPDATE [sp_unit].[tasks] SET state = 'deleted', owner = NULL, lease_until = NULL, deleted_at = SYSUTCDATETIME()
 WHERE name = @p1 AND token = @p2 AND state = 'deleting';
 
@@ -287,18 +303,18 @@ UPDATE [sp_unit].[tasks] SET state = 'deleted', owner = NULL, lease_until = NULL
 WHERE state = 'deleting' AND (owner IS NULL OR lease_until IS NULL OR lease_until < SYSUTCDATETIME());
 
 -- ScheduleInsert
--- @p1 string, @p2 int64, @p3 string, @p4 string, @p5 string, @p6 string, @p7 []uint8, @p8 int64, @p9 int, @p10 int64, @p11 string, @p12 string, @p13 int, @p14 civil.DateTime, @p15 string
+-- @p1 mssql.NVarCharMax, @p2 int64, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 []uint8, @p8 int64, @p9 int, @p10 int64, @p11 mssql.NVarCharMax, @p12 mssql.NVarCharMax, @p13 int, @p14 civil.DateTime, @p15 mssql.NVarCharMax
 INSERT INTO [sp_unit].[schedules] (name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, max_attempts, tolerance_ms, misfire, overlap, enabled, next_fire_at, missed, version, source, created_at, updated_at)
 VALUES (@p1, @p2, @p3, @p4, @p5, @p6, @p7, @p8, @p9, @p10, @p11, @p12, @p13, @p14, 0, 0, @p15, SYSUTCDATETIME(), SYSUTCDATETIME());
 
 -- ScheduleUpdate
--- @p1 int64, @p2 string, @p3 string, @p4 string, @p5 string, @p6 []uint8, @p7 int64, @p8 int, @p9 int64, @p10 string, @p11 string, @p12 int, @p13 string, @p14 civil.DateTime, @p15 string
+-- @p1 int64, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 []uint8, @p7 int64, @p8 int, @p9 int64, @p10 mssql.NVarCharMax, @p11 mssql.NVarCharMax, @p12 int, @p13 mssql.NVarCharMax, @p14 civil.DateTime, @p15 mssql.NVarCharMax
 UPDATE [sp_unit].[schedules] SET every_ms = @p1, cron = @p2, time_zone = @p3, endpoint = @p4, method = @p5, payload = @p6,
   timeout_ms = @p7, max_attempts = @p8, tolerance_ms = @p9, misfire = @p10, overlap = @p11, enabled = @p12, source = @p13,
   version = version + 1, updated_at = SYSUTCDATETIME(), next_fire_at = @p14 WHERE name = @p15;
 
 -- ScheduleGet
--- @p1 string
+-- @p1 mssql.NVarCharMax
 SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, max_attempts, tolerance_ms, misfire, overlap, enabled, source, next_fire_at, missed, last_fire_at, version FROM [sp_unit].[schedules] WHERE name = @p1;
 
 -- Schedules
@@ -309,31 +325,31 @@ SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, m
 SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, max_attempts, tolerance_ms, misfire, overlap, enabled, source, next_fire_at, missed, last_fire_at, version, SYSUTCDATETIME() FROM [sp_unit].[schedules] WHERE enabled = 1 AND next_fire_at <= DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY name;
 
 -- ScheduleMaterialize
--- @p1 civil.DateTime, @p2 int64, @p3 civil.DateTime, @p4 string, @p5 int64
+-- @p1 civil.DateTime, @p2 int64, @p3 civil.DateTime, @p4 mssql.NVarCharMax, @p5 int64
 UPDATE [sp_unit].[schedules] SET next_fire_at = @p1, missed = missed + @p2, version = version + 1, last_fire_at = @p3 WHERE name = @p4 AND version = @p5 AND enabled = 1;
--- @p1 string, @p2 string, @p3 []uint8, @p4 civil.DateTime, @p5 int, @p6 int64, @p7 string, @p8 string, @p9 string, @p10 civil.DateTime, @p11 civil.DateTime, @p12 int, @p13 string
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int, @p6 int64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 civil.DateTime, @p11 civil.DateTime, @p12 int, @p13 mssql.NVarCharMax
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
   unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive)
 SELECT @p1, @p2, @p3, 'ready', @p4, 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12 WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE unique_key = @p13);
 
 -- ScheduleMaterialize (schedule moved on)
--- @p1 civil.DateTime, @p2 int64, @p3 string, @p4 int64
+-- @p1 civil.DateTime, @p2 int64, @p3 mssql.NVarCharMax, @p4 int64
 UPDATE [sp_unit].[schedules] SET next_fire_at = @p1, missed = missed + @p2, version = version + 1 WHERE name = @p3 AND version = @p4 AND enabled = 1;
 
 -- ScheduleSetEnabled
--- @p1 int, @p2 civil.DateTime, @p3 string
+-- @p1 int, @p2 civil.DateTime, @p3 mssql.NVarCharMax
 UPDATE [sp_unit].[schedules] SET enabled = @p1, version = version + 1, updated_at = SYSUTCDATETIME(), next_fire_at = @p2 WHERE name = @p3;
 
 -- ScheduleDelete
--- @p1 string
+-- @p1 mssql.NVarCharMax
 DELETE FROM [sp_unit].[schedules] WHERE name = @p1;
--- @p1 string, @p2 string
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax
 UPDATE [sp_unit].[jobs] SET state = 'cancelled', finished_at = SYSUTCDATETIME(), last_error = @p1, unique_key = NULL
 WHERE schedule = @p2 AND state = 'ready';
 
 -- ScheduleOutcomes
--- @p1 string
+-- @p1 mssql.NVarCharMax
 SELECT COALESCE(SUM(CASE WHEN state = 'missed' THEN 1 ELSE 0 END), 0), COUNT(*) FROM [sp_unit].[jobs] WHERE schedule = @p1;
--- @p1 string, @p2 string
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax
 SELECT state, last_status, last_error FROM [sp_unit].[jobs] WHERE schedule = @p1 AND scheduled_for = (
   SELECT MAX(scheduled_for) FROM [sp_unit].[jobs] WHERE schedule = @p2 AND state NOT IN ('ready', 'running'));

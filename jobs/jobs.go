@@ -48,6 +48,10 @@ type Options struct {
 	Clock       clock.Clock
 	Logger      *slog.Logger
 	Rand        func() float64 // jitter source; nil: math/rand
+	// StatementTimeout bounds each statement of a poll or a claim; zero
+	// means Lease/3 (at least 100 ms), a renewal interval, ample on a
+	// healthy database.
+	StatementTimeout time.Duration
 	// OnCall, when set, is called after every job call returns, with its
 	// verdict and how long it took (for the node's metrics). It runs on
 	// the call's goroutine and must not block.
@@ -250,6 +254,9 @@ func bounded[T any](ctx context.Context, d time.Duration, stmt func(context.Cont
 // ample on a healthy database. The floor keeps a lease shorter than any
 // config allows (tests) from failing every statement.
 func (r *Runner) statementTimeout() time.Duration {
+	if r.opts.StatementTimeout > 0 {
+		return r.opts.StatementTimeout
+	}
 	return max(r.opts.Lease/3, 100*time.Millisecond)
 }
 

@@ -67,8 +67,15 @@ func endpoint(t *testing.T, rec *seen) *url.URL {
 }
 
 func newRunner(t *testing.T, s *store.Store, base *url.URL, c clock.Clock, capacity int) *jobs.Runner {
-	return jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: capacity,
-		Lease: 3 * time.Second, Timeout: 5 * time.Second, Backoff: 0, BackoffMax: 0, Clock: c, Rand: func() float64 { return 0 }})
+	opts := jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: capacity,
+		Lease: 3 * time.Second, Timeout: 5 * time.Second, Backoff: 0, BackoffMax: 0, Clock: c, Rand: func() float64 { return 0 }}
+	if s.Dialect().Name() == "sqlserver" {
+		// The T-SQL test server parses a statement afresh on each new
+		// connection, seconds on a busy machine: more than a 3 s lease's
+		// statement deadline (a third of it).
+		opts.StatementTimeout = 15 * time.Second
+	}
+	return jobs.NewRunner(s, &jobs.Invoker{Base: base}, opts)
 }
 
 func enqueue(t *testing.T, s *store.Store, endpoint string, maxAttempts int) int64 {

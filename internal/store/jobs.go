@@ -88,16 +88,19 @@ type Claim struct {
 const claimedColumns = "id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for"
 
 // claimable is the condition, beyond ready and due, for claiming job
-// alias j: an occurrence of a schedule that forbids overlap waits while an
-// occurrence of the same schedule runs, or an earlier one still waits (so
-// even one claim statement takes at most one of them). scheduleLock is a
-// condition the dialect puts first (SQL Server's lock on the schedule's row,
-// so that claims of one schedule's occurrences take turns and a concurrent
-// claim cannot slip between the two look-ups under locking read committed),
-// or "".
-func claimable(j, scheduleLock string) string {
-	return `(` + j + `.exclusive = 0 OR (` + scheduleLock + `
-    NOT EXISTS (SELECT 1 FROM {jobs} r WHERE r.schedule = ` + j + `.schedule AND r.state = 'running')
+// alias j: an occurrence of a schedule that forbids overlap is claimable
+// only while its schedule exists (a removed schedule's occurrences are
+// cancelled), and waits while an occurrence of the same schedule runs, or
+// an earlier one still waits (so even one claim statement takes at most one
+// of them). scheduleHint is the dialect's table hint on the schedule's row
+// (SQL Server's update lock, so that claims of one schedule's occurrences
+// take turns and a concurrent claim cannot slip between the two look-ups
+// under locking read committed), or "". The count of due work uses the
+// same condition, so that nothing is counted that no claim would take.
+func claimable(j, scheduleHint string) string {
+	return `(` + j + `.exclusive = 0 OR (
+    EXISTS (SELECT 1 FROM {schedules} AS s` + scheduleHint + ` WHERE s.name = ` + j + `.schedule)
+    AND NOT EXISTS (SELECT 1 FROM {jobs} r WHERE r.schedule = ` + j + `.schedule AND r.state = 'running')
     AND NOT EXISTS (SELECT 1 FROM {jobs} e WHERE e.schedule = ` + j + `.schedule AND e.state = 'ready'
       AND e.scheduled_for < ` + j + `.scheduled_for)))`
 }

@@ -215,8 +215,7 @@ func (d SQLServer) ClaimJobs() string {
 {output `+claimedColumns+`}
 FROM {jobs} AS j WITH (ROWLOCK) INNER JOIN (
   SELECT TOP (@p4) c.id FROM {jobs} AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
-  WHERE c.state = 'ready' AND c.run_at <= {now} AND `+claimable("c", `
-    EXISTS (SELECT 1 FROM {schedules} AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule) AND`)+`
+  WHERE c.state = 'ready' AND c.run_at <= {now} AND `+claimable("c", " WITH (UPDLOCK, READPAST, ROWLOCK)")+`
   ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id
 WHERE j.state = 'ready'`)
 }

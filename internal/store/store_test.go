@@ -195,6 +195,11 @@ func TestLoadCountsOnlyClaimableWork(t *testing.T) {
 		ctx := context.Background()
 		now, err := s.Now(ctx)
 		require.NoError(t, err)
+		for _, name := range []string{"serial", "other"} {
+			require.NoError(t, s.ScheduleInsert(ctx, store.Schedule{Name: name, Every: time.Second, Endpoint: "/" + name, Method: "POST",
+				MaxAttempts: 3, Tolerance: time.Hour, Misfire: store.MisfireAll, Overlap: store.OverlapForbid, Enabled: true,
+				Source: store.SourceCommand}, now))
+		}
 		occurrence := func(schedule string, ago time.Duration) {
 			fire := now.Add(-ago).Truncate(time.Millisecond)
 			by := now.Add(time.Hour)
@@ -222,6 +227,14 @@ func TestLoadCountsOnlyClaimableWork(t *testing.T) {
 		load, err = s.JobsLoad(ctx, time.Hour, 0)
 		require.NoError(t, err)
 		require.Equal(t, store.QueueLoad{Due: 2, Urgent: 2, Running: 1}, load, "other work still counts")
+
+		// An occurrence whose schedule is gone is neither claimed nor
+		// counted (removing a schedule cancels its waiting occurrences;
+		// this one slipped past as a stray row would).
+		occurrence("gone", time.Second)
+		load, err = s.JobsLoad(ctx, time.Hour, 0)
+		require.NoError(t, err)
+		require.Equal(t, store.QueueLoad{Due: 2, Urgent: 2, Running: 1}, load, "a stray occurrence is not due work")
 	})
 }
 

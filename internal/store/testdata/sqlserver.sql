@@ -99,7 +99,8 @@ SELECT
   COALESCE(SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END), 0)
 FROM (SELECT j.state, j.run_at, j.start_by,
     CASE WHEN j.state = 'ready' AND (j.exclusive = 0 OR (
-    NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = j.schedule AND r.state = 'running')
+    EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WHERE s.name = j.schedule)
+    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = j.schedule AND r.state = 'running')
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = j.schedule AND e.state = 'ready'
       AND e.scheduled_for < j.scheduled_for))) THEN 1 ELSE 0 END AS claimable
   FROM [sp_unit].[jobs] j WHERE (j.state = 'ready' AND j.run_at <= SYSUTCDATETIME()) OR j.state = 'running') AS pending;
@@ -114,8 +115,8 @@ OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, ins
 FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN (
   SELECT TOP (@p4) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
   WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND (c.exclusive = 0 OR (
-    EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule) AND
-    NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = c.schedule AND r.state = 'running')
+    EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule)
+    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = c.schedule AND r.state = 'running')
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = c.schedule AND e.state = 'ready'
       AND e.scheduled_for < c.scheduled_for)))
   ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id

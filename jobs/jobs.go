@@ -89,6 +89,14 @@ type Runner struct {
 	doubt      bool
 	doubts     int
 	doubtUntil time.Time // local monotonic
+	// more is set while this node knows of due work it left for lack of
+	// room (its claim was cut by its share or its free capacity, not by
+	// the queue running dry): Refill then claims again as calls end,
+	// instead of waiting for the node's next turn. A claim that finds
+	// fewer rows than it asked for clears it.
+	more      bool
+	lastClaim time.Time     // local monotonic, when the last claim was sent
+	room      chan struct{} // a call ended: there may be room to refill
 
 	polls, claimed, succeeded, retried, failed, dead, released, leasesLost, renewals, cancelled atomic.Int64
 }
@@ -114,7 +122,8 @@ func NewRunner(s *store.Store, inv *Invoker, opts Options) *Runner {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	base, cancel := context.WithCancel(context.Background())
-	return &Runner{store: s, inv: inv, opts: opts, base: base, cancel: cancel, inflight: map[store.Held]*inflight{}}
+	return &Runner{store: s, inv: inv, opts: opts, base: base, cancel: cancel, inflight: map[store.Held]*inflight{},
+		room: make(chan struct{}, 1)}
 }
 
 // Store is the runner's store.
@@ -201,38 +210,21 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	want := FairShare(load, mine, r.opts.Capacity, turn.FarmCapacity, r.opts.Capacity-mine)
 	if want == 0 {
 		res.Left = load.Due
+		r.setMore(load.Due > 0)
 		return res, nil
 	}
-	r.mu.Lock()
-	r.claiming++
-	r.mu.Unlock()
-	sent := r.opts.Clock.Now()
-	claims, err := bounded(ctx, r.statementTimeout(), func(ctx context.Context) ([]store.Claim, error) {
-		return r.store.JobsClaim(ctx, r.opts.Incarnation, r.opts.Node, want, r.opts.Lease)
-	})
-	now := r.opts.Clock.Now()
-	r.mu.Lock()
-	r.claiming--
+	started, err := r.claim(ctx, want)
 	if err != nil {
-		r.raiseDoubtLocked(now)
-		r.mu.Unlock()
 		return res, err
 	}
-	// Registered in the same critical section that ends the claim, so that
-	// a renewal never sees the claim over and its jobs unknown.
-	started := make([]*inflight, len(claims))
-	for i, c := range claims {
-		started[i] = r.track(c, now, sent.Add(r.opts.Lease))
-	}
-	r.mu.Unlock()
-	res.Claimed = len(claims)
+	res.Claimed = len(started)
 	// Fewer rows than asked for means the claimable ones ran out (another
 	// node took them, or they wait behind a running occurrence): nothing
 	// was left behind. Only a share smaller than the due work leaves some.
-	if len(claims) == want {
-		res.Left = max(0, load.Due-len(claims))
+	if len(started) == want {
+		res.Left = max(0, load.Due-len(started))
 	}
-	r.claimed.Add(int64(len(claims)))
+	r.setMore(res.Left > 0)
 	for _, f := range started {
 		r.start(f)
 	}
@@ -244,6 +236,96 @@ func bounded[T any](ctx context.Context, d time.Duration, stmt func(context.Cont
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	return stmt(ctx)
+}
+
+// claim claims up to want due jobs and registers them as in flight; the
+// caller starts them.
+func (r *Runner) claim(ctx context.Context, want int) ([]*inflight, error) {
+	r.mu.Lock()
+	r.claiming++
+	sent := r.opts.Clock.Now()
+	r.lastClaim = sent
+	r.mu.Unlock()
+	claims, err := bounded(ctx, r.statementTimeout(), func(ctx context.Context) ([]store.Claim, error) {
+		return r.store.JobsClaim(ctx, r.opts.Incarnation, r.opts.Node, want, r.opts.Lease)
+	})
+	now := r.opts.Clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.claiming--
+	if err != nil {
+		r.raiseDoubtLocked(now)
+		return nil, err
+	}
+	// Registered in the same critical section that ends the claim, so that
+	// a renewal never sees the claim over and its jobs unknown.
+	started := make([]*inflight, len(claims))
+	for i, c := range claims {
+		started[i] = r.track(c, now, sent.Add(r.opts.Lease))
+	}
+	r.claimed.Add(int64(len(claims)))
+	return started, nil
+}
+
+func (r *Runner) setMore(more bool) {
+	r.mu.Lock()
+	r.more = more
+	r.mu.Unlock()
+}
+
+// RefillCooldown is the least time between two claims of one node outside
+// its turns: calls that end within it are claimed for together, one
+// statement for several jobs.
+const RefillCooldown = 5 * time.Millisecond
+
+// refillBatch is how much room a refill waits for: an eighth of the
+// capacity, so that a busy node claims several jobs per statement.
+func (r *Runner) refillBatch() int { return max(1, r.opts.Capacity/8) }
+
+// Refill claims again whenever calls end while the node knows of due work
+// it left for lack of room. Turns are for finding work when the queue
+// looked empty; while a node knows there is more, it takes it as soon as it
+// has room, so a burst drains at the speed of the endpoints, not at one
+// claim per turn. Every node that found the backlog in its turn does the
+// same, each for as much as it has room for, which keeps the spread by
+// capacity. A claim that finds fewer rows than it asked for ends it until
+// a turn finds work again.
+func (r *Runner) Refill(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.room:
+		}
+		for {
+			r.mu.Lock()
+			more, free, last := r.more, r.opts.Capacity-len(r.inflight), r.lastClaim
+			r.mu.Unlock()
+			if !more || free < r.refillBatch() || ctx.Err() != nil {
+				break
+			}
+			if wait := last.Add(RefillCooldown).Sub(r.opts.Clock.Now()); wait > 0 {
+				if clock.Sleep(ctx, r.opts.Clock, wait) != nil {
+					return ctx.Err()
+				}
+				continue // more calls may have ended meanwhile
+			}
+			started, err := r.claim(ctx, free)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.opts.Logger.Warn("claiming again as calls ended failed; waiting for the next turn", "err", err)
+				}
+				r.setMore(false)
+				break
+			}
+			if len(started) < free {
+				r.setMore(false)
+			}
+			for _, f := range started {
+				r.start(f)
+			}
+		}
+	}
 }
 
 // statementTimeout bounds each statement of a poll: a renewal interval,
@@ -294,6 +376,10 @@ func (r *Runner) start(f *inflight) {
 		f.watchdog.Stop()
 		delete(r.inflight, store.Held{ID: f.claim.ID, Token: f.claim.Token})
 		r.mu.Unlock()
+		select {
+		case r.room <- struct{}{}:
+		default:
+		}
 	}()
 }
 

@@ -94,7 +94,13 @@ type Runner struct {
 	// the queue running dry): Refill then claims again as calls end,
 	// instead of waiting for the node's next turn. A claim that finds
 	// fewer rows than it asked for clears it.
-	more      bool
+	more bool
+	// budget is what is left of the share the last turn gave this node
+	// (FairShare before its room limited it): Refill claims no more than
+	// that, so that a node that drains fast does not take a burst from
+	// the nodes whose turns come later in the slot. The next turn
+	// measures the share afresh.
+	budget    int
 	lastClaim time.Time     // local monotonic, when the last claim was sent
 	room      chan struct{} // a call ended: there may be room to refill
 
@@ -153,6 +159,12 @@ func (r *Runner) Stats() Stats {
 // widened rotation each get their part; the urgent floor means fairness
 // never costs a job its start.
 func FairShare(load store.QueueLoad, mine, capacity, farmCapacity, free int) int {
+	return max(0, min(share(load, mine, capacity, farmCapacity), free))
+}
+
+// share is FairShare before the node's free room limits it: what the node
+// may take of the due work in this turn, now or as its calls end.
+func share(load store.QueueLoad, mine, capacity, farmCapacity int) int {
 	if farmCapacity < capacity || farmCapacity <= 0 {
 		farmCapacity = capacity
 	}
@@ -161,7 +173,7 @@ func FairShare(load store.QueueLoad, mine, capacity, farmCapacity, free int) int
 	}
 	outstanding := load.Due + load.Running
 	target := (outstanding*capacity+farmCapacity-1)/farmCapacity - mine
-	return max(0, min(max(target, load.Urgent), free, load.Due))
+	return max(0, min(max(target, load.Urgent), load.Due))
 }
 
 // PollResult says what one poll did.
@@ -207,10 +219,11 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	}
 	res.Due = load.Due
 	mine := r.Running()
-	want := FairShare(load, mine, r.opts.Capacity, turn.FarmCapacity, r.opts.Capacity-mine)
+	budget := share(load, mine, r.opts.Capacity, turn.FarmCapacity)
+	want := max(0, min(budget, r.opts.Capacity-mine))
 	if want == 0 {
 		res.Left = load.Due
-		r.setMore(load.Due > 0)
+		r.setMore(load.Due > 0, budget)
 		return res, nil
 	}
 	started, err := r.claim(ctx, want)
@@ -224,7 +237,7 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	if len(started) == want {
 		res.Left = max(0, load.Due-len(started))
 	}
-	r.setMore(res.Left > 0)
+	r.setMore(res.Left > 0, budget-len(started))
 	for _, f := range started {
 		r.start(f)
 	}
@@ -267,9 +280,18 @@ func (r *Runner) claim(ctx context.Context, want int) ([]*inflight, error) {
 	return started, nil
 }
 
-func (r *Runner) setMore(more bool) {
+// spent counts a refill's claim against the budget; fewer rows than it
+// asked for mean the queue ran dry for now.
+func (r *Runner) spent(got, want int) {
 	r.mu.Lock()
-	r.more = more
+	r.budget = max(0, r.budget-got)
+	r.more = r.more && got == want && r.budget > 0
+	r.mu.Unlock()
+}
+
+func (r *Runner) setMore(more bool, budget int) {
+	r.mu.Lock()
+	r.more, r.budget = more && budget > 0, max(0, budget)
 	r.mu.Unlock()
 }
 
@@ -299,9 +321,12 @@ func (r *Runner) Refill(ctx context.Context) error {
 		}
 		for {
 			r.mu.Lock()
-			more, free, last := r.more, r.opts.Capacity-len(r.inflight), r.lastClaim
+			more, budget, last := r.more, r.budget, r.lastClaim
+			want := min(r.opts.Capacity-len(r.inflight), budget)
 			r.mu.Unlock()
-			if !more || free < r.refillBatch() || ctx.Err() != nil {
+			// Wait for a batch's worth of room, unless what is left of
+			// the budget is smaller.
+			if !more || want <= 0 || (want < r.refillBatch() && want < budget) || ctx.Err() != nil {
 				break
 			}
 			if wait := last.Add(RefillCooldown).Sub(r.opts.Clock.Now()); wait > 0 {
@@ -310,17 +335,15 @@ func (r *Runner) Refill(ctx context.Context) error {
 				}
 				continue // more calls may have ended meanwhile
 			}
-			started, err := r.claim(ctx, free)
+			started, err := r.claim(ctx, want)
 			if err != nil {
 				if ctx.Err() == nil {
 					r.opts.Logger.Warn("claiming again as calls ended failed; waiting for the next turn", "err", err)
 				}
-				r.setMore(false)
+				r.setMore(false, 0)
 				break
 			}
-			if len(started) < free {
-				r.setMore(false)
-			}
+			r.spent(len(started), want)
 			for _, f := range started {
 				r.start(f)
 			}

@@ -74,3 +74,34 @@ func TestRefillClaimsAgainAsCallsEnd(t *testing.T) {
 		require.ErrorIs(t, <-refilled, context.Canceled)
 	})
 }
+
+// Between turns a node takes no more than the share its last turn gave it:
+// the rest of a burst is left to the nodes whose turns come next, so a node
+// that drains fast cannot take the whole burst.
+func TestRefillStopsAtTheTurnsShare(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rec := &seen{}
+	c := clock.NewFake(t0)
+	r := newRunner(t, s, endpoint(t, rec), c, 4)
+	for range 20 {
+		enqueue(t, s, "/ok", 1)
+	}
+	go func() { _ = r.Refill(ctx) }()
+
+	// A farm of four such nodes: this node's share of 20 is 5 (none of
+	// them is urgent: the next poll comes well within their start window).
+	res, err := r.Poll(ctx, jobs.Turn{FarmCapacity: 16, NextPoll: 100 * time.Millisecond, StartWindow: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, 4, res.Claimed)
+	require.Eventually(t, func() bool {
+		c.Advance(jobs.RefillCooldown)
+		return len(rec.all()) == 5 && c.Waiters() == 0
+	}, 5*time.Second, time.Millisecond, "one more job, then the share is used up")
+	for range 10 {
+		c.Advance(jobs.RefillCooldown)
+	}
+	r.Wait()
+	require.Equal(t, int64(5), r.Stats().Claimed, "the other 15 wait for the other nodes' turns")
+}

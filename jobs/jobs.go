@@ -159,11 +159,13 @@ func (r *Runner) Stats() Stats {
 // widened rotation each get their part; the urgent floor means fairness
 // never costs a job its start.
 func FairShare(load store.QueueLoad, mine, capacity, farmCapacity, free int) int {
-	return max(0, min(share(load, mine, capacity, farmCapacity), free))
+	return max(0, min(max(share(load, mine, capacity, farmCapacity), load.Urgent), free, load.Due))
 }
 
-// share is FairShare before the node's free room limits it: what the node
-// may take of the due work in this turn, now or as its calls end.
+// share is the node's capacity's share of the outstanding work, less what
+// it runs: what it may take of the due work in this turn, now or as its
+// calls end (Refill), without the urgent floor, which is for jobs that can
+// start now.
 func share(load store.QueueLoad, mine, capacity, farmCapacity int) int {
 	if farmCapacity < capacity || farmCapacity <= 0 {
 		farmCapacity = capacity
@@ -173,7 +175,7 @@ func share(load store.QueueLoad, mine, capacity, farmCapacity int) int {
 	}
 	outstanding := load.Due + load.Running
 	target := (outstanding*capacity+farmCapacity-1)/farmCapacity - mine
-	return max(0, min(max(target, load.Urgent), load.Due))
+	return max(0, min(target, load.Due))
 }
 
 // PollResult says what one poll did.
@@ -219,8 +221,10 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	}
 	res.Due = load.Due
 	mine := r.Running()
-	budget := share(load, mine, r.opts.Capacity, turn.FarmCapacity)
-	want := max(0, min(budget, r.opts.Capacity-mine))
+	want := FairShare(load, mine, r.opts.Capacity, turn.FarmCapacity, r.opts.Capacity-mine)
+	// Between turns the node may take its share of the rest; urgent jobs
+	// it cannot start now are left to the pollers that come next.
+	budget := max(want, share(load, mine, r.opts.Capacity, turn.FarmCapacity))
 	if want == 0 {
 		res.Left = load.Due
 		r.setMore(load.Due > 0, budget)

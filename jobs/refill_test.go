@@ -79,6 +79,19 @@ func TestRefillClaimsAgainAsCallsEnd(t *testing.T) {
 // the rest of a burst is left to the nodes whose turns come next, so a node
 // that drains fast cannot take the whole burst.
 func TestRefillStopsAtTheTurnsShare(t *testing.T) {
+	for name, turn := range map[string]jobs.Turn{
+		// None of them urgent: the next poll comes well within their window.
+		"none urgent": {FarmCapacity: 16, NextPoll: 100 * time.Millisecond, StartWindow: time.Hour},
+		// All of them urgent (the next poll comes after their window): the
+		// node starts what it has room for now, and the urgent ones it
+		// cannot start are no reason to take more than its share later.
+		"all urgent": {FarmCapacity: 16, NextPoll: time.Second, StartWindow: time.Second},
+	} {
+		t.Run(name, func(t *testing.T) { refillStopsAtTheTurnsShare(t, turn) })
+	}
+}
+
+func refillStopsAtTheTurnsShare(t *testing.T, turn jobs.Turn) {
 	s, _ := storetest.Open(t, "sqlite")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -90,9 +103,8 @@ func TestRefillStopsAtTheTurnsShare(t *testing.T) {
 	}
 	go func() { _ = r.Refill(ctx) }()
 
-	// A farm of four such nodes: this node's share of 20 is 5 (none of
-	// them is urgent: the next poll comes well within their start window).
-	res, err := r.Poll(ctx, jobs.Turn{FarmCapacity: 16, NextPoll: 100 * time.Millisecond, StartWindow: time.Hour})
+	// A farm of four such nodes: this node's share of 20 is 5.
+	res, err := r.Poll(ctx, turn)
 	require.NoError(t, err)
 	require.Equal(t, 4, res.Claimed)
 	require.Eventually(t, func() bool {

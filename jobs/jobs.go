@@ -49,8 +49,9 @@ type Options struct {
 	Logger      *slog.Logger
 	Rand        func() float64 // jitter source; nil: math/rand
 	// StatementTimeout bounds each statement of a poll or a claim; zero
-	// means Lease/3 (at least 100 ms), a renewal interval, ample on a
-	// healthy database.
+	// means the lease (at least 100 ms). Nothing waits on these statements
+	// (renewals do not), so the bound only keeps a stalled one from hanging
+	// for ever; a tight one would cut off a slow but working database.
 	StatementTimeout time.Duration
 	// OnCall, when set, is called after every job call returns, with its
 	// verdict and how long it took (for the node's metrics). It runs on
@@ -359,14 +360,14 @@ func (r *Runner) Refill(ctx context.Context) error {
 	}
 }
 
-// statementTimeout bounds each statement of a poll: a renewal interval,
-// ample on a healthy database. The floor keeps a lease shorter than any
+// statementTimeout bounds each statement of a poll or a claim (see
+// Options.StatementTimeout). The floor keeps a lease shorter than any
 // config allows (tests) from failing every statement.
 func (r *Runner) statementTimeout() time.Duration {
 	if r.opts.StatementTimeout > 0 {
 		return r.opts.StatementTimeout
 	}
-	return max(r.opts.Lease/3, 100*time.Millisecond)
+	return max(r.opts.Lease, 100*time.Millisecond)
 }
 
 // margin is how long before its lease runs out a call is cut off (or not
@@ -593,8 +594,10 @@ func (r *Runner) RenewOnce(ctx context.Context) {
 		return
 	}
 	sent := r.opts.Clock.Now()
-	// Half a tick at most: the next round then comes within 1.5 ticks.
-	rctx, cancel := context.WithTimeout(ctx, r.opts.Lease/6)
+	// A tick at most: a later answer could confirm nothing the next round
+	// would not (the lease is counted from the send time, and each call's
+	// watchdog cuts it off when its lease as last confirmed runs out).
+	rctx, cancel := context.WithTimeout(ctx, r.opts.Lease/3)
 	held, err := r.store.JobsRenewLeases(rctx, r.opts.Incarnation, r.opts.Lease)
 	cancel()
 	if err != nil {

@@ -72,7 +72,7 @@ func newRunner(t *testing.T, s *store.Store, base *url.URL, c clock.Clock, capac
 	if s.Dialect().Name() == "sqlserver" {
 		// The T-SQL test server parses a statement afresh on each new
 		// connection, seconds on a busy machine: more than a 3 s lease's
-		// statement deadline (a third of it).
+		// statement deadline.
 		opts.StatementTimeout = 15 * time.Second
 	}
 	return jobs.NewRunner(s, &jobs.Invoker{Base: base}, opts)

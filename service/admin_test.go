@@ -70,10 +70,11 @@ func testConfig(t testing.TB, db storetest.DB, name, baseURL string) Config {
 	cfg.Jobs.Lease = Duration(time.Second)
 	if db.Driver == "sqlserver" {
 		// The T-SQL test server (Babelfish) parses a statement afresh on
-		// each new connection, up to half a second on a busy machine: a
-		// 1 s lease would run out before the first call, and its renewal
-		// deadline (lease/6) is shorter than that parse.
-		cfg.Jobs.Lease = Duration(3 * time.Second)
+		// each new connection, up to seconds on a busy machine: a 1 s
+		// lease would run out before the first call, and its statement
+		// deadlines (a renewal: lease/3; a poll: the lease) are shorter
+		// than that parse.
+		cfg.Jobs.Lease = Duration(6 * time.Second)
 	}
 	cfg.Jobs.Timeout = Duration(10 * time.Second)
 	cfg.Jobs.DrainTimeout = Duration(2 * time.Second)
@@ -254,7 +255,7 @@ func TestAdminEndpoint(t *testing.T) {
 		// the call is in flight.
 		callTime := 800 * time.Millisecond
 		if driver == "sqlserver" {
-			callTime = 1200 * time.Millisecond // its lease is 3 s
+			callTime = 2500 * time.Millisecond // its lease is 6 s: renewals every 2 s
 		}
 		endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(callTime)

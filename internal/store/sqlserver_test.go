@@ -426,7 +426,7 @@ func TestSQLServerClaim(t *testing.T) {
 	for _, want := range []string{
 		"SELECT TOP (@p4) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)",
 		// Overlap: claims of one schedule's occurrences take turns on its row.
-		"EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule) AND",
+		"EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule)\n    AND NOT EXISTS",
 		"WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME()",
 		"ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id",
 		"owner = @p1, owner_node = @p2, token = j.token + 1",

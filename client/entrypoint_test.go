@@ -136,6 +136,17 @@ func TestEntryPointTx(t *testing.T) {
 		_, err = enqueueSQL(ctx, db, driver, f.schema, arg{"endpoint", "/later"}, arg{"delay_ms", int64(3_600_000)})
 		require.NoError(t, err)
 		require.Zero(t, f.poll(t))
+
+		// SQL Server also hands the id back in the OUTPUT parameter @id.
+		if driver == "sqlserver" {
+			var out int64
+			_, err := db.ExecContext(ctx, "EXEC ["+f.schema+"].[enqueue_v1] @endpoint = @endpoint, @id = @id OUTPUT",
+				sql.Named("endpoint", "/output"), sql.Named("id", sql.Out{Dest: &out}))
+			require.NoError(t, err)
+			j, err := f.c.Get(ctx, out)
+			require.NoError(t, err)
+			require.Equal(t, "/output", j.Endpoint)
+		}
 	})
 }
 

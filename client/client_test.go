@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -26,18 +27,29 @@ type farm struct {
 	c      *client.Client
 	s      *store.Store
 	runner *jobs.Runner
+	schema string // SQL Server's schema
 	mu     sync.Mutex
 	calls  map[string]int
+	last   map[string]seen // the last call to each path
+}
+
+// seen is what an endpoint received.
+type seen struct {
+	method string
+	header http.Header
+	body   string
 }
 
 func newFarm(t *testing.T, driver string) *farm {
 	s, db := storetest.OpenDB(t, driver)
 	c, err := client.New(s.DB(), driver, client.WithSchema(db.Schema))
 	require.NoError(t, err)
-	f := &farm{c: c, s: s, calls: map[string]int{}}
+	f := &farm{c: c, s: s, schema: db.Schema, calls: map[string]int{}, last: map[string]seen{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
 		f.mu.Lock()
 		f.calls[r.URL.Path]++
+		f.last[r.URL.Path] = seen{method: r.Method, header: r.Header.Clone(), body: string(body)}
 		f.mu.Unlock()
 		if strings.HasPrefix(r.URL.Path, "/fail") {
 			w.WriteHeader(500)

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -166,24 +167,43 @@ func execScript(ctx context.Context, tx *sql.Tx, script string) error {
 }
 
 // splitScript cuts a migration file into statements. Statements end with a
-// semicolon at the end of a line; comment lines are dropped.
+// semicolon at the end of a line; comment lines are dropped. A procedure,
+// function or trigger has semicolons in its body (and T-SQL wants CREATE
+// PROCEDURE alone in its batch): it ends only at a line reading GO, T-SQL's
+// batch separator, which is not sent. A GO line ends any statement.
 func splitScript(script string) []string {
 	var out []string
 	var stmt strings.Builder
+	body := false
+	flush := func() {
+		if strings.TrimSpace(stmt.String()) != "" {
+			out = append(out, stmt.String())
+		}
+		stmt.Reset()
+		body = false
+	}
 	for _, line := range strings.Split(script, "\n") {
 		trimmed := strings.TrimSpace(line)
 		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
 			continue
 		}
+		if strings.EqualFold(trimmed, "GO") {
+			flush()
+			continue
+		}
+		if stmt.Len() == 0 {
+			body = bodyStart.MatchString(trimmed)
+		}
 		stmt.WriteString(line)
 		stmt.WriteByte('\n')
-		if strings.HasSuffix(trimmed, ";") {
-			out = append(out, stmt.String())
-			stmt.Reset()
+		if !body && strings.HasSuffix(trimmed, ";") {
+			flush()
 		}
 	}
-	if strings.TrimSpace(stmt.String()) != "" {
-		out = append(out, stmt.String())
-	}
+	flush()
 	return out
 }
+
+// bodyStart matches the first line of a statement with a body of
+// statements of its own.
+var bodyStart = regexp.MustCompile(`(?i)^CREATE\s+(OR\s+(REPLACE|ALTER)\s+)?(PROCEDURE|PROC|FUNCTION|TRIGGER)\b`)

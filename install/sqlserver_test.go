@@ -26,7 +26,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	})
 	applied, err := install.Migrate(context.Background(), s)
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2, 3, 4, 5}, applied)
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6}, applied)
 
 	calls := tr.Calls()
 	for _, c := range calls {
@@ -45,7 +45,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	require.True(t, strings.HasPrefix(q(2), "IF OBJECT_ID(N'[farm_jobs].[schema_version]', N'U') IS NULL\nCREATE TABLE [farm_jobs].[schema_version] ("), q(2))
 	require.Equal(t, "SELECT COALESCE(MAX(version), 0) FROM [farm_jobs].[schema_version]", q(3))
 
-	var creates, indexes, alters []string
+	var creates, indexes, alters, procs []string
 	var versions [][]any
 	for _, c := range calls[4:] {
 		switch {
@@ -56,6 +56,10 @@ func TestSQLServerMigrateSends(t *testing.T) {
 			require.Equal(t, "ADD", f[3], c.Query)
 			require.NotContains(t, c.Query, ",", "one column per ALTER TABLE ... ADD:\n%s", c.Query)
 			alters = append(alters, f[2]+" "+f[4])
+		case strings.HasPrefix(c.Query, "CREATE PROCEDURE"):
+			// A batch of its own, whole: its body holds semicolons.
+			require.True(t, strings.HasSuffix(strings.TrimSpace(c.Query), "SELECT @id AS id;\nEND;"), c.Query)
+			procs = append(procs, strings.Fields(c.Query)[2])
 		case strings.HasPrefix(c.Query, "CREATE TABLE"):
 			creates = append(creates, strings.Fields(c.Query)[2])
 		case strings.Contains(c.Query, "INDEX"):
@@ -69,7 +73,8 @@ func TestSQLServerMigrateSends(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"[farm_jobs].[nodes]", "[farm_jobs].[jobs]", "[farm_jobs].[tasks]", "[farm_jobs].[schedules]"}, creates)
-	require.Equal(t, [][]any{{1, "init"}, {2, "tasks"}, {3, "schedules"}, {4, "history"}, {5, "retention"}}, versions)
+	require.Equal(t, [][]any{{1, "init"}, {2, "tasks"}, {3, "schedules"}, {4, "history"}, {5, "retention"}, {6, "enqueue"}}, versions)
+	require.Equal(t, []string{"[farm_jobs].[enqueue_v1]"}, procs)
 	require.Equal(t, []string{"[farm_jobs].[jobs] schedule", "[farm_jobs].[jobs] scheduled_for", "[farm_jobs].[jobs] start_by",
 		"[farm_jobs].[jobs] exclusive", "[farm_jobs].[jobs] history"}, alters, "schedules, then the history, add their columns to jobs, one per ALTER")
 	require.Equal(t, []string{

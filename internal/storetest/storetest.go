@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,30 +121,35 @@ func sqlServerSchema(t testing.TB, dsn string) string {
 	return schema
 }
 
-// dropSQLServerSchema drops a test's schema and its tables, one DROP per
-// table: concatenating over rows (`SELECT @s = @s + ...`) is not portable
-// (Babelfish keeps the last row) and STRING_AGG is SQL Server 2017+. The
-// name is ours (sp_test_ and hex), so it needs no quoting.
+// dropSQLServerSchema drops a test's schema with its procedures and tables,
+// one DROP per object: concatenating over rows (`SELECT @s = @s + ...`) is
+// not portable (Babelfish keeps the last row) and STRING_AGG is SQL Server
+// 2017+. The name is ours (sp_test_ and hex), so it needs no quoting.
 func dropSQLServerSchema(ctx context.Context, db *sql.DB, schema string) error {
-	rows, err := db.QueryContext(ctx, `SELECT name FROM sys.tables WHERE schema_id = SCHEMA_ID(N'`+schema+`')`)
+	rows, err := db.QueryContext(ctx, `SELECT name, type FROM sys.objects WHERE schema_id = SCHEMA_ID(N'`+schema+`') AND type IN ('P', 'U') ORDER BY type`)
 	if err != nil {
 		return err
 	}
-	var tables []string
+	var drops []string
 	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
 			rows.Close()
 			return err
 		}
-		tables = append(tables, name)
+		kind := "TABLE"
+		if strings.TrimSpace(typ) == "P" {
+			kind = "PROCEDURE"
+		}
+		drops = append(drops, kind+"\x00"+name)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	for _, name := range tables {
-		if _, err := db.ExecContext(ctx, `DECLARE @q nvarchar(max) = N'DROP TABLE [`+schema+`].' + QUOTENAME(@p1); EXEC sp_executesql @q`, name); err != nil {
+	for _, d := range drops {
+		kind, name, _ := strings.Cut(d, "\x00")
+		if _, err := db.ExecContext(ctx, `DECLARE @q nvarchar(max) = N'DROP `+kind+` [`+schema+`].' + QUOTENAME(@p1); EXEC sp_executesql @q`, name); err != nil {
 			return err
 		}
 	}

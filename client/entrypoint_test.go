@@ -1,0 +1,293 @@
+package client_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	mssql "github.com/microsoft/go-mssqldb"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/stretchr/testify/require"
+)
+
+// The database entry points (install/migrations/*/0006_enqueue.sql), called
+// as an application in another language calls them: plain SQL through
+// database/sql, no slotpoller helper.
+
+// arg is one named argument of the entry point.
+type arg struct {
+	name  string
+	value any
+}
+
+// enqueueSQL calls the dialect's entry point with the given arguments (the
+// others take their defaults) and returns the new job's id.
+func enqueueSQL(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, driver, schema string, args ...arg) (int64, error) {
+	var names, params []string
+	var values []any
+	for i, a := range args {
+		names = append(names, a.name)
+		values = append(values, a.value)
+		switch driver {
+		case "postgres":
+			params = append(params, fmt.Sprintf("%s => $%d", a.name, i+1))
+		case "sqlserver":
+			params = append(params, fmt.Sprintf("@%s = @p%d", a.name, i+1))
+		default:
+			params = append(params, "?")
+		}
+	}
+	var id int64
+	switch driver {
+	case "postgres":
+		err := q.QueryRowContext(ctx, "SELECT slotpoller_enqueue_v1("+strings.Join(params, ", ")+")", values...).Scan(&id)
+		return id, err
+	case "sqlserver":
+		err := q.QueryRowContext(ctx, "EXEC ["+schema+"].[enqueue_v1] "+strings.Join(params, ", "), values...).Scan(&id)
+		return id, err
+	}
+	_, err := q.ExecContext(ctx, "INSERT INTO slotpoller_enqueue_v1 ("+strings.Join(names, ", ")+") VALUES ("+strings.Join(params, ", ")+")", values...)
+	if err != nil {
+		return 0, err
+	}
+	// In the same transaction: the writer's lock makes the last id given
+	// out this INSERT's.
+	err = q.QueryRowContext(ctx, "SELECT seq FROM sqlite_sequence WHERE name = 'slotpoller_jobs'").Scan(&id)
+	return id, err
+}
+
+func countJobs(t *testing.T, f *farm, endpoint string) int {
+	t.Helper()
+	var n int
+	q := store.Expand(f.s.Dialect(), `SELECT COUNT(*) FROM {jobs} WHERE endpoint = ?`)
+	require.NoError(t, f.s.DB().QueryRowContext(context.Background(), q, endpoint).Scan(&n))
+	return n
+}
+
+// Rollback: nothing, and nothing runs. Commit: one job, called once, with
+// its payload and the headers of any job.
+func TestEntryPointTx(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		f := newFarm(t, driver)
+		ctx := context.Background()
+		db := f.s.DB()
+		payload := []byte(`{"order":42}`)
+
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		_, err = enqueueSQL(ctx, tx, driver, f.schema, arg{"endpoint", "/rolled-back"}, arg{"payload", payload})
+		require.NoError(t, err)
+		require.NoError(t, tx.Rollback())
+		require.Zero(t, countJobs(t, f, "/rolled-back"))
+
+		tx, err = db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		id, err := enqueueSQL(ctx, tx, driver, f.schema, arg{"endpoint", "/committed?x=1"}, arg{"payload", payload},
+			arg{"method", "PUT"}, arg{"max_attempts", 3}, arg{"timeout_ms", 2500}, arg{"unique_key", "order-42"},
+			arg{"idempotency_key", "order-42-v1"})
+		require.NoError(t, err)
+		id2, err := enqueueSQL(ctx, tx, driver, f.schema, arg{"endpoint", "/defaults"})
+		require.NoError(t, err)
+		require.Greater(t, id2, id)
+		require.NoError(t, tx.Commit())
+
+		require.Equal(t, 2, f.poll(t))
+		require.Zero(t, f.poll(t))
+		require.Zero(t, f.called("/rolled-back"))
+		require.Equal(t, 1, f.called("/committed"))
+		require.Equal(t, 1, f.called("/defaults"))
+		f.mu.Lock()
+		got, dflt := f.last["/committed"], f.last["/defaults"]
+		f.mu.Unlock()
+		require.Equal(t, "PUT", got.method)
+		require.Equal(t, string(payload), got.body)
+		require.Equal(t, strconv.FormatInt(id, 10), got.header.Get(jobs.HeaderJob))
+		require.Equal(t, "order-42-v1", got.header.Get(jobs.HeaderIdempotencyKey))
+		require.Equal(t, "1", got.header.Get(jobs.HeaderAttempt))
+		require.Equal(t, "2500", got.header.Get(jobs.HeaderTimeoutMs))
+		require.Equal(t, "application/json", got.header.Get("Content-Type"))
+
+		// The defaults are the Go client's: POST, 33 attempts, a generated
+		// idempotency key that the Go rules accept.
+		require.Equal(t, "POST", dflt.method)
+		require.Equal(t, strconv.FormatInt(id2, 10), dflt.header.Get(jobs.HeaderJob))
+		require.Regexp(t, `^slotpoller-[0-9a-f]{32}$`, dflt.header.Get(jobs.HeaderIdempotencyKey))
+		require.NoError(t, jobs.ValidateName("idempotency key", dflt.header.Get(jobs.HeaderIdempotencyKey)))
+		j, err := f.c.Get(ctx, id2)
+		require.NoError(t, err)
+		require.Equal(t, jobs.DefaultMaxAttempts, j.MaxAttempts)
+		j, err = f.c.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, "done", string(j.State))
+		require.Equal(t, 3, j.MaxAttempts)
+		require.Equal(t, "order-42", j.UniqueKey)
+
+		// A delay counts on the database clock: not due yet.
+		_, err = enqueueSQL(ctx, db, driver, f.schema, arg{"endpoint", "/later"}, arg{"delay_ms", int64(3_600_000)})
+		require.NoError(t, err)
+		require.Zero(t, f.poll(t))
+
+		// SQL Server also hands the id back in the OUTPUT parameter @id.
+		if driver == "sqlserver" {
+			var out int64
+			_, err := db.ExecContext(ctx, "EXEC ["+f.schema+"].[enqueue_v1] @endpoint = @endpoint, @id = @id OUTPUT",
+				sql.Named("endpoint", "/output"), sql.Named("id", sql.Out{Dest: &out}))
+			require.NoError(t, err)
+			j, err := f.c.Get(ctx, out)
+			require.NoError(t, err)
+			require.Equal(t, "/output", j.Endpoint)
+		}
+	})
+}
+
+// runAtArg is a run time as each database's entry point takes it.
+func runAtArg(driver string, t time.Time) any {
+	if driver == "sqlite" {
+		return t.UnixMilli()
+	}
+	return t.UTC()
+}
+
+// Bad input through the entry point: each refused with its field and its
+// reason, as the Go client refuses it, and nothing written.
+func TestEntryPointRefuses(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		f := newFarm(t, driver)
+		ctx := context.Background()
+		db := f.s.DB()
+		taken, err := enqueueSQL(ctx, db, driver, f.schema, arg{"endpoint", "/taken"}, arg{"unique_key", "order-7"})
+		require.NoError(t, err)
+
+		far := time.Now().Add(367 * 24 * time.Hour)
+		cases := []struct {
+			name string
+			args []arg
+			want string
+			// goAccepts marks the one place where the entry point is
+			// stricter than the Go client (README: the validation table).
+			goAccepts bool
+		}{
+			{"empty endpoint", []arg{{"endpoint", ""}}, "endpoint: endpoint is empty", false},
+			{"absolute URL", []arg{{"endpoint", "http://evil.example/x"}}, "is an absolute URL", false},
+			{"scheme-relative", []arg{{"endpoint", "//evil.example/x"}}, "scheme-relative URL", false},
+			{"relative path", []arg{{"endpoint", "jobs/x"}}, "must start with /", false},
+			{"dot segment", []arg{{"endpoint", "/a/../admin"}}, "dot segments are not allowed", false},
+			{"encoded dot segment", []arg{{"endpoint", "/a/%2e%2E/admin"}}, "dot segments are not allowed", false},
+			{"dot segment with parameters", []arg{{"endpoint", "/a/..;x/admin"}}, "dot segments are not allowed", false},
+			{"dot segment with trailing space", []arg{{"endpoint", "/a/.. /admin"}}, "dot segments are not allowed", false},
+			{"trailing dot segment", []arg{{"endpoint", "/a/."}}, "dot segments are not allowed", false},
+			{"backslash", []arg{{"endpoint", `/a\..\b`}}, "backslash", false},
+			{"fragment", []arg{{"endpoint", "/a#b"}}, "fragment (#)", false},
+			{"control character", []arg{{"endpoint", "/a\nb"}}, "control character", false},
+			{"encoded control character", []arg{{"endpoint", "/a%0ab"}}, "encoded control character", false},
+			{"invalid percent-encoding", []arg{{"endpoint", "/a%zz"}}, "invalid percent-encoding", false},
+			{"percent at the end", []arg{{"endpoint", "/a%4"}}, "invalid percent-encoding", false},
+			{"encoded slash", []arg{{"endpoint", "/a%2fb"}}, "encoded /, \\ or %", true},
+			{"lower-case method", []arg{{"endpoint", "/x"}, {"method", "post"}}, "method: method", false},
+			{"unknown method", []arg{{"endpoint", "/x"}, {"method", "TRACE"}}, "is not one of GET, POST, PUT, PATCH, DELETE", false},
+			{"method with a trailing space", []arg{{"endpoint", "/x"}, {"method", "POST "}}, "is not one of GET, POST, PUT, PATCH, DELETE", false},
+			{"no attempts", []arg{{"endpoint", "/x"}, {"max_attempts", 0}}, "max_attempts: max attempts", false},
+			{"too many attempts", []arg{{"endpoint", "/x"}, {"max_attempts", 1001}}, "between 1 and 1000", false},
+			{"negative timeout", []arg{{"endpoint", "/x"}, {"timeout_ms", int64(-1)}}, "timeout: timeout", false},
+			{"timeout over a day", []arg{{"endpoint", "/x"}, {"timeout_ms", int64(86_400_001)}}, "is above 24h0m0s", false},
+			{"negative delay", []arg{{"endpoint", "/x"}, {"delay_ms", int64(-1)}}, "must not be negative", false},
+			{"delay too far", []arg{{"endpoint", "/x"}, {"delay_ms", int64(367 * 24 * 3600 * 1000)}}, "more than 366 days ahead", false},
+			{"run time too far", []arg{{"endpoint", "/x"}, {"run_at", runAtArg(driver, far)}}, "run_at: run at", false},
+			{"run time and delay", []arg{{"endpoint", "/x"}, {"run_at", runAtArg(driver, time.Now())}, {"delay_ms", int64(5)}}, "give a run time or a delay, not both", false},
+			{"payload over 1 MiB", []arg{{"endpoint", "/x"}, {"payload", make([]byte, jobs.MaxPayload+1)}}, "payload: payload", false},
+			{"unique key too long", []arg{{"endpoint", "/x"}, {"unique_key", strings.Repeat("k", 451)}}, "at most 450 characters", false},
+			{"idempotency key not ASCII", []arg{{"endpoint", "/x"}, {"idempotency_key", "clé"}}, "printable ASCII", false},
+			{"idempotency key with a space", []arg{{"endpoint", "/x"}, {"idempotency_key", "k "}}, "printable ASCII", false},
+			{"idempotency key too long", []arg{{"endpoint", "/x"}, {"idempotency_key", strings.Repeat("k", 201)}}, "printable ASCII", false},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				_, err := enqueueSQL(ctx, db, driver, f.schema, c.args...)
+				require.Error(t, err)
+				require.Contains(t, err.Error(), c.want)
+				// A bad-input error, told apart from a broken connection.
+				switch driver {
+				case "postgres":
+					var pe *pgconn.PgError
+					require.ErrorAs(t, err, &pe)
+					require.Equal(t, "22023", pe.Code)
+				case "sqlserver":
+					var me mssql.Error
+					require.ErrorAs(t, err, &me)
+					require.EqualValues(t, 51000, me.Number)
+				}
+
+				// The Go client's verdict on the same job.
+				j := store.NewJob{MaxAttempts: jobs.DefaultMaxAttempts}
+				for _, a := range c.args {
+					switch v := a.value.(type) {
+					case string:
+						*map[string]*string{"endpoint": &j.Endpoint, "method": &j.Method, "unique_key": &j.UniqueKey, "idempotency_key": &j.IdempotencyKey}[a.name] = v
+					case int:
+						j.MaxAttempts = v
+					case int64:
+						if a.name == "timeout_ms" {
+							j.Timeout = time.Duration(v) * time.Millisecond
+						} else if a.name == "delay_ms" {
+							j.Delay = time.Duration(v) * time.Millisecond
+						} else {
+							tm := time.UnixMilli(v)
+							j.RunAt = &tm
+						}
+					case time.Time:
+						j.RunAt = &v
+					case []byte:
+						j.Payload = v
+					}
+				}
+				if c.goAccepts {
+					require.NoError(t, jobs.CheckNewJob(&j))
+				} else {
+					require.Error(t, jobs.CheckNewJob(&j))
+				}
+			})
+		}
+
+		// A taken unique key: the error carries the holder's id (SQLite's
+		// RAISE takes a literal message only: it says where to read it).
+		_, err = enqueueSQL(ctx, db, driver, f.schema, arg{"endpoint", "/again"}, arg{"unique_key", "order-7"})
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "unique_key: a job with")
+		switch driver {
+		case "postgres":
+			var pe *pgconn.PgError
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, "23505", pe.Code)
+			require.Equal(t, fmt.Sprintf("existing_id=%d", taken), pe.Detail)
+			require.Contains(t, err.Error(), fmt.Sprintf("(id %d)", taken))
+		case "sqlserver":
+			var me mssql.Error
+			require.ErrorAs(t, err, &me)
+			require.EqualValues(t, 51001, me.Number)
+			require.Contains(t, err.Error(), fmt.Sprintf("(id %d)", taken))
+		default:
+			require.Contains(t, err.Error(), "SELECT id FROM slotpoller_jobs WHERE unique_key = ?")
+		}
+
+		var n int
+		require.NoError(t, db.QueryRowContext(ctx, store.Expand(f.s.Dialect(), `SELECT COUNT(*) FROM {jobs}`)).Scan(&n))
+		require.Equal(t, 1, n, "nothing but the first job was written")
+
+		// What the Go rules accept, the entry point accepts.
+		for _, ep := range []string{"/a/b?x=../y", "/a/.b", "/a/b;c", "/a/%41", "/a/...x", "/a%2eb", "/a/. b", "/é"} {
+			require.NoError(t, jobs.ValidateEndpoint(ep), ep)
+			_, err := enqueueSQL(ctx, db, driver, f.schema, arg{"endpoint", ep})
+			require.NoError(t, err, ep)
+		}
+	})
+}

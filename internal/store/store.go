@@ -111,7 +111,7 @@ func Open(ctx context.Context, driver, dsn string, opts ...Option) (*Store, erro
 		return nil, scrub(fmt.Errorf("open %s: %w", what, err), dsn)
 	}
 	configurePool(db, d)
-	if err := db.PingContext(ctx); err != nil {
+	if err := ping(ctx, db, d); err != nil {
 		db.Close()
 		return nil, scrub(ExplainConnect(fmt.Errorf("connect to %s: %w", what, err)), dsn)
 	}
@@ -152,6 +152,28 @@ func configurePool(db *sql.DB, d Dialect) {
 	db.SetMaxOpenConns(poolSize)
 	db.SetMaxIdleConns(poolSize)
 	db.SetConnMaxIdleTime(time.Minute)
+}
+
+// ping checks that the database answers. A transient conflict is waited
+// out: opening a SQLite file sets its journal mode, which needs the file's
+// lock for a moment and fails busy (not waiting on busy_timeout) while
+// another process migrates it.
+func ping(ctx context.Context, db *sql.DB, d Dialect) error {
+	pause := 10 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := db.PingContext(ctx)
+		if err == nil || attempt >= 10 || !d.Retryable(err) {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // New wraps a connection pool the caller opened (a go-mssqldb connector

@@ -612,3 +612,43 @@ func asNodes(t *testing.T, db storetest.DB, n int, fn func(s *store.Store, i int
 	}
 	wg.Wait()
 }
+
+// Opening a SQLite file while another process migrates it (a node and a
+// CLI verb, two nodes starting together) waits out the moment the file is
+// locked instead of failing to connect.
+func TestOpenSQLiteWhileAnotherMigrates(t *testing.T) {
+	for round := range 5 {
+		path := filepath.Join(t.TempDir(), fmt.Sprint("farm-", round, ".db"))
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		errs := make(chan error, 9)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := store.Open(ctx, "sqlite", path)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer s.Close()
+			_, err = install.Migrate(ctx, s)
+			errs <- err
+		}()
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s, err := store.Open(ctx, "sqlite", path)
+				if err == nil {
+					s.Close()
+				}
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+	}
+}

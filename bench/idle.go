@@ -34,7 +34,7 @@ func idleScenario(ctx context.Context, o options, n int, logger *slog.Logger) (r
 	defer sc.drop()
 	var cfgs []service.Config
 	for _, name := range nodeNames(n) {
-		cfgs = append(cfgs, nodeConfig(o, sc.dsn, name))
+		cfgs = append(cfgs, sc.nodeConfig(o, name))
 	}
 	f, err := startFarm(cfgs, logger)
 	if err != nil {

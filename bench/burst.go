@@ -72,7 +72,7 @@ func burstScenario(ctx context.Context, o options, logger *slog.Logger, stderr i
 		return res, err
 	}
 	// Give every node one heartbeat to see the whole farm, as in scenario A.
-	if err := benchkit.Sleep(ctx, o.slot); err != nil {
+	if err := benchkit.Sleep(ctx, o.warmup); err != nil {
 		return res, err
 	}
 

@@ -48,7 +48,7 @@ func idleScenario(ctx context.Context, o options, n int, logger *slog.Logger) (r
 	if err := f.waitLive(ctx, sc.store, time.Duration(cfgs[0].Checkin.TTL)); err != nil {
 		return res, err
 	}
-	if err := benchkit.Sleep(ctx, o.slot); err != nil {
+	if err := benchkit.Sleep(ctx, o.warmup); err != nil {
 		return res, err
 	}
 	before, t0 := f.stats(), time.Now()

@@ -74,6 +74,7 @@ type options struct {
 	capacity   int
 	burstLead  time.Duration
 	slot       time.Duration
+	warmup     time.Duration
 	logLevel   string
 	only       map[string]bool
 
@@ -109,6 +110,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.capacity, "burst-capacity", 500, "node.capacity of each node in the burst scenario")
 	fs.DurationVar(&o.burstLead, "burst-lead", 3*time.Second, "run_at of the burst = database now + this, once the farm is live (moves run_at against the nodes' heartbeats)")
 	fs.DurationVar(&o.slot, "slot", time.Second, "rotation.slot of every node")
+	fs.DurationVar(&o.warmup, "warmup", 0, "wait after the farm is live before A measures and B enqueues (default one slot; on a T-SQL server a new connection's first statements are slow)")
 	fs.StringVar(&o.logLevel, "log", "warn", "node log level on stderr: debug, info, warn, error or off")
 	var only string
 	fs.StringVar(&only, "only", "A,B,C", "comma-separated scenarios to run: A (idle), B (burst), C (schedules)")
@@ -147,6 +149,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		o.nodes = append(o.nodes, n)
 	}
+	if o.warmup <= 0 {
+		o.warmup = o.slot
+	}
 	if o.jobs < 1 || o.burstNodes < 1 || o.capacity < 1 || o.idle <= 0 || o.slot <= 0 || o.burstLead <= 0 {
 		return errors.New("-jobs, -burst-nodes, -burst-capacity, -burst-lead, -idle and -slot must be positive")
 	}
@@ -168,9 +173,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(out, "- date: %s\n", time.Now().Format(time.RFC3339))
 	fmt.Fprintf(out, "- go: %s, %s/%s, %d CPUs (%s)\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel())
 	fmt.Fprintf(out, "- database: %s at %s\n", database, hostOf(o.dsn))
-	fmt.Fprintf(out, "- nodes: in-process, service.DefaultConfig() with database.driver=%s, rotation.slot=%v (heartbeat %v, ttl %v, clock resync %v)\n\n",
+	fmt.Fprintf(out, "- nodes: in-process, service.DefaultConfig() with database.driver=%s, rotation.slot=%v (heartbeat %v, ttl %v, clock resync %v); warm-up %v after all are live\n\n",
 		driverOf(o.dsn), o.slot, time.Duration(service.DefaultConfig().Checkin.Heartbeat), time.Duration(service.DefaultConfig().Checkin.TTL),
-		time.Duration(service.DefaultConfig().Clock.Resync))
+		time.Duration(service.DefaultConfig().Clock.Resync), o.warmup)
 	out.Flush()
 
 	if o.only["A"] {

@@ -98,10 +98,11 @@ var fastChaos = chaosProfile{
 // of the lease. At load 5 tasks moved in 4-6 s (bound with 3 s of slack:
 // 9-10 s); at load 9-15 (the suite and other work on this 2-core machine)
 // the poll's count timed out on cold connections and handoffs took 11-48
-// s: no bound both holds there and means anything. Everything else is
-// judged as on the other databases: no stale or overlapping call, nothing
-// lost, no job run twice at once, no call cut by the blip, every task of a
-// victim called again.
+// s, and once a frozen node resumed with its task before any other node
+// took it over: no bound both holds there and means anything. Everything
+// else is judged as on the other databases: no stale or overlapping call,
+// nothing lost, no job run twice at once, no call cut by the blip, every
+// task of a victim called again (by any node).
 var sqlServerChaos = chaosProfile{
 	slot: time.Second, heartbeat: time.Second, every: time.Second,
 	slowCall: 1500 * time.Millisecond, lease: 15 * time.Second, longCall: 22500 * time.Millisecond,
@@ -654,7 +655,9 @@ func (f *chaosFarm) judge(s *store.Store, calls []chaosCall, ids []int64) string
 			}
 			var first time.Time
 			for _, c := range calls {
-				if c.kind == "task" && c.key == task && c.start.After(fl.at) && (fl.node == "" || c.node != fl.node) {
+				// Unbounded, a task may also stay with its victim: one that
+				// was frozen and resumed before anyone took the task over.
+				if c.kind == "task" && c.key == task && c.start.After(fl.at) && (fl.node == "" || c.node != fl.node || p.unboundedFailover) {
 					first = c.start
 					break
 				}
@@ -730,7 +733,7 @@ func (f *chaosFarm) judge(s *store.Store, calls []chaosCall, ids []int64) string
 		len(ids), len(f.ids), f.profile.longCall, len(f.faults))
 	boundHead := "bound"
 	if p.unboundedFailover {
-		boundHead = "bound (reported, not enforced)"
+		boundHead = "bound (not enforced; a re-call by any node counts)"
 	}
 	fmt.Fprintf(&b, "| fault | node | tasks moved | slowest re-call | %s |\n|---|---|---:|---:|---:|\n%s\n\n", boundHead, strings.Join(rows, "\n"))
 	fmt.Fprintf(&b, "| node-fault failover p50 | max | stale task calls | overlapping task calls | jobs lost | jobs not done | jobs re-run after a crash | jobs run twice at once | job calls cut by a blip |\n")

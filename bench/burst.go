@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
@@ -54,7 +53,7 @@ func burstScenario(ctx context.Context, o options, logger *slog.Logger, stderr i
 
 	var cfgs []service.Config
 	for _, name := range nodeNames(o.burstNodes) {
-		c := nodeConfig(o, sc.dsn, name)
+		c := sc.nodeConfig(o, name)
 		c.Node.Capacity = o.capacity
 		c.Jobs.BaseURL = srv.URL
 		cfgs = append(cfgs, c)
@@ -73,7 +72,7 @@ func burstScenario(ctx context.Context, o options, logger *slog.Logger, stderr i
 		return res, err
 	}
 	// Give every node one heartbeat to see the whole farm, as in scenario A.
-	if err := benchkit.Sleep(ctx, o.slot); err != nil {
+	if err := benchkit.Sleep(ctx, o.warmup); err != nil {
 		return res, err
 	}
 
@@ -129,22 +128,29 @@ func burstScenario(ctx context.Context, o options, logger *slog.Logger, stderr i
 			Jobs: jobs.Stats{Polls: a.Jobs.Polls - b.Jobs.Polls, Claimed: a.Jobs.Claimed - b.Jobs.Claimed}})
 	}
 
-	rows, err := sc.store.DB().QueryContext(ctx,
-		`SELECT run_at, started_at, finished_at, COALESCE(owner_node, '') FROM slotpoller_jobs WHERE started_at IS NOT NULL`)
-	if err != nil {
-		return res, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var r jobRow
-		var fin sql.NullTime
-		if err := rows.Scan(&r.run, &r.started, &fin, &r.node); err != nil {
+	// Read back through the store, newest first a page at a time: the same
+	// on PostgreSQL and SQL Server.
+	f0 := store.JobFilter{Limit: 1000}
+	for {
+		page, err := sc.store.JobsList(ctx, f0)
+		if err != nil {
 			return res, err
 		}
-		r.run, r.started, r.finished = r.run.UTC(), r.started.UTC(), fin.Time.UTC()
-		res.rows = append(res.rows, r)
+		for _, j := range page {
+			if j.Started == nil {
+				continue
+			}
+			r := jobRow{run: j.RunAt.UTC(), started: j.Started.UTC(), node: j.OwnerNode}
+			if j.Finished != nil {
+				r.finished = j.Finished.UTC()
+			}
+			res.rows = append(res.rows, r)
+		}
+		if len(page) < f0.Limit {
+			return res, nil
+		}
+		f0.Before = page[len(page)-1].ID
 	}
-	return res, rows.Err()
 }
 
 // enqueueAll inserts n jobs due at runAt through jobs.Enqueue, from a few

@@ -11,37 +11,49 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/slotpoller/slotpoller/bench/benchkit"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/service"
 )
 
 // Schema and farm plumbing
 
-// schema is a fresh PostgreSQL schema with slotpoller's tables.
+// schema is a fresh schema with slotpoller's tables, on PostgreSQL or SQL
+// Server.
 type schema struct {
-	name  string
-	dsn   string // the base DSN with search_path set to the schema
-	admin *sql.DB
-	store *store.Store // the bench's own store: not counted in any node's statements
+	driver string
+	name   string
+	dsn    string // PostgreSQL: the base DSN with search_path set to the schema
+	admin  *sql.DB
+	store  *store.Store // the bench's own store: not counted in any node's statements
 }
 
 func newSchema(ctx context.Context, base string) (*schema, error) {
-	admin, err := sql.Open("pgx", base)
+	driver := driverOf(base)
+	sqlDriver := map[string]string{"postgres": "pgx", "sqlserver": "sqlserver"}[driver]
+	admin, err := sql.Open(sqlDriver, base)
 	if err != nil {
 		return nil, err
 	}
-	sc := &schema{name: "bench_" + randomHex(6), admin: admin}
-	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+sc.name); err != nil {
-		admin.Close()
-		return nil, fmt.Errorf("create schema: %w", err)
+	sc := &schema{driver: driver, name: "bench_" + randomHex(6), admin: admin, dsn: base}
+	var opts []store.Option
+	if driver == "sqlserver" {
+		// The first migration creates the schema.
+		opts = append(opts, store.WithSchema(sc.name))
+	} else {
+		if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+sc.name); err != nil {
+			admin.Close()
+			return nil, fmt.Errorf("create schema: %w", err)
+		}
+		sc.dsn = store.PostgresWithSchema(base, sc.name)
 	}
-	sc.dsn = store.PostgresWithSchema(base, sc.name)
-	sc.store, err = store.Open(ctx, "postgres", sc.dsn)
+	sc.store, err = store.Open(ctx, driver, sc.dsn, opts...)
 	if err != nil {
 		sc.drop()
 		return nil, err
@@ -60,7 +72,13 @@ func (sc *schema) drop() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := sc.admin.ExecContext(ctx, "DROP SCHEMA "+sc.name+" CASCADE"); err != nil {
+	var err error
+	if sc.driver == "sqlserver" {
+		err = storetest.DropSQLServerSchema(ctx, sc.admin, sc.name)
+	} else {
+		_, err = sc.admin.ExecContext(ctx, "DROP SCHEMA "+sc.name+" CASCADE")
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: could not drop schema %s: %v\n", sc.name, err)
 	}
 	sc.admin.Close()
@@ -89,6 +107,24 @@ func nodeConfig(o options, dsn, name string) service.Config {
 	cfg.Node.Name = name
 	cfg.Rotation.Slot = service.Duration(o.slot)
 	return cfg
+}
+
+// nodeConfig is a node of the farm on the schema.
+func (sc *schema) nodeConfig(o options, name string) service.Config {
+	cfg := nodeConfig(o, sc.dsn, name)
+	cfg.Database.Driver = sc.driver
+	if sc.driver == "sqlserver" {
+		cfg.Database.Schema = sc.name
+	}
+	return cfg
+}
+
+// driverOf tells a SQL Server DSN (sqlserver://…) from a PostgreSQL one.
+func driverOf(dsn string) string {
+	if strings.HasPrefix(strings.ToLower(dsn), "sqlserver://") {
+		return "sqlserver"
+	}
+	return "postgres"
 }
 
 func startFarm(cfgs []service.Config, logger *slog.Logger) (*farm, error) {

@@ -34,7 +34,7 @@ func idleScenario(ctx context.Context, o options, n int, logger *slog.Logger) (r
 	defer sc.drop()
 	var cfgs []service.Config
 	for _, name := range nodeNames(n) {
-		cfgs = append(cfgs, nodeConfig(o, sc.dsn, name))
+		cfgs = append(cfgs, sc.nodeConfig(o, name))
 	}
 	f, err := startFarm(cfgs, logger)
 	if err != nil {
@@ -48,7 +48,7 @@ func idleScenario(ctx context.Context, o options, n int, logger *slog.Logger) (r
 	if err := f.waitLive(ctx, sc.store, time.Duration(cfgs[0].Checkin.TTL)); err != nil {
 		return res, err
 	}
-	if err := benchkit.Sleep(ctx, o.slot); err != nil {
+	if err := benchkit.Sleep(ctx, o.warmup); err != nil {
 		return res, err
 	}
 	before, t0 := f.stats(), time.Now()

@@ -1,5 +1,6 @@
 // Command bench measures a slotpoller farm of in-process nodes against a
-// real PostgreSQL database and prints the results as markdown tables.
+// real PostgreSQL (or, for scenarios A and B, SQL Server) database and
+// prints the results as markdown tables.
 //
 //	go run ./bench compare
 //
@@ -8,6 +9,7 @@
 // (idle.go, burst.go, schedules.go).
 //
 //	go run ./bench -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//	go run ./bench -only A,B -dsn 'sqlserver://user:password@127.0.0.1:1433?database=test'
 //
 // Scenario A (idle farm): for each node count N, start N nodes, wait until
 // all are live and one more slot has passed, then measure over the -idle
@@ -34,7 +36,9 @@
 //
 // -only picks the scenarios to run (default A,B,C). Every scenario runs in a
 // fresh schema (bench_<random>) of the database the DSN names, dropped at
-// the end.
+// the end. A sqlserver:// DSN runs the nodes on SQL Server; statements are
+// the nodes' own count there too. Scenario C reads its figures back in
+// PostgreSQL's SQL and runs on PostgreSQL only.
 package main
 
 import (
@@ -70,6 +74,7 @@ type options struct {
 	capacity   int
 	burstLead  time.Duration
 	slot       time.Duration
+	warmup     time.Duration
 	logLevel   string
 	only       map[string]bool
 
@@ -97,7 +102,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var o options
 	var nodes string
-	fs.StringVar(&o.dsn, "dsn", os.Getenv(dsnEnv), "PostgreSQL DSN (default $"+dsnEnv+")")
+	fs.StringVar(&o.dsn, "dsn", os.Getenv(dsnEnv), "PostgreSQL DSN, or SQL Server's (sqlserver://…; scenarios A and B) (default $"+dsnEnv+")")
 	fs.DurationVar(&o.idle, "idle", 10*time.Second, "measurement window of the idle scenario")
 	fs.StringVar(&nodes, "nodes", "1,4,16", "comma-separated node counts of the idle scenario")
 	fs.IntVar(&o.jobs, "jobs", 1000, "jobs in the burst scenario")
@@ -105,6 +110,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.capacity, "burst-capacity", 500, "node.capacity of each node in the burst scenario")
 	fs.DurationVar(&o.burstLead, "burst-lead", 3*time.Second, "run_at of the burst = database now + this, once the farm is live (moves run_at against the nodes' heartbeats)")
 	fs.DurationVar(&o.slot, "slot", time.Second, "rotation.slot of every node")
+	fs.DurationVar(&o.warmup, "warmup", 0, "wait after the farm is live before A measures and B enqueues (default one slot; on a T-SQL server a new connection's first statements are slow)")
 	fs.StringVar(&o.logLevel, "log", "warn", "node log level on stderr: debug, info, warn, error or off")
 	var only string
 	fs.StringVar(&only, "only", "A,B,C", "comma-separated scenarios to run: A (idle), B (burst), C (schedules)")
@@ -133,12 +139,18 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if o.dsn == "" {
 		return fmt.Errorf("no DSN: pass -dsn or set %s", dsnEnv)
 	}
+	if driverOf(o.dsn) == "sqlserver" && o.only["C"] {
+		return errors.New("scenario C (schedules) runs on PostgreSQL only: pass -only A,B with a SQL Server DSN")
+	}
 	for _, f := range strings.Split(nodes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
 			return fmt.Errorf("-nodes: %q is not a positive node count", f)
 		}
 		o.nodes = append(o.nodes, n)
+	}
+	if o.warmup <= 0 {
+		o.warmup = o.slot
 	}
 	if o.jobs < 1 || o.burstNodes < 1 || o.capacity < 1 || o.idle <= 0 || o.slot <= 0 || o.burstLead <= 0 {
 		return errors.New("-jobs, -burst-nodes, -burst-capacity, -burst-lead, -idle and -slot must be positive")
@@ -152,11 +164,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	pgVersion := "unknown"
-	if db, err := sql.Open("pgx", o.dsn); err == nil {
-		_ = db.QueryRowContext(ctx, "SHOW server_version").Scan(&pgVersion)
-		db.Close()
-	}
+	database := databaseVersion(ctx, o.dsn)
 
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
@@ -164,10 +172,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(out, "- command: `%s`\n", commandLine(args, o.dsn))
 	fmt.Fprintf(out, "- date: %s\n", time.Now().Format(time.RFC3339))
 	fmt.Fprintf(out, "- go: %s, %s/%s, %d CPUs (%s)\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel())
-	fmt.Fprintf(out, "- database: PostgreSQL %s at %s\n", pgVersion, hostOf(o.dsn))
-	fmt.Fprintf(out, "- nodes: in-process, service.DefaultConfig() with rotation.slot=%v (heartbeat %v, ttl %v, clock resync %v)\n\n",
-		o.slot, time.Duration(service.DefaultConfig().Checkin.Heartbeat), time.Duration(service.DefaultConfig().Checkin.TTL),
-		time.Duration(service.DefaultConfig().Clock.Resync))
+	fmt.Fprintf(out, "- database: %s at %s\n", database, hostOf(o.dsn))
+	fmt.Fprintf(out, "- nodes: in-process, service.DefaultConfig() with database.driver=%s, rotation.slot=%v (heartbeat %v, ttl %v, clock resync %v); warm-up %v after all are live\n\n",
+		driverOf(o.dsn), o.slot, time.Duration(service.DefaultConfig().Checkin.Heartbeat), time.Duration(service.DefaultConfig().Checkin.TTL),
+		time.Duration(service.DefaultConfig().Clock.Resync), o.warmup)
 	out.Flush()
 
 	if o.only["A"] {
@@ -201,6 +209,27 @@ func run(args []string, stdout, stderr io.Writer) error {
 		printSchedules(out, o, c)
 	}
 	return nil
+}
+
+// databaseVersion names the server the DSN reaches, with its version.
+func databaseVersion(ctx context.Context, dsn string) string {
+	if driverOf(dsn) == "sqlserver" {
+		v := "unknown"
+		if db, err := sql.Open("sqlserver", dsn); err == nil {
+			_ = db.QueryRowContext(ctx, "SELECT @@VERSION").Scan(&v)
+			db.Close()
+		}
+		// Babelfish says "Babelfish for PostgreSQL with SQL Server
+		// Compatibility - …" on the first line; SQL Server its edition.
+		first, _, _ := strings.Cut(v, "\n")
+		return "SQL Server: " + strings.TrimSpace(first)
+	}
+	v := "unknown"
+	if db, err := sql.Open("pgx", dsn); err == nil {
+		_ = db.QueryRowContext(ctx, "SHOW server_version").Scan(&v)
+		db.Close()
+	}
+	return "PostgreSQL " + v
 }
 
 // commandLine is the command as run, with the DSN's password masked.

@@ -113,7 +113,7 @@ func scheduleScenario(ctx context.Context, o options, logger *slog.Logger, stder
 
 	var cfgs []service.Config
 	for _, name := range nodeNames(o.scheduleNodes) {
-		c := nodeConfig(o, sc.dsn, name)
+		c := sc.nodeConfig(o, name)
 		c.Node.Capacity = o.scheduleCapacity
 		c.Jobs.BaseURL = srv.URL
 		cfgs = append(cfgs, c)

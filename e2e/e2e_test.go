@@ -177,6 +177,17 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 	}
 }
 
+// viaProxy puts a relay in front of the server of a URL-form DSN and returns
+// it with the DSN that reaches the server through it.
+func viaProxy(t *testing.T, dsn string) (*storetest.Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	p := storetest.NewProxy(t, u.Host)
+	u.Host = p.Addr
+	return p, u.String()
+}
+
 func liveNodes(t *testing.T, s *store.Store) int {
 	nodes, _, err := s.Nodes(context.Background(), 750*time.Millisecond)
 	require.NoError(t, err)
@@ -282,15 +293,12 @@ func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
 func databaseGoesAwayAndComesBack(t *testing.T, driver string) {
 	s, db := storetest.OpenDB(t, driver)
 	ctx := context.Background()
-	u, err := url.Parse(db.DSN)
-	require.NoError(t, err)
-	p := storetest.NewProxy(t, u.Host)
-	u.Host = p.Addr
+	p, dsn := viaProxy(t, db.DSN)
 	rec := &recorder{}
 	srv := httptest.NewServer(http.HandlerFunc(rec.handler))
 	defer srv.Close()
 
-	n := startNode(t, env(driver, u.String(), "node-a", srv.URL, db.ExtraEnv()...), "node-a")
+	n := startNode(t, env(driver, dsn, "node-a", srv.URL, db.ExtraEnv()...), "node-a")
 	// Its row is written before its check-in ends (a read of the registry
 	// follows): wait for both, or the cut falls inside the check-in.
 	waitFor(t, 30*time.Second, "the node to be live", func() bool {

@@ -77,16 +77,7 @@ func (p *privatePostgres) run(tool string, args ...string) ([]byte, error) {
 
 // DSN is the connection string of the private server.
 func (p *privatePostgres) DSN() string {
-	return p.DSNVia(p.Addr())
-}
-
-// Addr is the server's host:port.
-func (p *privatePostgres) Addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }
-
-// DSNVia is the connection string of the private server reached through
-// a relay at addr.
-func (p *privatePostgres) DSNVia(addr string) string {
-	return "postgres://postgres@" + addr + "/postgres?sslmode=disable"
+	return "postgres://postgres@127.0.0.1:" + strconv.Itoa(p.port) + "/postgres?sslmode=disable"
 }
 
 // Restart stops the server (fast: connections are cut) and starts it again.

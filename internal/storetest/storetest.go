@@ -114,18 +114,19 @@ func sqlServerSchema(t testing.TB, dsn string) string {
 		defer db.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := dropSQLServerSchema(ctx, db, schema); err != nil {
+		if err := DropSQLServerSchema(ctx, db, schema); err != nil {
 			t.Errorf("drop test schema %s: %v", schema, err)
 		}
 	})
 	return schema
 }
 
-// dropSQLServerSchema drops a test's schema with its procedures and tables,
-// one DROP per object: concatenating over rows (`SELECT @s = @s + ...`) is
-// not portable (Babelfish keeps the last row) and STRING_AGG is SQL Server
-// 2017+. The name is ours (sp_test_ and hex), so it needs no quoting.
-func dropSQLServerSchema(ctx context.Context, db *sql.DB, schema string) error {
+// DropSQLServerSchema drops a test's (or the bench's) schema with its
+// procedures and tables, one DROP per object: concatenating over rows
+// (`SELECT @s = @s + ...`) is not portable (Babelfish keeps the last row)
+// and STRING_AGG is SQL Server 2017+. The name is ours (a prefix and hex),
+// so it needs no quoting.
+func DropSQLServerSchema(ctx context.Context, db *sql.DB, schema string) error {
 	rows, err := db.QueryContext(ctx, `SELECT name, type FROM sys.objects WHERE schema_id = SCHEMA_ID(N'`+schema+`') AND type IN ('P', 'U') ORDER BY type`)
 	if err != nil {
 		return err

@@ -94,20 +94,6 @@ type Runner struct {
 	doubt      bool
 	doubts     int
 	doubtUntil time.Time // local monotonic
-	// more is set while this node knows of due work it left for lack of
-	// room (its claim was cut by its share or its free capacity, not by
-	// the queue running dry): Refill then claims again as calls end,
-	// instead of waiting for the node's next turn. A claim that finds
-	// fewer rows than it asked for clears it.
-	more bool
-	// budget is what is left of the share the last turn gave this node
-	// (FairShare before its room limited it): Refill claims no more than
-	// that, so that a node that drains fast does not take a burst from
-	// the nodes whose turns come later in the slot. The next turn
-	// measures the share afresh.
-	budget    int
-	lastClaim time.Time     // local monotonic, when the last claim was sent
-	room      chan struct{} // a call ended: there may be room to refill
 
 	polls, claimed, succeeded, retried, failed, dead, released, leasesLost, renewals, cancelled atomic.Int64
 }
@@ -133,8 +119,7 @@ func NewRunner(s *store.Store, inv *Invoker, opts Options) *Runner {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	base, cancel := context.WithCancel(context.Background())
-	return &Runner{store: s, inv: inv, opts: opts, base: base, cancel: cancel, inflight: map[store.Held]*inflight{},
-		room: make(chan struct{}, 1)}
+	return &Runner{store: s, inv: inv, opts: opts, base: base, cancel: cancel, inflight: map[store.Held]*inflight{}}
 }
 
 // Store is the runner's store.
@@ -164,14 +149,6 @@ func (r *Runner) Stats() Stats {
 // widened rotation each get their part; the urgent floor means fairness
 // never costs a job its start.
 func FairShare(load store.QueueLoad, mine, capacity, farmCapacity, free int) int {
-	return max(0, min(max(share(load, mine, capacity, farmCapacity), load.Urgent), free, load.Due))
-}
-
-// share is the node's capacity's share of the outstanding work, less what
-// it runs: what it may take of the due work in this turn, now or as its
-// calls end (Refill), without the urgent floor, which is for jobs that can
-// start now.
-func share(load store.QueueLoad, mine, capacity, farmCapacity int) int {
 	if farmCapacity < capacity || farmCapacity <= 0 {
 		farmCapacity = capacity
 	}
@@ -180,7 +157,7 @@ func share(load store.QueueLoad, mine, capacity, farmCapacity int) int {
 	}
 	outstanding := load.Due + load.Running
 	target := (outstanding*capacity+farmCapacity-1)/farmCapacity - mine
-	return max(0, min(target, load.Due))
+	return max(0, min(max(target, load.Urgent), free, load.Due))
 }
 
 // PollResult says what one poll did.
@@ -227,26 +204,40 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	res.Due = load.Due
 	mine := r.Running()
 	want := FairShare(load, mine, r.opts.Capacity, turn.FarmCapacity, r.opts.Capacity-mine)
-	// Between turns the node may take its share of the rest; urgent jobs
-	// it cannot start now are left to the pollers that come next.
-	budget := max(want, share(load, mine, r.opts.Capacity, turn.FarmCapacity))
 	if want == 0 {
 		res.Left = load.Due
-		r.setMore(load.Due > 0, budget)
 		return res, nil
 	}
-	started, err := r.claim(ctx, want)
+	r.mu.Lock()
+	r.claiming++
+	r.mu.Unlock()
+	sent := r.opts.Clock.Now()
+	claims, err := bounded(ctx, r.statementTimeout(), func(ctx context.Context) ([]store.Claim, error) {
+		return r.store.JobsClaim(ctx, r.opts.Incarnation, r.opts.Node, want, r.opts.Lease)
+	})
+	now := r.opts.Clock.Now()
+	r.mu.Lock()
+	r.claiming--
 	if err != nil {
+		r.raiseDoubtLocked(now)
+		r.mu.Unlock()
 		return res, err
 	}
-	res.Claimed = len(started)
+	// Registered in the same critical section that ends the claim, so that
+	// a renewal never sees the claim over and its jobs unknown.
+	started := make([]*inflight, len(claims))
+	for i, c := range claims {
+		started[i] = r.track(c, now, sent.Add(r.opts.Lease))
+	}
+	r.mu.Unlock()
+	res.Claimed = len(claims)
 	// Fewer rows than asked for means the claimable ones ran out (another
 	// node took them, or they wait behind a running occurrence): nothing
 	// was left behind. Only a share smaller than the due work leaves some.
-	if len(started) == want {
-		res.Left = max(0, load.Due-len(started))
+	if len(claims) == want {
+		res.Left = max(0, load.Due-len(claims))
 	}
-	r.setMore(res.Left > 0, budget-len(started))
+	r.claimed.Add(int64(len(claims)))
 	for _, f := range started {
 		r.start(f)
 	}
@@ -258,106 +249,6 @@ func bounded[T any](ctx context.Context, d time.Duration, stmt func(context.Cont
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	return stmt(ctx)
-}
-
-// claim claims up to want due jobs and registers them as in flight; the
-// caller starts them.
-func (r *Runner) claim(ctx context.Context, want int) ([]*inflight, error) {
-	r.mu.Lock()
-	r.claiming++
-	sent := r.opts.Clock.Now()
-	r.lastClaim = sent
-	r.mu.Unlock()
-	claims, err := bounded(ctx, r.statementTimeout(), func(ctx context.Context) ([]store.Claim, error) {
-		return r.store.JobsClaim(ctx, r.opts.Incarnation, r.opts.Node, want, r.opts.Lease)
-	})
-	now := r.opts.Clock.Now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.claiming--
-	if err != nil {
-		r.raiseDoubtLocked(now)
-		return nil, err
-	}
-	// Registered in the same critical section that ends the claim, so that
-	// a renewal never sees the claim over and its jobs unknown.
-	started := make([]*inflight, len(claims))
-	for i, c := range claims {
-		started[i] = r.track(c, now, sent.Add(r.opts.Lease))
-	}
-	r.claimed.Add(int64(len(claims)))
-	return started, nil
-}
-
-// spent counts a refill's claim against the budget; fewer rows than it
-// asked for mean the queue ran dry for now.
-func (r *Runner) spent(got, want int) {
-	r.mu.Lock()
-	r.budget = max(0, r.budget-got)
-	r.more = r.more && got == want && r.budget > 0
-	r.mu.Unlock()
-}
-
-func (r *Runner) setMore(more bool, budget int) {
-	r.mu.Lock()
-	r.more, r.budget = more && budget > 0, max(0, budget)
-	r.mu.Unlock()
-}
-
-// RefillCooldown is the least time between two claims of one node outside
-// its turns: calls that end within it are claimed for together, one
-// statement for several jobs.
-const RefillCooldown = 5 * time.Millisecond
-
-// refillBatch is how much room a refill waits for: an eighth of the
-// capacity, so that a busy node claims several jobs per statement.
-func (r *Runner) refillBatch() int { return max(1, r.opts.Capacity/8) }
-
-// Refill claims again whenever calls end while the node knows of due work
-// it left for lack of room. Turns are for finding work when the queue
-// looked empty; while a node knows there is more, it takes it as soon as it
-// has room, so a burst drains at the speed of the endpoints, not at one
-// claim per turn. Every node that found the backlog in its turn does the
-// same, each for as much as it has room for, which keeps the spread by
-// capacity. A claim that finds fewer rows than it asked for ends it until
-// a turn finds work again.
-func (r *Runner) Refill(ctx context.Context) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-r.room:
-		}
-		for {
-			r.mu.Lock()
-			more, budget, last := r.more, r.budget, r.lastClaim
-			want := min(r.opts.Capacity-len(r.inflight), budget)
-			r.mu.Unlock()
-			// Wait for a batch's worth of room, unless what is left of
-			// the budget is smaller.
-			if !more || want <= 0 || (want < r.refillBatch() && want < budget) || ctx.Err() != nil {
-				break
-			}
-			if wait := last.Add(RefillCooldown).Sub(r.opts.Clock.Now()); wait > 0 {
-				if clock.Sleep(ctx, r.opts.Clock, wait) != nil {
-					return ctx.Err()
-				}
-				continue // more calls may have ended meanwhile
-			}
-			started, err := r.claim(ctx, want)
-			if err != nil {
-				if ctx.Err() == nil {
-					r.opts.Logger.Warn("claiming again as calls ended failed; waiting for the next turn", "err", err)
-				}
-				r.setMore(false, 0)
-				break
-			}
-			r.spent(len(started), want)
-			for _, f := range started {
-				r.start(f)
-			}
-		}
-	}
 }
 
 // statementTimeout bounds each statement of a poll or a claim (see
@@ -411,10 +302,6 @@ func (r *Runner) start(f *inflight) {
 		f.watchdog.Stop()
 		delete(r.inflight, store.Held{ID: f.claim.ID, Token: f.claim.Token})
 		r.mu.Unlock()
-		select {
-		case r.room <- struct{}{}:
-		default:
-		}
 	}()
 }
 

@@ -228,9 +228,6 @@ func (n *Node) Run(ctx context.Context) error {
 	goRun(est.Run)
 	goRun(reg.Run)
 	goRun(func(ctx context.Context) error { return watchFile(ctx, n.clock, s, heartbeat) })
-	// Turns find work; while this node knows of more, it claims again as
-	// its calls end.
-	goRun(func(ctx context.Context) error { _ = runner.Refill(ctx); return nil })
 	goRun(func(ctx context.Context) error { n.taskLoop(ctx, log, keeper, reg, renewTasks); return nil })
 	if cfg.Clock.NTPServer != "" {
 		goRun(func(ctx context.Context) error { n.checkNTP(ctx, log); return nil })

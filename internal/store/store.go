@@ -159,10 +159,16 @@ func configurePool(db *sql.DB, d Dialect) {
 // lock for a moment and fails busy (not waiting on busy_timeout) while
 // another process migrates it.
 func ping(ctx context.Context, db *sql.DB, d Dialect) error {
-	pause := 10 * time.Millisecond
+	return retryTransient(ctx, d, 12, func() error { return db.PingContext(ctx) })
+}
+
+// retryTransient runs op up to attempts times while d calls its error
+// transient, pausing 5 ms, doubling, at most a second, and never past ctx.
+func retryTransient(ctx context.Context, d Dialect, attempts int, op func() error) error {
+	pause := 5 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := db.PingContext(ctx)
-		if err == nil || attempt >= 10 || !d.Retryable(err) {
+		err := op()
+		if err == nil || attempt >= attempts || !d.Retryable(err) {
 			return err
 		}
 		t := time.NewTimer(pause)
@@ -285,21 +291,7 @@ func (s *Store) retry(ctx context.Context, op func() error) error {
 	if s.callerTx {
 		return op()
 	}
-	pause := 5 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := op()
-		if err == nil || attempt >= 8 || !s.d.Retryable(err) {
-			return err
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		pause *= 2
-	}
+	return retryTransient(ctx, s.d, 8, op)
 }
 
 // rowScanner is what a scan function reads one row from.

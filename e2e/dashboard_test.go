@@ -8,9 +8,14 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,6 +113,9 @@ func dashboardInABrowser(t *testing.T, driver string) {
 
 	dashA := fmt.Sprintf("http://127.0.0.1:%d/", portA)
 	shots := screenshots(t, driver)
+	if os.Getenv(costEnv) != "" && driver == "sqlite" {
+		measureViewerCost(t, b, portA)
+	}
 
 	// Farm: the strip shows a turn of each node.
 	b.open(dashA + "#/farm")
@@ -197,6 +205,52 @@ return arguments[0].every(n => seen.has(n));`, names)
 	require.Equal(t, http.StatusForbidden, status, "a write without the CSRF header is refused")
 }
 
+// costEnv switches on the measurement of what one viewer costs:
+// SLOTPOLLER_E2E_DASHBOARD_COST=20s watches each page that long.
+const costEnv = "SLOTPOLLER_E2E_DASHBOARD_COST"
+
+// measureViewerCost opens each page through a counting relay in front of
+// node-a's admin endpoint and logs the requests one viewer sends per
+// minute, by route (docs/benchmarks.md, "Dashboard").
+func measureViewerCost(t *testing.T, b *browser, port int) {
+	watch, err := time.ParseDuration(os.Getenv(costEnv))
+	require.NoError(t, err, costEnv)
+	target, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port))
+	var mu sync.Mutex
+	counts := map[string]int{}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		route := r.URL.Path
+		if strings.HasPrefix(route, "/api/v1/jobs/") && route != "/api/v1/jobs/counts" {
+			route = "/api/v1/jobs/{id}"
+		}
+		mu.Lock()
+		counts[route]++
+		mu.Unlock()
+		r.Host = target.Host // the node wants its loopback Host
+		proxy.ServeHTTP(w, r)
+	}))
+	defer relay.Close()
+	for _, page := range []string{"farm", "jobs", "jobs/1", "schedules", "tasks", "throughput"} {
+		b.open(relay.URL + "/#/" + page)
+		b.waitFor("main h1")
+		mu.Lock()
+		clear(counts)
+		mu.Unlock()
+		time.Sleep(watch) // a viewer watching the page
+		mu.Lock()
+		var per []string
+		total := 0
+		for route, n := range counts {
+			per = append(per, fmt.Sprintf("%s %.1f", route, float64(n)*float64(time.Minute)/float64(watch)))
+			total += n
+		}
+		mu.Unlock()
+		sort.Strings(per)
+		t.Logf("dashboard cost: page %-10s %5.1f requests/min per viewer: %s", page, float64(total)*float64(time.Minute)/float64(watch), strings.Join(per, ", "))
+	}
+}
+
 // seedLastHour writes finished jobs over the hour before the farm
 // started (done, some failed, with start delays), so that the throughput
 // charts have an hour to draw; the minutes the test runs add their own.
@@ -243,9 +297,10 @@ func screenshots(t *testing.T, driver string) func(page string, b *browser) {
 		if dir == "" || driver != "sqlite" {
 			return
 		}
-		if !filepath.IsAbs(dir) {
-			dir = filepath.Join("..", dir) // the test runs in e2e/
+		out := dir
+		if !filepath.IsAbs(out) {
+			out = filepath.Join("..", out) // the test runs in e2e/
 		}
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "dashboard-"+page+".png"), png, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(out, "dashboard-"+page+".png"), png, 0o644))
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"say `schedule add`, `list`, `remove`, `pause` or `resume`"}
+		return usageError{"say `schedule add`, `list`, `remove`, `pause`, `resume` or `trigger`"}
 	}
 	sub, args := args[0], args[1:]
 	fs, cfgPath := newFlags("schedule "+sub, stderr)
@@ -90,7 +90,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 			}
 			return service.WriteSchedules(stdout, rep)
 		})
-	case "remove", "pause", "resume":
+	case "remove", "pause", "resume", "trigger":
 		name := fs.String("name", "", "name of the schedule (required)")
 		if err := parse(fs, args); err != nil {
 			return err
@@ -102,10 +102,18 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 			var ok bool
 			var err error
 			switch sub {
+			case "trigger":
+				id, err := jobs.TriggerSchedule(ctx, s, *name)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "schedule %q triggered: occurrence job %d, due now\n", *name, id)
+				return nil
 			case "remove":
 				ok, err = s.ScheduleDelete(ctx, *name)
 			case "pause":
-				ok, err = s.ScheduleSetEnabled(ctx, *name, false, nil)
+				err = jobs.PauseSchedule(ctx, s, *name)
+				ok = err == nil
 			default:
 				err = jobs.ResumeSchedule(ctx, s, *name)
 				ok = err == nil
@@ -121,5 +129,5 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 			return nil
 		})
 	}
-	return usageError{fmt.Sprintf("unknown schedule verb %q: say add, list, remove, pause or resume", sub)}
+	return usageError{fmt.Sprintf("unknown schedule verb %q: say add, list, remove, pause, resume or trigger", sub)}
 }

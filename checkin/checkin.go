@@ -101,6 +101,7 @@ type Status struct {
 	Free        int
 	Offset      time.Duration
 	OffsetError time.Duration
+	Turns       string // the slots it polled lately, for the dashboard (store.NodeState.Turns)
 }
 
 // Options configure a heartbeat registry.
@@ -154,7 +155,7 @@ func (h *Heartbeats) state() store.NodeState {
 		st = h.opts.Status()
 	}
 	return store.NodeState{Name: h.opts.Name, Incarnation: h.incarnation, Capacity: h.opts.Capacity,
-		Free: st.Free, Offset: st.Offset, OffsetError: st.OffsetError}
+		Free: st.Free, Offset: st.Offset, OffsetError: st.OffsetError, Turns: st.Turns}
 }
 
 // Join checks the node in and reads the membership.

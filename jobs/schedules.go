@@ -143,6 +143,59 @@ func ResumeSchedule(ctx context.Context, s *store.Store, name string) error {
 	return err
 }
 
+// occurrence is the job of one of sc's occurrences, firing at fire and
+// to be started by startBy (nil: however late), under key.
+func occurrence(sc store.Schedule, fire time.Time, startBy *time.Time, key string) store.NewJob {
+	return store.NewJob{Endpoint: sc.Endpoint, Method: sc.Method, Payload: sc.Payload, RunAt: &fire,
+		MaxAttempts: sc.MaxAttempts, Timeout: sc.Timeout, UniqueKey: key, IdempotencyKey: key,
+		Schedule: sc.Name, ScheduledFor: &fire, StartBy: startBy, Exclusive: sc.Overlap == store.OverlapForbid}
+}
+
+// PauseSchedule stops a schedule's occurrences: once it returns, no node
+// writes another (the materializer's advance is fenced by the schedule
+// being enabled). Occurrences already written still run.
+func PauseSchedule(ctx context.Context, s *store.Store, name string) error {
+	ok, err := s.ScheduleSetEnabled(ctx, name, false, nil)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("schedule %q: %w", name, store.ErrNotFound)
+	}
+	return nil
+}
+
+// TriggerSchedule adds one occurrence of a schedule now, beside its grid
+// (which it does not move): the operator's "run it now". The occurrence
+// fires at the database's now and is a job like the others (same
+// endpoint, payload, attempts, tolerance, overlap rule), under a unique
+// key of its own, (schedule, "manual", fire time), so it exists once. It
+// is written in one transaction with a lock on the schedule's row, so a
+// removal either comes first (then nothing is written) or cancels it. A
+// paused schedule may be triggered: pausing stops the grid, not the
+// operator. It returns the occurrence's job id.
+func TriggerSchedule(ctx context.Context, s *store.Store, name string) (int64, error) {
+	sc, err := s.ScheduleGet(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := CompileSchedule(sc); err != nil {
+		return 0, err
+	}
+	now, err := s.Now(ctx)
+	if err != nil {
+		return 0, err
+	}
+	fire := now.UTC().Truncate(time.Millisecond) // what every database keeps
+	var by *time.Time
+	if sc.Misfire != store.MisfireAll {
+		b := fire.Add(sc.Tolerance)
+		by = &b
+	}
+	key := "slotpoller-schedule:" + name + ":manual:" + fire.Format(time.RFC3339Nano)
+	return s.ScheduleTrigger(ctx, name, occurrence(sc, fire, by, key))
+}
+
 // occurrenceKey names an occurrence: the unique key that makes it exist
 // once, and the Idempotency-Key its calls carry.
 func occurrenceKey(schedule string, fire time.Time) string {
@@ -252,10 +305,7 @@ func materializeOne(ctx context.Context, s *store.Store, sc store.Schedule, ft *
 		if !startBy[i].IsZero() {
 			by = &startBy[i]
 		}
-		key := occurrenceKey(sc.Name, fire)
-		occurrences[i] = store.NewJob{Endpoint: sc.Endpoint, Method: sc.Method, Payload: sc.Payload, RunAt: &fire,
-			MaxAttempts: sc.MaxAttempts, Timeout: sc.Timeout, UniqueKey: key, IdempotencyKey: key,
-			Schedule: sc.Name, ScheduledFor: &fire, StartBy: by, Exclusive: sc.Overlap == store.OverlapForbid}
+		occurrences[i] = occurrence(sc, fire, by, occurrenceKey(sc.Name, fire))
 	}
 	var lastFire *time.Time
 	if len(run) > 0 {

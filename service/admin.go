@@ -129,13 +129,15 @@ func (n *Node) maskDSN(msg string) string {
 	return msg
 }
 
-// AdminHandler is the admin endpoint's handler: /healthz, /readyz,
-// /metrics, /status and the HTTP API under /api/v1/. Run serves it on
+// AdminHandler is the admin endpoint's handler: the dashboard at /,
+// /healthz, /readyz, /metrics, /status and the HTTP API under /api/v1/. Run serves it on
 // admin.listen; it is exported for embedding and tests.
 func (n *Node) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+	// The dashboard has / (dashboard.go); the list of routes is at /api/.
+	mux.HandleFunc("GET /api/{$}", func(w http.ResponseWriter, _ *http.Request) {
 		text(w, http.StatusOK, "slotpoller node "+n.cfg.Node.Name+"\n\n"+
+			"/         the dashboard (a browser)\n"+
 			"/healthz  200 while the process is up\n"+
 			"/readyz   200 when the database answers, the clock offset is known and the node is checked in\n"+
 			"/metrics  Prometheus metrics\n"+
@@ -150,7 +152,11 @@ func (n *Node) AdminHandler() http.Handler {
 			"POST /api/v1/jobs/{id}/retry    retry a finished job\n"+
 			"POST /api/v1/jobs/retry         retry {\"state\", \"endpoint\", \"since\", \"limit\"}\n"+
 			"GET  /api/v1/schedules          schedules\n"+
-			"GET  /api/v1/tasks              endless tasks (?all=true: deleted too)\n")
+			"GET  /api/v1/tasks              endless tasks (?all=true: deleted too)\n"+
+			"GET  /api/v1/farm               the rotation, the nodes and job counts (the dashboard's farm view)\n"+
+			"GET  /api/v1/throughput         jobs finished per minute and start delays, last hour\n"+
+			"POST /api/v1/schedules/{name}/pause|resume|trigger   pause, resume, or run one extra occurrence now\n"+
+			"POST /api/v1/tasks/{name}/delete                     delete an endless task\n")
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		text(w, http.StatusOK, "ok\n")
@@ -186,7 +192,9 @@ func (n *Node) AdminHandler() http.Handler {
 		_ = enc.Encode(rep)
 	})
 	n.apiRoutes(mux)
-	return n.guard(mux)
+	ses := newSessions(n.clock)
+	n.dashboardRoutes(mux, ses)
+	return n.guard(mux, ses)
 }
 
 func text(w http.ResponseWriter, code int, body string) {

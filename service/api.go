@@ -62,9 +62,10 @@ func (n *Node) apiRoutes(mux *http.ServeMux) {
 	a.route(mux, "/api/v1/jobs/{id}/retry", methods{http.MethodPost: a.act("retried", (*client.Client).Retry, client.StateReady)})
 	a.route(mux, "/api/v1/schedules", methods{http.MethodGet: a.schedules})
 	a.route(mux, "/api/v1/tasks", methods{http.MethodGet: a.tasks})
+	a.farmRoutes(mux) // api_farm.go: the dashboard's reads, schedule and task actions
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, &apiError{Status: http.StatusNotFound, Code: "no_route",
-			Message: fmt.Sprintf("no API route %s; the routes are listed at GET /", r.URL.Path)})
+			Message: fmt.Sprintf("no API route %s; the routes are listed at GET /api/", r.URL.Path)})
 	})
 }
 

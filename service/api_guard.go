@@ -2,7 +2,6 @@ package service
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"net"
 	"net/http"
 	"net/url"
@@ -20,8 +19,11 @@ import (
 //     preflight fails and a page elsewhere can neither send JSON nor read
 //     an answer.
 //   - With admin.token set, "Authorization: Bearer <token>", compared in
-//     constant time.
-func (n *Node) guard(next http.Handler) http.Handler {
+//     constant time; or the dashboard's session cookie, whose writes also
+//     need its CSRF header (dashboard_auth.go). The sign-in form at
+//     /login is open; a browser opening another page without either is
+//     sent there.
+func (n *Node) guard(next http.Handler, ses *sessions) http.Handler {
 	token := n.cfg.Admin.Token
 	var want [sha256.Size]byte
 	if token != "" {
@@ -48,6 +50,26 @@ func (n *Node) guard(next http.Handler) http.Handler {
 			return
 		}
 		auth := r.Header.Get("Authorization")
+		if auth == "" {
+			if r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/assets/") {
+				// The sign-in form and the page's script and style: nothing
+				// in them is secret.
+				next.ServeHTTP(w, r)
+				return
+			}
+			if s, ok := ses.find(r); ok {
+				if err := sessionAllows(r, s); err != nil {
+					writeAPIError(w, err)
+					return
+				}
+				next.ServeHTTP(w, r)
+				return
+			}
+			if wantsPage(r) {
+				http.Redirect(w, r, "/login", http.StatusSeeOther)
+				return
+			}
+		}
 		scheme, got, ok := strings.Cut(auth, " ")
 		if auth == "" || !ok || !strings.EqualFold(scheme, "Bearer") {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="slotpoller"`)
@@ -55,10 +77,7 @@ func (n *Node) guard(next http.Handler) http.Handler {
 				Message: "send the admin token: Authorization: Bearer <admin.token>"})
 			return
 		}
-		// Hashing first makes the comparison's time independent of the
-		// token's length too.
-		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+		if !tokenMatches(got, want) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="slotpoller", error="invalid_token"`)
 			writeAPIError(w, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
 				Message: "the bearer token is not admin.token"})

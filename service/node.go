@@ -43,6 +43,7 @@ type Node struct {
 
 	metrics *metrics
 	dbCheck dbCheck // the cached database check of /readyz
+	turns   turnLog // the slots this node polled lately, for the dashboard
 
 	// hurry ends when the operator asks for a stop at once (StopNow).
 	hurry   context.Context
@@ -143,6 +144,7 @@ func (n *Node) Run(ctx context.Context) error {
 			if e, ok := est.Current(); ok {
 				st.Offset, st.OffsetError = e.Offset, e.Error
 			}
+			st.Turns = n.turns.Encode()
 			return st
 		},
 		Changed: func(m checkin.Membership) {
@@ -411,6 +413,7 @@ func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waite
 			failing = true
 			continue
 		}
+		n.turns.Record(turn.Slot)
 		if failing {
 			log.Info("polling works again")
 			failing = false

@@ -174,6 +174,7 @@ type ScheduleStatus struct {
 	LastError  string     `json:"last_error,omitempty"`
 	Missed     int64      `json:"missed"` // by the misfire policy, plus occurrences not started within tolerance
 	Misfire    string     `json:"misfire"`
+	Overlap    string     `json:"overlap"`
 	Tolerance  string     `json:"tolerance"`
 }
 
@@ -186,7 +187,7 @@ func ScheduleReport(ctx context.Context, s *store.Store) ([]ScheduleStatus, erro
 	out := make([]ScheduleStatus, 0, len(scs))
 	for _, sc := range scs {
 		st := ScheduleStatus{Name: sc.Name, Endpoint: sc.Endpoint, Enabled: sc.Enabled, Source: sc.Source,
-			NextFireAt: sc.NextFireAt, LastFireAt: sc.LastFireAt, Missed: sc.Missed, Misfire: sc.Misfire,
+			NextFireAt: sc.NextFireAt, LastFireAt: sc.LastFireAt, Missed: sc.Missed, Misfire: sc.Misfire, Overlap: sc.Overlap,
 			Tolerance: Duration(sc.Tolerance).String()}
 		if ft, err := jobs.CompileSchedule(sc); err == nil {
 			st.When = ft.String()

@@ -67,6 +67,9 @@ type Dialect interface {
 	// TimeText is an SQL expression for a time column or expression as
 	// text that parseTimeText reads: the history keeps database times.
 	TimeText(expr string) string
+	// MillisBetween is an SQL expression for the whole milliseconds from
+	// the time from to the time to (negative when to is earlier).
+	MillisBetween(from, to string) string
 	// TextParam is a bind parameter (written as ?) that a function taking
 	// any type, such as CONCAT, receives as text.
 	TextParam() string

@@ -17,6 +17,10 @@ type NodeState struct {
 	Free        int    // of which free now
 	Offset      time.Duration
 	OffsetError time.Duration
+	// Turns are the slots the node polled lately, as the dashboard's
+	// rotation strip reads them (service encodes them; at most 1000
+	// characters).
+	Turns string
 }
 
 // Node is one row of the registry as read back, with liveness judged by the
@@ -107,11 +111,11 @@ VALUES (?, ?, 'up', ?, ?, ?, ?, {now}, {now})`)
 // longer belongs to this incarnation (another process checked in under the
 // same name, or the node was marked left).
 func (s *Store) NodeHeartbeat(ctx context.Context, n NodeState) (bool, error) {
-	q := expand(s.d, `UPDATE {nodes} SET free = ?, offset_us = ?, offset_error_us = ?, last_seen = {now}
+	q := expand(s.d, `UPDATE {nodes} SET free = ?, offset_us = ?, offset_error_us = ?, turns = ?, last_seen = {now}
 WHERE name = ? AND incarnation = ? AND state = 'up'`)
 	var res sql.Result
 	err := s.retry(ctx, func() (err error) {
-		res, err = s.exec(ctx, q, n.Free, n.Offset.Microseconds(), n.OffsetError.Microseconds(), n.Name, n.Incarnation)
+		res, err = s.exec(ctx, q, n.Free, n.Offset.Microseconds(), n.OffsetError.Microseconds(), nullString(n.Turns), n.Name, n.Incarnation)
 		return err
 	})
 	if err != nil {
@@ -154,7 +158,7 @@ func (s *Store) Nodes(ctx context.Context, ttl time.Duration) ([]Node, time.Time
   CASE WHEN state = 'up' AND last_seen > {now+?} THEN 1 ELSE 0 END,
   CASE WHEN backlog_until > {now} THEN 1 ELSE 0 END,
   (SELECT COUNT(*) FROM {tasks} t WHERE t.owner = {nodes}.incarnation AND t.state IN ('running', 'deleting')),
-  {now}
+  {now}, turns
 FROM {nodes}`)
 	var now dbTime
 	nodes, err := queryAll(ctx, s, "read node registry", q, []any{-millis(ttl)}, func(r rowScanner) (Node, error) {
@@ -162,8 +166,10 @@ FROM {nodes}`)
 		var offUS, errUS int64
 		var started, seen dbTime
 		var live, backlog int
+		var turns sql.NullString
 		err := r.Scan(&n.Name, &n.Incarnation, &n.State, &n.Capacity, &n.Free, &offUS, &errUS,
-			&started, &seen, &live, &backlog, &n.Tasks, &now)
+			&started, &seen, &live, &backlog, &n.Tasks, &now, &turns)
+		n.Turns = turns.String
 		n.Offset, n.OffsetError = time.Duration(offUS)*time.Microsecond, time.Duration(errUS)*time.Microsecond
 		n.Started, n.LastSeen, n.Live, n.Backlog = started.T, seen.T, live == 1, backlog == 1
 		return n, err

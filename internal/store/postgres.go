@@ -102,3 +102,9 @@ func PostgresWithSchema(dsn, schema string) string {
 	}
 	return strings.TrimSpace(dsn) + " search_path=" + schema
 }
+
+// MillisBetween truncates the interval's epoch seconds, with their
+// microseconds, to whole milliseconds.
+func (Postgres) MillisBetween(from, to string) string {
+	return "CAST(TRUNC(EXTRACT(EPOCH FROM (" + to + " - " + from + ")) * 1000) AS BIGINT)"
+}

@@ -229,6 +229,32 @@ func (s *Store) ScheduleSetEnabled(ctx context.Context, name string, enabled boo
 	return s.fenced(ctx, "pause or resume schedule "+strconv.Quote(name), expand(s.d, q+` WHERE name = ?`), args...)
 }
 
+// ScheduleTrigger writes one extra occurrence of a schedule (j, under its
+// own unique key) and returns its id, in one transaction that first locks
+// the schedule's row: a removal either waits for it and cancels it, or
+// goes first and the trigger writes nothing (ErrNotFound). The lock is an
+// update of updated_at alone, so a materializer's fenced advance (by
+// version) is not disturbed.
+func (s *Store) ScheduleTrigger(ctx context.Context, name string, j NewJob) (int64, error) {
+	lock := expand(s.d, `UPDATE {schedules} SET updated_at = {now} WHERE name = ?`)
+	var id int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		n, err := s.txExec(ctx, tx, lock, name)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("schedule %q: %w", name, ErrNotFound)
+		}
+		id, err = s.WithTx(tx).JobInsert(ctx, j)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("trigger schedule %q now: %w", name, err)
+	}
+	return id, nil
+}
+
 // ScheduleDelete removes a schedule and cancels its occurrences that have
 // not started, in one transaction. The removal waits for a materializer
 // writing the schedule's occurrences (ScheduleMaterialize holds its row),

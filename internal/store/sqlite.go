@@ -113,3 +113,6 @@ func sqliteDSN(dsn string) string {
 	}
 	return path + "?" + strings.Join(params, "&")
 }
+
+// MillisBetween: times are integer milliseconds already.
+func (SQLite) MillisBetween(from, to string) string { return "(" + to + " - " + from + ")" }

@@ -338,3 +338,9 @@ func mssqlErrorIs(err error, numbers ...int32) bool {
 	}
 	return false
 }
+
+// MillisBetween: DATEDIFF_BIG, as a plain DATEDIFF in milliseconds
+// overflows past 24 days.
+func (SQLServer) MillisBetween(from, to string) string {
+	return "DATEDIFF_BIG(millisecond, " + from + ", " + to + ")"
+}

@@ -237,6 +237,19 @@ func sqlServerOps() []op {
 			_, err := s.ScheduleDelete(ctx, "schedule-MARK")
 			return err
 		}},
+		{name: "ScheduleTrigger", sends: 2, respond: func(c storetest.Call) storetest.Reply {
+			if strings.HasPrefix(c.Query, "UPDATE") {
+				return storetest.Reply{Affected: 1}
+			}
+			return storetest.Reply{Columns: []string{"id"}, Rows: [][]any{{int64(7)}}}
+		}, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.ScheduleTrigger(ctx, "schedule-MARK", mOccurrence)
+			return err
+		}},
+		{name: "JobThroughput", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobThroughput(ctx, time.Hour, 1000)
+			return err
+		}},
 		{name: "ScheduleOutcomes", sends: 2, respond: func(c storetest.Call) storetest.Reply {
 			if strings.HasPrefix(c.Query, "SELECT COALESCE") {
 				return storetest.Reply{Columns: []string{"missed", "n"}, Rows: [][]any{{int64(0), int64(0)}}}

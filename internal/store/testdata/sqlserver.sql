@@ -32,9 +32,9 @@ SELECT incarnation, last_seen, SYSUTCDATETIME(), CASE WHEN state = 'up' AND last
 FROM [sp_unit].[nodes] WHERE name = @p2;
 
 -- NodeHeartbeat
--- @p1 int, @p2 int64, @p3 int64, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax
-UPDATE [sp_unit].[nodes] SET free = @p1, offset_us = @p2, offset_error_us = @p3, last_seen = SYSUTCDATETIME()
-WHERE name = @p4 AND incarnation = @p5 AND state = 'up';
+-- @p1 int, @p2 int64, @p3 int64, @p4 sql.NullString, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax
+UPDATE [sp_unit].[nodes] SET free = @p1, offset_us = @p2, offset_error_us = @p3, turns = @p4, last_seen = SYSUTCDATETIME()
+WHERE name = @p5 AND incarnation = @p6 AND state = 'up';
 
 -- NodeSignalBacklog
 -- @p1 int64, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax
@@ -51,7 +51,7 @@ SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, sta
   CASE WHEN state = 'up' AND last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END,
   CASE WHEN backlog_until > SYSUTCDATETIME() THEN 1 ELSE 0 END,
   (SELECT COUNT(*) FROM [sp_unit].[tasks] t WHERE t.owner = [sp_unit].[nodes].incarnation AND t.state IN ('running', 'deleting')),
-  SYSUTCDATETIME()
+  SYSUTCDATETIME(), turns
 FROM [sp_unit].[nodes];
 
 -- JobInsert (delay)
@@ -347,6 +347,21 @@ DELETE FROM [sp_unit].[schedules] WHERE name = @p1;
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax
 UPDATE [sp_unit].[jobs] SET state = 'cancelled', finished_at = SYSUTCDATETIME(), last_error = @p1, unique_key = NULL
 WHERE schedule = @p2 AND state = 'ready';
+
+-- ScheduleTrigger
+-- @p1 mssql.NVarCharMax
+UPDATE [sp_unit].[schedules] SET updated_at = SYSUTCDATETIME() WHERE name = @p1;
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int, @p6 int64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 civil.DateTime, @p11 civil.DateTime, @p12 int
+DECLARE @out TABLE (id BIGINT);
+INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
+VALUES (@p1, @p2, @p3, 'ready', @p4, 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12);
+SELECT id FROM @out ORDER BY id;
+
+-- JobThroughput
+-- @p1 int, @p2 int64
+SELECT ago, state, COUNT(*), CAST(COALESCE(SUM(delay_ms), 0) AS BIGINT), CAST(COALESCE(MAX(delay_ms), 0) AS BIGINT)
+FROM (SELECT TOP (@p1) state, DATEDIFF_BIG(millisecond, finished_at, SYSUTCDATETIME()) / 60000 AS ago, DATEDIFF_BIG(millisecond, run_at, started_at) AS delay_ms FROM [sp_unit].[jobs] WHERE state IN ('done', 'failed', 'dead') AND finished_at IS NOT NULL AND finished_at > DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY finished_at DESC) x GROUP BY ago, state ORDER BY ago;
 
 -- ScheduleOutcomes
 -- @p1 mssql.NVarCharMax

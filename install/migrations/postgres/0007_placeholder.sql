@@ -1,0 +1,3 @@
+-- Placeholder for version 7, which the liveness work (session locks) brings:
+-- the migrator wants contiguous versions, and the dashboard's column is
+-- version 8. It changes nothing; the merge replaces it.

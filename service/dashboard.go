@@ -1,0 +1,113 @@
+package service
+
+import (
+	"crypto/sha256"
+	"embed"
+	"html"
+	"io/fs"
+	"net/http"
+	"strings"
+)
+
+// The dashboard: one page at / and its two assets, embedded in the binary
+// (nothing is fetched from elsewhere, so it works behind a firewall). The
+// page reads the node's own API every few seconds, and acts through the
+// same routes as any API client (api.go, api_farm.go), so every action is
+// the CLI's code.
+//
+//go:embed dashboard
+var dashboardFS embed.FS
+
+// dashboardCSP keeps the page to its own assets and API: no inline script,
+// nothing from another origin, no framing.
+const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+func (n *Node) dashboardRoutes(mux *http.ServeMux, ses *sessions) {
+	assets, _ := fs.Sub(dashboardFS, "dashboard")
+	page, _ := fs.ReadFile(assets, "index.html")
+	login, _ := fs.ReadFile(assets, "login.html")
+	var want [sha256.Size]byte
+	if n.cfg.Admin.Token != "" {
+		want = sha256.Sum256([]byte(n.cfg.Admin.Token))
+	}
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		csrf := ""
+		if s, ok := ses.find(r); ok {
+			csrf = s.csrf
+		}
+		body := strings.NewReplacer("{{node}}", html.EscapeString(n.cfg.Node.Name), "{{csrf}}", csrf,
+			"{{signout}}", signOutClass(n.cfg.Admin.Token != "")).Replace(string(page))
+		pageHeaders(w, "text/html; charset=utf-8")
+		_, _ = w.Write([]byte(body))
+	})
+	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.URL.Path
+		if name != "app.js" && name != "style.css" {
+			http.NotFound(w, r)
+			return
+		}
+		b, _ := fs.ReadFile(assets, name)
+		ct := "text/css; charset=utf-8"
+		if strings.HasSuffix(name, ".js") {
+			ct = "text/javascript; charset=utf-8"
+		}
+		pageHeaders(w, ct)
+		_, _ = w.Write(b)
+	})))
+	showLogin := func(w http.ResponseWriter, code int, problem string) {
+		body := strings.NewReplacer("{{node}}", html.EscapeString(n.cfg.Node.Name), "{{problem}}", html.EscapeString(problem)).Replace(string(login))
+		pageHeaders(w, "text/html; charset=utf-8")
+		w.WriteHeader(code)
+		_, _ = w.Write([]byte(body))
+	}
+	mux.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) {
+		if n.cfg.Admin.Token == "" {
+			http.Redirect(w, r, "/", http.StatusSeeOther) // nothing to sign in to
+			return
+		}
+		showLogin(w, http.StatusOK, "")
+	})
+	mux.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
+		if n.cfg.Admin.Token == "" {
+			http.Redirect(w, r, "/", http.StatusSeeOther)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 4096)
+		if err := r.ParseForm(); err != nil {
+			showLogin(w, http.StatusBadRequest, "The form could not be read; send the token again.")
+			return
+		}
+		if !tokenMatches(r.PostForm.Get("token"), want) {
+			n.log.Warn("dashboard sign-in with a wrong token", "remote", r.RemoteAddr)
+			showLogin(w, http.StatusUnauthorized, "That is not this node's admin.token.")
+			return
+		}
+		setSessionCookie(w, r, ses.start(), int(sessionTTL.Seconds()))
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+	})
+	// Signing out is a write: the guard wants the session's CSRF header.
+	mux.HandleFunc("POST /logout", func(w http.ResponseWriter, r *http.Request) {
+		ses.end(r)
+		setSessionCookie(w, r, "", -1)
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+func signOutClass(token bool) string {
+	if token {
+		return ""
+	}
+	return "hidden"
+}
+
+// pageHeaders are the headers of the dashboard's page and assets.
+func pageHeaders(w http.ResponseWriter, contentType string) {
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin") // no-referrer would make a form post's Origin "null"
+	h.Set("Content-Security-Policy", dashboardCSP)
+}

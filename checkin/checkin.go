@@ -112,6 +112,10 @@ type Options struct {
 	TTL       time.Duration
 	Clock     clock.Clock
 	Logger    *slog.Logger
+	// Incarnation is this process's id in the registry; "" draws a fresh
+	// one. A node draws it first (NewIncarnation) so that the parts that
+	// hold work under it can be built before the registry reads them.
+	Incarnation string
 	// Status is read at every heartbeat; nil reports all capacity free.
 	Status func() Status
 	// Changed is called after every membership reading (to nudge the poller).
@@ -136,10 +140,15 @@ func New(s *store.Store, opts Options) *Heartbeats {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Heartbeats{store: s, opts: opts, incarnation: newIncarnation()}
+	inc := opts.Incarnation
+	if inc == "" {
+		inc = NewIncarnation()
+	}
+	return &Heartbeats{store: s, opts: opts, incarnation: inc}
 }
 
-func newIncarnation() string {
+// NewIncarnation draws a fresh incarnation id for one process start.
+func NewIncarnation() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"sync"
 	"time"
 
@@ -21,7 +20,6 @@ import (
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
-	"github.com/slotpoller/slotpoller/rotation"
 )
 
 // NewLogger builds the node's logger from its log settings.
@@ -126,163 +124,41 @@ func (n *Node) Run(ctx context.Context) error {
 		log.Info("database clock measured", "offset", e.Offset, "error_bound", e.Error)
 	}
 
-	base, _ := url.Parse(cfg.Jobs.BaseURL)
-	var runner *jobs.Runner
-	var keeper *jobs.Keeper
-	var reg *checkin.Heartbeats
-	nudge := make(chan struct{}, 1)
-	renewTasks := make(chan struct{}, 1)
-	reg = checkin.New(s, checkin.Options{
-		Name: cfg.Node.Name, Capacity: cfg.Node.Capacity,
-		Heartbeat: time.Duration(cfg.Checkin.Heartbeat), TTL: time.Duration(cfg.Checkin.TTL),
-		Clock: n.clock, Logger: log,
-		Status: func() checkin.Status {
-			st := checkin.Status{Free: cfg.Node.Capacity}
-			if runner != nil {
-				st.Free = runner.Free()
-			}
-			if e, ok := est.Current(); ok {
-				st.Offset, st.OffsetError = e.Offset, e.Error
-			}
-			st.Turns = n.turns.Encode()
-			return st
-		},
-		Changed: func(m checkin.Membership) {
-			select {
-			case nudge <- struct{}{}:
-			default:
-			}
-			// The membership read counts each node's tasks: more than this
-			// node works means one was just given to it.
-			if keeper != nil && m.TasksOf(reg.Incarnation()) > keeper.Stats().Held {
-				select {
-				case renewTasks <- struct{}{}:
-				default:
-				}
-			}
-		},
-	})
-	// Calls are signed with the real wall clock (Invoker.Now nil), never the
-	// skewed one: endpoints judge the timestamp by their own clocks.
-	var signingKey []byte
-	if cfg.Jobs.SigningKey != "" {
-		signingKey = []byte(cfg.Jobs.SigningKey)
-	}
-	// One client for the jobs and the tasks, keeping a connection per call.
-	client := jobs.NewClient(cfg.Node.Capacity)
-	runner = jobs.NewRunner(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.Options{
-		Node: cfg.Node.Name, Incarnation: reg.Incarnation(), Capacity: cfg.Node.Capacity,
-		Lease: time.Duration(cfg.Jobs.Lease), Timeout: time.Duration(cfg.Jobs.Timeout),
-		Backoff: time.Duration(cfg.Jobs.Backoff), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
-		Clock: n.clock, Logger: log, OnCall: n.metrics.observeCall,
-	})
-	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)
-	keeper = jobs.NewKeeper(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.TaskOptions{
-		Node: cfg.Node.Name, Incarnation: reg.Incarnation(),
-		// A task's lease is the TTL: a dead owner's tasks free up when the
-		// registry counts the owner out.
-		Lease: ttl, Heartbeat: heartbeat, Margin: heartbeat / 2,
-		Timeout: time.Duration(cfg.Jobs.Timeout), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
-		MinHold: 10 * heartbeat, Clock: n.clock, Logger: log,
-	})
-	n.mu.Lock()
-	n.reg, n.runner, n.keeper = reg, runner, keeper
-	n.mu.Unlock()
-
-	if err := retry(ctx, n.clock, log, "check in to the node registry", func() error { return reg.Join(ctx) }); err != nil {
+	w := n.wire(s, est, log)
+	if err := retry(ctx, n.clock, log, "check in to the node registry", func() error { return w.reg.Join(ctx) }); err != nil {
 		if ctx.Err() != nil {
 			// Stopped while checking in: the check-in may have been written
 			// before the stop cut the membership read short. Leaving is
 			// fenced by this process's incarnation, so it is harmless if not.
 			lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if err := reg.Leave(lctx); err != nil {
+			if err := w.reg.Leave(lctx); err != nil {
 				log.Warn("stopped while checking in, and could not mark the node left; the others count it out after the TTL", "err", err)
 			}
 			return nil
 		}
 		return err // another live process has the node's name
 	}
-	log.Info("checked in", "incarnation", reg.Incarnation(), "live_nodes", len(reg.Membership().Members))
+	log.Info("checked in", "incarnation", w.reg.Incarnation(), "live_nodes", len(w.reg.Membership().Members))
 	n.putSchedules(ctx, log, s)
 
-	// Everything below stops when work ends: on ctx, or when a part fails
-	// for good.
-	work, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	var wg sync.WaitGroup
-	goRun := func(f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(work); err != nil && work.Err() == nil {
-				stop(err)
-			}
-		}()
-	}
 	// Job leases are renewed until the drain is over, not just until work
 	// ends: a call finishing during the drain must keep its lease.
 	renewing, stopRenewing := context.WithCancel(context.Background())
 	defer stopRenewing()
 	renewDone := make(chan struct{})
-	go func() { defer close(renewDone); _ = runner.RenewLeases(renewing) }()
+	go func() { defer close(renewDone); _ = w.runner.RenewLeases(renewing) }()
 
-	goRun(est.Run)
-	goRun(reg.Run)
-	goRun(func(ctx context.Context) error { return watchFile(ctx, n.clock, s, heartbeat) })
-	goRun(func(ctx context.Context) error { n.taskLoop(ctx, log, keeper, reg, renewTasks); return nil })
-	if cfg.Clock.NTPServer != "" {
-		goRun(func(ctx context.Context) error { n.checkNTP(ctx, log); return nil })
-	}
-	waiter := &rotation.Waiter{
-		Clock: n.clock, DB: est, Slot: time.Duration(cfg.Rotation.Slot), Me: cfg.Node.Name,
-		Members: func() []string { return reg.Membership().Names() },
-		Widen:   func() bool { return reg.Membership().Backlog() },
-		Nudge:   nudge,
-	}
-	pruner := jobs.NewPruner(s, jobs.PruneOptions{
-		Jobs: cfg.Jobs.retention(), Nodes: time.Duration(cfg.Checkin.Retention),
-		// A turn's deleting stays a fraction of the slot: the slot owner's
-		// next turn is due a slot later.
-		Budget: min(jobs.DefaultPruneBudget, time.Duration(cfg.Rotation.Slot)/5),
-		Clock:  n.clock, Logger: log,
+	cause := runLoops(ctx, log, w.loops(), func() {
+		n.mu.Lock()
+		n.stopping = true // /readyz says so while the node drains
+		n.mu.Unlock()
 	})
-	goRun(func(ctx context.Context) error {
-		n.pollLoop(ctx, log, waiter, est, reg, runner, keeper, pruner, renewTasks)
-		return nil
-	})
-
-	<-work.Done()
-	cause := context.Cause(work)
-	n.mu.Lock()
-	n.stopping = true // /readyz says so while the node drains
-	n.mu.Unlock()
-	wg.Wait()
-
-	// Graceful stop. Leave first, so that no node gives this one work any
-	// more and the rotation closes over it; then hand the tasks back (the
-	// next slot owner re-assigns them); then finish or give back the jobs
-	// in flight, their leases still renewed.
-	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := reg.Leave(lctx); err != nil {
-		log.Error("could not leave the node registry; the others will count this node out after the TTL", "err", err)
-	}
-	// The task release has a budget of its own: it first waits for the task
-	// calls in flight, each bounded by its lease (the TTL).
-	rctx, rcancel := context.WithTimeout(context.Background(), time.Duration(cfg.Checkin.TTL)+5*time.Second)
-	defer rcancel()
-	if released, err := keeper.Release(rctx); err != nil {
-		log.Error("could not release tasks; they move when their leases end", "err", err)
-	} else if released > 0 {
-		log.Info("released tasks", "count", released)
-	}
-	log.Info("stopping: draining calls in flight", "running", runner.Running(), "drain_timeout", cfg.Jobs.DrainTimeout)
-	runner.DrainContext(n.hurry, time.Duration(cfg.Jobs.DrainTimeout))
+	w.gracefulStop(n.hurry)
 	stopRenewing()
 	<-renewDone
 	admin.stop()
-	log.Info("stopped", "polls", runner.Stats().Polls)
+	log.Info("stopped", "polls", w.runner.Stats().Polls)
 	if errors.Is(cause, context.Canceled) && ctx.Err() != nil {
 		return nil
 	}
@@ -302,162 +178,6 @@ func (n *Node) putSchedules(ctx context.Context, log *slog.Logger, s *store.Stor
 		}
 		if what != "unchanged" {
 			log.Info("schedule from config "+what, "schedule", c.Name)
-		}
-	}
-}
-
-// pollersAhead is the capacity the share of this turn is measured against:
-// in a widened slot, that of this node and the nodes whose turns in the slot
-// are still to come. Each of them then takes an even part of what is left,
-// and one round of turns spreads a burst evenly, where dividing by the whole
-// farm at every turn would leave a geometric tail (each poller taking a
-// quarter of what the one before left). In a plain slot it is the whole
-// farm's, which the coming slots' owners share.
-func pollersAhead(m checkin.Membership, turn rotation.Turn) int {
-	if turn.Rank == 0 || len(m.Members) == 0 {
-		total, _ := m.Capacity()
-		return total
-	}
-	names := m.Names()
-	sum := 0
-	for _, mm := range m.Members {
-		if rotation.Rank(turn.Slot, mm.Name, names) >= turn.Rank {
-			sum += mm.Capacity
-		}
-	}
-	return sum
-}
-
-// taskLoop renews the node's task leases at every heartbeat (one
-// statement), and at once when a task was just given to this node (by its
-// own poll loop, or as the membership read shows). A node that works no
-// task and holds none by the last membership read sends nothing.
-func (n *Node) taskLoop(ctx context.Context, log *slog.Logger, k *jobs.Keeper, reg *checkin.Heartbeats, now <-chan struct{}) {
-	heartbeat := time.Duration(n.cfg.Checkin.Heartbeat)
-	failing := false
-	for {
-		t := n.clock.NewTimer(heartbeat)
-		nudged := false
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C():
-		case <-now:
-			t.Stop()
-			nudged = true
-		}
-		m := reg.Membership()
-		// A task being handed off or deleted is still held: its lease is
-		// renewed until its call in flight ended and it was given up.
-		if st := k.Stats(); !nudged && m.OK && st.Held+st.Stopping == 0 && m.TasksOf(reg.Incarnation()) == 0 {
-			continue
-		}
-		err := k.Renew(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil && !failing:
-			log.Error("could not renew task leases; tasks stop before their leases end", "err", err)
-			failing = true
-		case err == nil && failing:
-			log.Info("task leases renewed again")
-			failing = false
-		}
-	}
-}
-
-func (n *Node) pollLoop(ctx context.Context, log *slog.Logger, w *rotation.Waiter, est *clocksync.Estimator,
-	reg checkin.Registry, r *jobs.Runner, k *jobs.Keeper, pruner *jobs.Pruner, renewTasks chan<- struct{}) {
-	slot := time.Duration(n.cfg.Rotation.Slot)
-	hold := 3 * max(time.Duration(n.cfg.Checkin.Heartbeat), slot)
-	failing, pruneFailing := false, false
-	for {
-		turn, err := w.Wait(ctx)
-		if err != nil {
-			return
-		}
-		m := reg.Membership()
-		total := pollersAhead(m, turn)
-		if turn.Rank == 0 {
-			// The slot's owner writes the schedules' occurrences due soon
-			// (a little ahead, so that they wait in the queue for their
-			// time and any poller can take them), before it polls.
-			mat, err := jobs.Materialize(ctx, r.Store(), 2*slot, log)
-			switch {
-			case err != nil && ctx.Err() == nil:
-				log.Error("writing schedule occurrences failed; trying again next turn", "err", err)
-			case mat.Created > 0:
-				log.Debug("schedule occurrences written", "slot", turn.Slot, "count", mat.Created)
-			}
-		}
-		// When does the farm poll next? At the next slot, or, while the
-		// rotation is widened, at the next node's turn in this one.
-		next := rotation.Start(turn.Slot+1, slot)
-		if m.Backlog() && len(m.Members) > 0 {
-			next = turn.Start.Add(slot / time.Duration(len(m.Members)))
-		}
-		nextPoll := slot
-		if now, _, ok := est.Now(); ok {
-			nextPoll = next.Sub(now)
-			n.metrics.observeSlotLag(now.Sub(turn.Start))
-		}
-		// A one-off job's start window is one slot: the rotation's promise
-		// is that a due job starts within a slot of its run time.
-		res, err := r.Poll(ctx, jobs.Turn{FarmCapacity: total, NextPoll: nextPoll, StartWindow: slot})
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if !failing {
-				log.Error("poll failed; trying again next turn", "slot", turn.Slot, "err", err)
-			}
-			failing = true
-			continue
-		}
-		n.turns.Record(turn.Slot)
-		if failing {
-			log.Info("polling works again")
-			failing = false
-		}
-		if res.Claimed > 0 || res.Reclaimed > 0 {
-			log.Debug("polled", "slot", turn.Slot, "rank", turn.Rank, "due", res.Due, "claimed", res.Claimed, "left", res.Left)
-		}
-		if res.Left > 0 {
-			if err := reg.SignalBacklog(ctx, hold); err != nil && ctx.Err() == nil {
-				log.Warn("could not signal backlog", "err", err)
-			}
-		}
-		if turn.Rank != 0 {
-			continue // tasks are balanced and rows pruned once per slot, by its owner
-		}
-		// Retention after the poll, so that it never delays a claim.
-		pr, err := pruner.Turn(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil && !pruneFailing:
-			log.Warn("retention could not delete finished jobs; trying again next turn", "err", err)
-			pruneFailing = true
-		case err == nil:
-			pruneFailing = false
-		}
-		n.metrics.observePrune(pr)
-		var members []jobs.Member
-		for _, mm := range m.Members {
-			members = append(members, jobs.Member{Name: mm.Name, Incarnation: mm.Incarnation, Capacity: mm.Capacity})
-		}
-		bal, err := k.Balance(ctx, members, time.Duration(n.cfg.Checkin.TTL))
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Error("task balancing failed; trying again next turn", "err", err)
-			}
-			continue
-		}
-		if bal.Assigned > 0 {
-			log.Debug("assigned tasks", "slot", turn.Slot, "count", bal.Assigned, "to_me", bal.AssignedToMe)
-		}
-		if bal.AssignedToMe > 0 {
-			select {
-			case renewTasks <- struct{}{}:
-			default:
-			}
 		}
 	}
 }

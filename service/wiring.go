@@ -1,0 +1,355 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/slotpoller/slotpoller/checkin"
+	"github.com/slotpoller/slotpoller/clocksync"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/rotation"
+)
+
+// A loop is one of a running node's long-lived parts. It runs until its
+// context ends; an error it returns stops the whole node.
+type loop struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// wiring is one node's parts, built once the database answers and its
+// clock is measured. Everything a loop needs is built here, before any
+// loop starts, so no callback reads a part assigned after it.
+type wiring struct {
+	n      *Node
+	log    *slog.Logger
+	store  *store.Store
+	est    *clocksync.Estimator
+	reg    *checkin.Heartbeats
+	runner *jobs.Runner
+	keeper *jobs.Keeper
+	pruner *jobs.Pruner
+	waiter *rotation.Waiter
+
+	nudge      chan struct{} // wakes the turn loop to re-read the membership
+	renewTasks chan struct{} // renews task leases now: a task was just given to this node
+}
+
+// wire builds the node's parts and publishes them to the admin endpoint.
+func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) *wiring {
+	cfg := n.cfg
+	w := &wiring{n: n, log: log, store: s, est: est,
+		nudge: make(chan struct{}, 1), renewTasks: make(chan struct{}, 1)}
+	incarnation := checkin.NewIncarnation()
+	base, _ := url.Parse(cfg.Jobs.BaseURL)
+	// Calls are signed with the real wall clock (Invoker.Now nil), never the
+	// skewed one: endpoints judge the timestamp by their own clocks.
+	var signingKey []byte
+	if cfg.Jobs.SigningKey != "" {
+		signingKey = []byte(cfg.Jobs.SigningKey)
+	}
+	// One client for the jobs and the tasks, keeping a connection per call.
+	client := jobs.NewClient(cfg.Node.Capacity)
+	w.runner = jobs.NewRunner(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.Options{
+		Node: cfg.Node.Name, Incarnation: incarnation, Capacity: cfg.Node.Capacity,
+		Lease: time.Duration(cfg.Jobs.Lease), Timeout: time.Duration(cfg.Jobs.Timeout),
+		Backoff: time.Duration(cfg.Jobs.Backoff), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
+		Clock: n.clock, Logger: log, OnCall: n.metrics.observeCall,
+	})
+	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)
+	w.keeper = jobs.NewKeeper(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.TaskOptions{
+		Node: cfg.Node.Name, Incarnation: incarnation,
+		// A task's lease is the TTL: a dead owner's tasks free up when the
+		// registry counts the owner out.
+		Lease: ttl, Heartbeat: heartbeat, Margin: heartbeat / 2,
+		Timeout: time.Duration(cfg.Jobs.Timeout), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
+		MinHold: 10 * heartbeat, Clock: n.clock, Logger: log,
+	})
+	w.reg = checkin.New(s, checkin.Options{
+		Name: cfg.Node.Name, Capacity: cfg.Node.Capacity, Incarnation: incarnation,
+		Heartbeat: heartbeat, TTL: ttl, Clock: n.clock, Logger: log,
+		Status:  w.status,
+		Changed: w.membershipChanged,
+	})
+	w.waiter = &rotation.Waiter{
+		Clock: n.clock, DB: est, Slot: time.Duration(cfg.Rotation.Slot), Me: cfg.Node.Name,
+		Members: func() []string { return w.reg.Membership().Names() },
+		Widen:   func() bool { return w.reg.Membership().Backlog() },
+		Nudge:   w.nudge,
+	}
+	w.pruner = jobs.NewPruner(s, jobs.PruneOptions{
+		Jobs: cfg.Jobs.retention(), Nodes: time.Duration(cfg.Checkin.Retention),
+		// A turn's deleting stays a fraction of the slot: the slot owner's
+		// next turn is due a slot later.
+		Budget: min(jobs.DefaultPruneBudget, time.Duration(cfg.Rotation.Slot)/5),
+		Clock:  n.clock, Logger: log,
+	})
+	n.mu.Lock()
+	n.reg, n.runner, n.keeper = w.reg, w.runner, w.keeper
+	n.mu.Unlock()
+	return w
+}
+
+// loops are the node's long-lived parts, in the order they start; they
+// stop in the reverse order, so the turns stop claiming before anything
+// they rely on (the registry, the clock) stops.
+func (w *wiring) loops() []loop {
+	cfg := w.n.cfg
+	heartbeat := time.Duration(cfg.Checkin.Heartbeat)
+	ls := []loop{
+		{"database clock", w.est.Run},
+		{"registry heartbeats", w.reg.Run},
+		{"database file watch", func(ctx context.Context) error { return watchFile(ctx, w.n.clock, w.store, heartbeat) }},
+		{"task leases", func(ctx context.Context) error { w.taskLoop(ctx); return nil }},
+	}
+	if cfg.Clock.NTPServer != "" {
+		ls = append(ls, loop{"NTP health check", func(ctx context.Context) error { w.n.checkNTP(ctx, w.log); return nil }})
+	}
+	return append(ls, loop{"turns", func(ctx context.Context) error { w.pollLoop(ctx); return nil }})
+}
+
+// runLoops starts the loops in order and runs them until ctx ends or one
+// fails; then it calls stopping, stops them in reverse order (each one
+// ended before the one before it is told to end) and returns why work
+// ended.
+func runLoops(ctx context.Context, log *slog.Logger, ls []loop, stopping func()) error {
+	work, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	type running struct {
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	rs := make([]running, len(ls))
+	for i, l := range ls {
+		lctx, cancel := context.WithCancel(work)
+		rs[i] = running{cancel, make(chan struct{})}
+		go func() {
+			defer close(rs[i].done)
+			if err := l.run(lctx); err != nil && lctx.Err() == nil {
+				log.Debug("node part failed", "part", l.name, "err", err)
+				stop(err)
+			}
+		}()
+	}
+	<-work.Done()
+	cause := context.Cause(work)
+	stopping()
+	for i := len(rs) - 1; i >= 0; i-- {
+		rs[i].cancel()
+		<-rs[i].done
+	}
+	return cause
+}
+
+// gracefulStop runs once the loops ended. Leave first, so that no node
+// gives this one work any more and the rotation closes over it; then hand
+// the tasks back (the next slot owner re-assigns them); then finish or give
+// back the jobs in flight, their leases still renewed by the caller.
+func (w *wiring) gracefulStop(hurry context.Context) {
+	cfg, log := w.n.cfg, w.log
+	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.reg.Leave(lctx); err != nil {
+		log.Error("could not leave the node registry; the others will count this node out after the TTL", "err", err)
+	}
+	// The task release has a budget of its own: it first waits for the task
+	// calls in flight, each bounded by its lease (the TTL).
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Duration(cfg.Checkin.TTL)+5*time.Second)
+	defer rcancel()
+	if released, err := w.keeper.Release(rctx); err != nil {
+		log.Error("could not release tasks; they move when their leases end", "err", err)
+	} else if released > 0 {
+		log.Info("released tasks", "count", released)
+	}
+	log.Info("stopping: draining calls in flight", "running", w.runner.Running(), "drain_timeout", cfg.Jobs.DrainTimeout)
+	w.runner.DrainContext(hurry, time.Duration(cfg.Jobs.DrainTimeout))
+}
+
+// status is what the node reports about itself in its registry row.
+func (w *wiring) status() checkin.Status {
+	st := checkin.Status{Free: w.runner.Free()}
+	if e, ok := w.est.Current(); ok {
+		st.Offset, st.OffsetError = e.Offset, e.Error
+	}
+	st.Turns = w.n.turns.Encode()
+	return st
+}
+
+// membershipChanged nudges the turn loop to re-read the membership, and
+// renews task leases at once when the reading counts more tasks for this
+// node than it works: one was just given to it.
+func (w *wiring) membershipChanged(m checkin.Membership) {
+	signal(w.nudge)
+	if m.TasksOf(w.reg.Incarnation()) > w.keeper.Stats().Held {
+		signal(w.renewTasks)
+	}
+}
+
+// signal wakes whoever waits on c, without blocking.
+func signal(c chan<- struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// taskLoop renews the node's task leases at every heartbeat (one
+// statement), and at once when a task was just given to this node (by its
+// own poll loop, or as the membership read shows). A node that works no
+// task and holds none by the last membership read sends nothing.
+func (w *wiring) taskLoop(ctx context.Context) {
+	heartbeat := time.Duration(w.n.cfg.Checkin.Heartbeat)
+	k, reg, log := w.keeper, w.reg, w.log
+	failing := false
+	for {
+		t := w.n.clock.NewTimer(heartbeat)
+		nudged := false
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		case <-w.renewTasks:
+			t.Stop()
+			nudged = true
+		}
+		m := reg.Membership()
+		// A task being handed off or deleted is still held: its lease is
+		// renewed until its call in flight ended and it was given up.
+		if st := k.Stats(); !nudged && m.OK && st.Held+st.Stopping == 0 && m.TasksOf(reg.Incarnation()) == 0 {
+			continue
+		}
+		err := k.Renew(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			log.Error("could not renew task leases; tasks stop before their leases end", "err", err)
+			failing = true
+		case err == nil && failing:
+			log.Info("task leases renewed again")
+			failing = false
+		}
+	}
+}
+
+// pollLoop takes the node's turns: in each it polls for jobs; as the
+// slot's owner it also writes schedule occurrences, prunes and balances
+// tasks.
+func (w *wiring) pollLoop(ctx context.Context) {
+	cfg, log := w.n.cfg, w.log
+	r, k, reg, est := w.runner, w.keeper, w.reg, w.est
+	slot := time.Duration(cfg.Rotation.Slot)
+	hold := 3 * max(time.Duration(cfg.Checkin.Heartbeat), slot)
+	failing, pruneFailing := false, false
+	for {
+		turn, err := w.waiter.Wait(ctx)
+		if err != nil {
+			return
+		}
+		m := reg.Membership()
+		total := pollersAhead(m, turn)
+		if turn.Rank == 0 {
+			// The slot's owner writes the schedules' occurrences due soon
+			// (a little ahead, so that they wait in the queue for their
+			// time and any poller can take them), before it polls.
+			mat, err := jobs.Materialize(ctx, r.Store(), 2*slot, log)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				log.Error("writing schedule occurrences failed; trying again next turn", "err", err)
+			case mat.Created > 0:
+				log.Debug("schedule occurrences written", "slot", turn.Slot, "count", mat.Created)
+			}
+		}
+		// When does the farm poll next? At the next slot, or, while the
+		// rotation is widened, at the next node's turn in this one.
+		next := rotation.Start(turn.Slot+1, slot)
+		if m.Backlog() && len(m.Members) > 0 {
+			next = turn.Start.Add(slot / time.Duration(len(m.Members)))
+		}
+		nextPoll := slot
+		if now, _, ok := est.Now(); ok {
+			nextPoll = next.Sub(now)
+			w.n.metrics.observeSlotLag(now.Sub(turn.Start))
+		}
+		// A one-off job's start window is one slot: the rotation's promise
+		// is that a due job starts within a slot of its run time.
+		res, err := r.Poll(ctx, jobs.Turn{FarmCapacity: total, NextPoll: nextPoll, StartWindow: slot})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !failing {
+				log.Error("poll failed; trying again next turn", "slot", turn.Slot, "err", err)
+			}
+			failing = true
+			continue
+		}
+		w.n.turns.Record(turn.Slot)
+		if failing {
+			log.Info("polling works again")
+			failing = false
+		}
+		if res.Claimed > 0 || res.Reclaimed > 0 {
+			log.Debug("polled", "slot", turn.Slot, "rank", turn.Rank, "due", res.Due, "claimed", res.Claimed, "left", res.Left)
+		}
+		if res.Left > 0 {
+			if err := reg.SignalBacklog(ctx, hold); err != nil && ctx.Err() == nil {
+				log.Warn("could not signal backlog", "err", err)
+			}
+		}
+		if turn.Rank != 0 {
+			continue // tasks are balanced and rows pruned once per slot, by its owner
+		}
+		// Retention after the poll, so that it never delays a claim.
+		pr, err := w.pruner.Turn(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !pruneFailing:
+			log.Warn("retention could not delete finished jobs; trying again next turn", "err", err)
+			pruneFailing = true
+		case err == nil:
+			pruneFailing = false
+		}
+		w.n.metrics.observePrune(pr)
+		var members []jobs.Member
+		for _, mm := range m.Members {
+			members = append(members, jobs.Member{Name: mm.Name, Incarnation: mm.Incarnation, Capacity: mm.Capacity})
+		}
+		bal, err := k.Balance(ctx, members, time.Duration(cfg.Checkin.TTL))
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("task balancing failed; trying again next turn", "err", err)
+			}
+			continue
+		}
+		if bal.Assigned > 0 {
+			log.Debug("assigned tasks", "slot", turn.Slot, "count", bal.Assigned, "to_me", bal.AssignedToMe)
+		}
+		if bal.AssignedToMe > 0 {
+			signal(w.renewTasks)
+		}
+	}
+}
+
+// pollersAhead is the capacity the share of this turn is measured against:
+// in a widened slot, that of this node and the nodes whose turns in the slot
+// are still to come. Each of them then takes an even part of what is left,
+// and one round of turns spreads a burst evenly, where dividing by the whole
+// farm at every turn would leave a geometric tail (each poller taking a
+// quarter of what the one before left). In a plain slot it is the whole
+// farm's, which the coming slots' owners share.
+func pollersAhead(m checkin.Membership, turn rotation.Turn) int {
+	if turn.Rank == 0 || len(m.Members) == 0 {
+		total, _ := m.Capacity()
+		return total
+	}
+	names := m.Names()
+	sum := 0
+	for _, mm := range m.Members {
+		if rotation.Rank(turn.Slot, mm.Name, names) >= turn.Rank {
+			sum += mm.Capacity
+		}
+	}
+	return sum
+}

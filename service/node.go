@@ -146,6 +146,9 @@ func (n *Node) Run(ctx context.Context) error {
 			return st
 		},
 		Changed: func(m checkin.Membership) {
+			if runner != nil {
+				runner.FarmBacklog(m.Backlog())
+			}
 			select {
 			case nudge <- struct{}{}:
 			default:
@@ -173,6 +176,8 @@ func (n *Node) Run(ctx context.Context) error {
 		Lease: time.Duration(cfg.Jobs.Lease), Timeout: time.Duration(cfg.Jobs.Timeout),
 		Backoff: time.Duration(cfg.Jobs.Backoff), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
 		Clock: n.clock, Logger: log, OnCall: n.metrics.observeCall,
+		BacklogSpread: time.Duration(cfg.Checkin.Heartbeat), // every node reads the membership once a heartbeat
+		FinishWindow:  jobs.DefaultFinishWindow,
 	})
 	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)
 	keeper = jobs.NewKeeper(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.TaskOptions{
@@ -227,6 +232,7 @@ func (n *Node) Run(ctx context.Context) error {
 
 	goRun(est.Run)
 	goRun(reg.Run)
+	goRun(runner.Refill)
 	goRun(func(ctx context.Context) error { return watchFile(ctx, n.clock, s, heartbeat) })
 	goRun(func(ctx context.Context) error { n.taskLoop(ctx, log, keeper, reg, renewTasks); return nil })
 	if cfg.Clock.NTPServer != "" {

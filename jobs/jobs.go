@@ -128,6 +128,9 @@ type Runner struct {
 	// room left after the one before.
 	claimMu sync.Mutex
 
+	// draining is set when the drain begins: nothing new starts then.
+	draining atomic.Bool
+
 	// The completer's queue (complete.go).
 	fmu        sync.Mutex
 	pending    []*finishing
@@ -411,6 +414,9 @@ func (r *Runner) Refill(ctx context.Context) error {
 			r.mu.Lock()
 			r.budget = max(0, r.budget-len(started))
 			r.more = r.more && err == nil && len(started) == want
+			if !r.more {
+				r.budget = 0 // a share is for the burst its turn saw
+			}
 			r.mu.Unlock()
 			r.claimMu.Unlock()
 			if err != nil && ctx.Err() == nil {
@@ -743,6 +749,9 @@ func (r *Runner) Drain(timeout time.Duration) { r.DrainContext(context.Backgroun
 // DrainContext is Drain cut short when ctx ends (the operator asked for a
 // stop at once): the calls still in flight are then cancelled at once.
 func (r *Runner) DrainContext(ctx context.Context, timeout time.Duration) {
+	r.draining.Store(true)
+	r.claimMu.Lock() // a fast-path start under way is in flight once this returns
+	r.claimMu.Unlock()
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	t := r.opts.Clock.NewTimer(timeout)
@@ -787,7 +796,7 @@ func NewIdempotencyKey() string {
 // An error with taken true may have left the job written: the caller must
 // not enqueue it again.
 func (r *Runner) StartNow(ctx context.Context, j store.NewJob) (id int64, taken bool, err error) {
-	if j.RunAt != nil || j.Delay != 0 || r.base.Err() != nil {
+	if j.RunAt != nil || j.Delay != 0 {
 		return 0, false, nil
 	}
 	if err := CheckNewJob(&j); err != nil {
@@ -796,7 +805,7 @@ func (r *Runner) StartNow(ctx context.Context, j store.NewJob) (id int64, taken 
 	// A claim under way would otherwise not count in the room.
 	r.claimMu.Lock()
 	defer r.claimMu.Unlock()
-	if r.Free() == 0 {
+	if r.Free() == 0 || r.draining.Load() {
 		return 0, false, nil
 	}
 	var dup error

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -75,6 +81,20 @@ func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	if *in == 0 && runAt.IsZero() && cfg.Admin.Listen != "" {
+		// Due now: through the local node's API, which starts the job at
+		// once when the node has room. A node that does not answer leaves
+		// the job to the database, as below.
+		id, err := enqueueLocal(cfg.Admin, localJob{Endpoint: *endpoint, Method: *method, PayloadBase64: base64.StdEncoding.EncodeToString(body),
+			MaxAttempts: *maxAttempts, Timeout: durationText(*timeout), UniqueKey: *unique})
+		if !errors.Is(err, errNodeAway) {
+			if err != nil {
+				return fmt.Errorf("enqueue: %w", err)
+			}
+			fmt.Fprintln(stdout, id)
+			return nil
+		}
+	}
 	return withClient(cfg, func(ctx context.Context, c *client.Client) error {
 		id, err := c.Enqueue(ctx, client.Job{Endpoint: *endpoint, Method: *method, Payload: body,
 			RunAt: runAt, Delay: *in, MaxAttempts: *maxAttempts, Timeout: *timeout, UniqueKey: *unique})
@@ -84,6 +104,83 @@ func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stdout, id)
 		return nil
 	})
+}
+
+// errNodeAway means the local node's API could not be reached.
+var errNodeAway = errors.New("the local node's API does not answer")
+
+// localJob is the body of POST /api/v1/jobs.
+type localJob struct {
+	Endpoint      string `json:"endpoint"`
+	Method        string `json:"method,omitempty"`
+	PayloadBase64 string `json:"payload_base64,omitempty"`
+	MaxAttempts   int    `json:"max_attempts,omitempty"`
+	Timeout       string `json:"timeout,omitempty"`
+	UniqueKey     string `json:"unique_key,omitempty"`
+}
+
+func durationText(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
+// enqueueLocal posts a job to the node's admin API on this host. It
+// returns errNodeAway when no node answers there (the job was not
+// written), and the API's own message when it refused the job.
+func enqueueLocal(admin service.AdminConfig, j localJob) (int64, error) {
+	body, err := json.Marshal(j)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+admin.AdminAddr()+"/api/v1/jobs", bytes.NewReader(body))
+	if err != nil {
+		return 0, errNodeAway
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if admin.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+admin.Token)
+	}
+	// Only a refused or unreachable connection means no node: the request
+	// was never sent. Anything later may have written the job.
+	dial := &net.Dialer{Timeout: time.Second}
+	hc := &http.Client{Transport: &http.Transport{DialContext: dial.DialContext, Proxy: nil}}
+	conn, err := dial.DialContext(ctx, "tcp", admin.AdminAddr())
+	if err != nil {
+		return 0, errNodeAway
+	}
+	conn.Close()
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("the local node's API at %s: %w", admin.AdminAddr(), err)
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		ID    int64 `json:"id"`
+		Error *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&answer); err != nil {
+		return 0, fmt.Errorf("the local node's API at %s answered %s", admin.AdminAddr(), resp.Status)
+	}
+	switch resp.StatusCode {
+	case http.StatusServiceUnavailable, http.StatusNotFound, http.StatusUnauthorized, http.StatusForbidden:
+		// Not connected yet, not a slotpoller API, or not ours to use:
+		// nothing was written.
+		return 0, errNodeAway
+	}
+	if resp.StatusCode != http.StatusCreated {
+		msg := resp.Status
+		if answer.Error != nil {
+			msg = answer.Error.Message
+		}
+		return 0, errors.New(msg)
+	}
+	return answer.ID, nil
 }
 
 // readPayload reads -payload-file: a file, or standard input for "-". A

@@ -3,7 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/slotpoller/slotpoller/bench/benchkit"
@@ -36,6 +41,11 @@ func (s slotSide) Migrate(ctx context.Context, db *benchkit.Database) error {
 type slotFarm struct {
 	*farm
 	feeder *store.Store
+	// apis serve each node's admin handler: a job enqueued alone goes
+	// through a node's own API, as an application on that node would
+	// send it, round robin over the nodes.
+	apis []*httptest.Server
+	next atomic.Int64
 }
 
 func (s slotSide) Start(ctx context.Context, db *benchkit.Database, spec benchkit.Spec) (benchkit.Farm, error) {
@@ -56,6 +66,9 @@ func (s slotSide) Start(ctx context.Context, db *benchkit.Database, spec benchki
 		return nil, err
 	}
 	sf := &slotFarm{farm: f, feeder: feeder}
+	for _, n := range f.nodes {
+		sf.apis = append(sf.apis, httptest.NewServer(n.AdminHandler()))
+	}
 	if err := f.waitLive(ctx, feeder, time.Duration(cfgs[0].Checkin.TTL)); err != nil {
 		_ = sf.Stop(ctx)
 		return nil, err
@@ -82,13 +95,35 @@ func (f *slotFarm) PrepareBurst(ctx context.Context, keys []string) (func(contex
 	}, nil
 }
 
-// Enqueue calls jobs.Enqueue once per job (slotpoller has no batch insert),
-// from 8 connections when there are several.
+// Enqueue sends one job through a node's own API (POST /api/v1/jobs, the
+// local fast path: a node with room inserts it already claimed and calls
+// it at once), and several through jobs.Enqueue from the feeder, once per
+// job from 8 connections.
 func (f *slotFarm) Enqueue(ctx context.Context, keys []string) error {
 	if len(keys) == 1 {
-		return f.enqueue(ctx, keys[0], 0)
+		return f.enqueueLocal(ctx, keys[0])
 	}
 	return parallel(len(keys), func(i int) error { return f.enqueue(ctx, keys[i], 0) })
+}
+
+func (f *slotFarm) enqueueLocal(ctx context.Context, key string) error {
+	api := f.apis[int(f.next.Add(1))%len(f.apis)]
+	body := `{"endpoint":"/job/` + key + `","method":"POST","max_attempts":1}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, api.URL+"/api/v1/jobs", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := api.Client().Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 500))
+		return fmt.Errorf("node API answered %s: %s", resp.Status, msg)
+	}
+	return nil
 }
 
 func (f *slotFarm) enqueue(ctx context.Context, key string, delay time.Duration) error {
@@ -103,6 +138,9 @@ func (f *slotFarm) Finished(ctx context.Context) (int, error) {
 }
 
 func (f *slotFarm) Stop(context.Context) error {
+	for _, api := range f.apis {
+		api.Close()
+	}
 	err := f.farm.stop()
 	f.feeder.Close()
 	if err != nil {

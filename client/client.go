@@ -51,6 +51,7 @@ type Client struct {
 	s           *store.Store
 	maxAttempts int
 	actor       string
+	local       *jobs.Runner
 }
 
 // Option adjusts New.
@@ -60,6 +61,7 @@ type options struct {
 	schema      string
 	maxAttempts int
 	actor       string
+	local       *jobs.Runner
 }
 
 // WithSchema names the SQL Server schema that holds slotpoller's tables
@@ -87,6 +89,16 @@ func WithActor(name string) Option {
 	return func(o *options) error { o.actor = name; return nil }
 }
 
+// WithLocalRunner makes Enqueue start a job due now on the node that runs
+// r, when it has room: the job is inserted already claimed by that node
+// and called at once (Runner.StartNow). It is how a node's own API gives
+// the applications on its host an immediate start. Enqueues in the
+// application's transaction are never started early: the job must not
+// run before the transaction commits.
+func WithLocalRunner(r *jobs.Runner) Option {
+	return func(o *options) error { o.local = r; return nil }
+}
+
 // New returns a client of the farm whose database db is. driver is the
 // nodes' database.driver: "sqlite", "postgres" or "sqlserver". New sends
 // nothing to the database.
@@ -106,7 +118,7 @@ func New(db *sql.DB, driver string, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	return &Client{s: store.New(db, d), maxAttempts: o.maxAttempts, actor: o.actor}, nil
+	return &Client{s: store.New(db, d), maxAttempts: o.maxAttempts, actor: o.actor, local: o.local}, nil
 }
 
 // Job is a job to enqueue.
@@ -224,7 +236,14 @@ func (c *Client) enqueue(ctx context.Context, s *store.Store, j Job) (int64, err
 			return 0, err
 		}
 	}
-	id, err := s.JobInsert(ctx, nj)
+	var id int64
+	taken := false
+	if c.local != nil && !s.InTx() {
+		id, taken, err = c.local.StartNow(ctx, nj)
+	}
+	if !taken {
+		id, err = s.JobInsert(ctx, nj)
+	}
 	if errors.Is(err, store.ErrDuplicate) {
 		return 0, &DuplicateError{UniqueKey: nj.UniqueKey, ID: id}
 	}

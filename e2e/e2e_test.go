@@ -200,6 +200,27 @@ func liveNodes(t *testing.T, s *store.Store) int {
 	return live
 }
 
+// waitSettled waits until n nodes are live and each has been seen by the
+// database again since: each node has then read a membership with all n in
+// it, so a burst enqueued now meets a farm that agrees on its size.
+func waitSettled(t *testing.T, s *store.Store, n int) {
+	t.Helper()
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d live nodes", n), func() bool { return liveNodes(t, s) == n })
+	_, all, err := s.Nodes(context.Background(), 750*time.Millisecond)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "every node to read the whole farm", func() bool {
+		nodes, _, err := s.Nodes(context.Background(), 750*time.Millisecond)
+		require.NoError(t, err)
+		seen := 0
+		for _, n := range nodes {
+			if n.Live && n.LastSeen.After(all) {
+				seen++
+			}
+		}
+		return seen == n
+	})
+}
+
 func TestFarmRunsEachJobOnce(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
 		s, db := storetest.OpenDB(t, driver)
@@ -217,7 +238,7 @@ func TestFarmRunsEachJobOnce(t *testing.T) {
 			extra := append(db.ExtraEnv(), "SLOTPOLLER_CLOCK_SKEW="+skew)
 			nodes = append(nodes, startNode(t, env(driver, db.DSN, name, srv.URL, extra...), name))
 		}
-		waitFor(t, 30*time.Second, "3 live nodes", func() bool { return liveNodes(t, s) == 3 })
+		waitSettled(t, s, 3)
 
 		const total = 300
 		ids := map[string]bool{}

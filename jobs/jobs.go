@@ -53,6 +53,21 @@ type Options struct {
 	// (renewals do not), so the bound only keeps a stalled one from hanging
 	// for ever; a tight one would cut off a slow but working database.
 	StatementTimeout time.Duration
+	// RefillCooldown is how long a node with room waits for more room
+	// before it claims again between turns (see Refill), unless a quarter
+	// of its capacity is free already: calls that end within it are
+	// claimed for together. Zero means DefaultRefillCooldown.
+	RefillCooldown time.Duration
+	// BacklogSpread is how long after this node first sees the farm's
+	// backlog flag every other live node has seen it too: the period of
+	// the membership reads that carry it (zero when the flag reaches
+	// every node at once). Until then the node refills only up to its
+	// capacity share of what its turn saw.
+	BacklogSpread time.Duration
+	// FinishWindow is how long the completer collects results before it
+	// writes a batch; zero writes at once whatever has come in while the
+	// previous batch was written.
+	FinishWindow time.Duration
 	// OnCall, when set, is called after every job call returns, with its
 	// verdict and how long it took (for the node's metrics). It runs on
 	// the call's goroutine and must not block.
@@ -62,6 +77,9 @@ type Options struct {
 // Stats are the runner's counters since start.
 type Stats struct {
 	Polls, Claimed, Succeeded, Retried, Failed, Dead, Released, LeasesLost, Renewals int64
+	// Finishes counts the statements that recorded results (each one a
+	// batch).
+	Finishes int64
 	// Cancelled counts calls cut off because their lease was lost or could
 	// not be confirmed in time.
 	Cancelled int64
@@ -95,7 +113,30 @@ type Runner struct {
 	doubts     int
 	doubtUntil time.Time // local monotonic
 
-	polls, claimed, succeeded, retried, failed, dead, released, leasesLost, renewals, cancelled atomic.Int64
+	// Refill state. more is set while the node knows of due work it left
+	// for lack of room or share: Refill then claims again as calls end. A
+	// claim that comes back short (the queue ran dry) clears it. budget is
+	// what is left of the capacity share the node's last turn gave it:
+	// all Refill may take until the whole farm has heard of the backlog
+	// (backlogSince + BacklogSpread), so that a node that drains fast
+	// does not take a burst from nodes that do not know of it yet.
+	more         bool
+	budget       int
+	backlogSince time.Time     // local monotonic, when the farm's backlog flag was seen rising; zero while it is down
+	wake         chan struct{} // room was made, or there is news of work: Refill looks again
+	// claimMu makes a node's claims one at a time: each is sized by the
+	// room left after the one before.
+	claimMu sync.Mutex
+
+	// draining is set when the drain begins: nothing new starts then.
+	draining atomic.Bool
+
+	// The completer's queue (complete.go).
+	fmu        sync.Mutex
+	pending    []*finishing
+	completing bool // a completeLoop runs
+
+	polls, claimed, succeeded, retried, failed, dead, released, leasesLost, renewals, cancelled, finishes atomic.Int64
 }
 
 type inflight struct {
@@ -119,7 +160,11 @@ func NewRunner(s *store.Store, inv *Invoker, opts Options) *Runner {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	base, cancel := context.WithCancel(context.Background())
-	return &Runner{store: s, inv: inv, opts: opts, base: base, cancel: cancel, inflight: map[store.Held]*inflight{}}
+	if opts.RefillCooldown <= 0 {
+		opts.RefillCooldown = DefaultRefillCooldown
+	}
+	return &Runner{store: s, inv: inv, opts: opts, base: base, cancel: cancel, inflight: map[store.Held]*inflight{},
+		wake: make(chan struct{}, 1)}
 }
 
 // Store is the runner's store.
@@ -138,7 +183,8 @@ func (r *Runner) Free() int { return max(0, r.opts.Capacity-r.Running()) }
 // Stats returns the counters.
 func (r *Runner) Stats() Stats {
 	return Stats{Polls: r.polls.Load(), Claimed: r.claimed.Load(), Succeeded: r.succeeded.Load(), Retried: r.retried.Load(),
-		Failed: r.failed.Load(), Dead: r.dead.Load(), Released: r.released.Load(), LeasesLost: r.leasesLost.Load(), Renewals: r.renewals.Load(), Cancelled: r.cancelled.Load()}
+		Failed: r.failed.Load(), Dead: r.dead.Load(), Released: r.released.Load(), LeasesLost: r.leasesLost.Load(), Renewals: r.renewals.Load(), Cancelled: r.cancelled.Load(),
+		Finishes: r.finishes.Load()}
 }
 
 // FairShare is how many of the due jobs a poller takes: its capacity's
@@ -149,6 +195,14 @@ func (r *Runner) Stats() Stats {
 // widened rotation each get their part; the urgent floor means fairness
 // never costs a job its start.
 func FairShare(load store.QueueLoad, mine, capacity, farmCapacity, free int) int {
+	return max(0, min(max(capacityShare(load, mine, capacity, farmCapacity), load.Urgent), free, load.Due))
+}
+
+// capacityShare is the node's capacity's share of the outstanding work,
+// less what it runs, at most what is due: what it may take of the due work
+// in one turn, now or as its calls end (Refill), without the urgent floor,
+// which is for jobs that can start now.
+func capacityShare(load store.QueueLoad, mine, capacity, farmCapacity int) int {
 	if farmCapacity < capacity || farmCapacity <= 0 {
 		farmCapacity = capacity
 	}
@@ -157,7 +211,7 @@ func FairShare(load store.QueueLoad, mine, capacity, farmCapacity, free int) int
 	}
 	outstanding := load.Due + load.Running
 	target := (outstanding*capacity+farmCapacity-1)/farmCapacity - mine
-	return max(0, min(max(target, load.Urgent), free, load.Due))
+	return max(0, min(target, load.Due))
 }
 
 // PollResult says what one poll did.
@@ -202,26 +256,62 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 		return res, err
 	}
 	res.Due = load.Due
+	// One claim at a time: a refill under way would otherwise be counted
+	// neither in what this node runs nor in what it has free.
+	r.claimMu.Lock()
+	defer r.claimMu.Unlock()
 	mine := r.Running()
 	want := FairShare(load, mine, r.opts.Capacity, turn.FarmCapacity, r.opts.Capacity-mine)
+	share := capacityShare(load, mine, r.opts.Capacity, turn.FarmCapacity)
 	if want == 0 {
 		res.Left = load.Due
+		r.learned(load.Due > 0, share)
 		return res, nil
 	}
+	started, err := r.claim(ctx, want)
+	if err != nil {
+		return res, err
+	}
+	res.Claimed = len(started)
+	// Fewer rows than asked for means the claimable ones ran out (another
+	// node took them, or they wait behind a running occurrence): nothing
+	// was left behind. Only a share smaller than the due work leaves some.
+	if len(started) == want {
+		res.Left = max(0, load.Due-len(started))
+	}
+	r.learned(res.Left > 0, share-len(started))
+	for _, f := range started {
+		r.start(f)
+	}
+	return res, nil
+}
+
+// claim claims up to want due jobs and registers them as in flight; the
+// caller starts them. r.claimMu is held.
+func (r *Runner) claim(ctx context.Context, want int) ([]*inflight, error) {
+	return r.claimWith(ctx, func(ctx context.Context) ([]store.Claim, error) {
+		return r.store.JobsClaim(ctx, r.opts.Incarnation, r.opts.Node, want, r.opts.Lease)
+	})
+}
+
+// claimWith runs a statement that makes this node the holder of jobs (a
+// claim, or an insert already claimed) and registers them as in flight.
+// While it runs, a renewal that finds jobs held but unknown leaves them be;
+// if it fails, it may have committed unseen, and the renewals look for
+// what it left held.
+func (r *Runner) claimWith(ctx context.Context, stmt func(context.Context) ([]store.Claim, error)) ([]*inflight, error) {
 	r.mu.Lock()
 	r.claiming++
 	r.mu.Unlock()
 	sent := r.opts.Clock.Now()
-	claims, err := bounded(ctx, r.statementTimeout(), func(ctx context.Context) ([]store.Claim, error) {
-		return r.store.JobsClaim(ctx, r.opts.Incarnation, r.opts.Node, want, r.opts.Lease)
-	})
+	claims, err := bounded(ctx, r.statementTimeout(), stmt)
 	now := r.opts.Clock.Now()
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.claiming--
 	if err != nil {
 		r.raiseDoubtLocked(now)
-		r.mu.Unlock()
-		return res, err
+		return nil, err
 	}
 	// Registered in the same critical section that ends the claim, so that
 	// a renewal never sees the claim over and its jobs unknown.
@@ -229,19 +319,137 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	for i, c := range claims {
 		started[i] = r.track(c, now, sent.Add(r.opts.Lease))
 	}
-	r.mu.Unlock()
-	res.Claimed = len(claims)
-	// Fewer rows than asked for means the claimable ones ran out (another
-	// node took them, or they wait behind a running occurrence): nothing
-	// was left behind. Only a share smaller than the due work leaves some.
-	if len(claims) == want {
-		res.Left = max(0, load.Due-len(claims))
-	}
 	r.claimed.Add(int64(len(claims)))
-	for _, f := range started {
-		r.start(f)
+	return started, nil
+}
+
+// learned records what a turn found: whether it left due work behind, and
+// what is left of this node's share of it for Refill.
+func (r *Runner) learned(more bool, budget int) {
+	r.mu.Lock()
+	r.more, r.budget = more, max(0, budget)
+	r.mu.Unlock()
+	r.nudge()
+}
+
+// nudge wakes Refill to look again.
+func (r *Runner) nudge() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
 	}
-	return res, nil
+}
+
+// FarmBacklog tells the runner whether the farm's backlog flag is up (some
+// node left due work behind), as the membership read it. When it rises the
+// node knows of due work: Refill claims as it has room, first within its
+// share, and once every node has heard of the backlog (after
+// Options.BacklogSpread) as fast as its calls end, which spreads the work
+// by capacity.
+func (r *Runner) FarmBacklog(up bool) {
+	r.mu.Lock()
+	switch {
+	case up && r.backlogSince.IsZero():
+		r.backlogSince = r.opts.Clock.Now()
+		r.more = true
+	case !up:
+		r.backlogSince = time.Time{}
+	}
+	r.mu.Unlock()
+	r.nudge()
+}
+
+// DefaultRefillCooldown is Options.RefillCooldown's default.
+const DefaultRefillCooldown = 10 * time.Millisecond
+
+// nextRefill says how many jobs Refill claims now, or, when none, how long
+// until it looks again on its own (0: when woken). roomSince is when the
+// room it waits to grow was first seen (zero: none yet). r.claimMu is held.
+func (r *Runner) nextRefill(now time.Time, roomSince *time.Time) (want int, after time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.more {
+		return 0, 0
+	}
+	free := r.opts.Capacity - len(r.inflight)
+	limit := free
+	knows := !r.backlogSince.IsZero() && !now.Before(r.backlogSince.Add(r.opts.BacklogSpread))
+	if !knows {
+		limit = min(free, r.budget)
+	}
+	if limit <= 0 {
+		if !knows && !r.backlogSince.IsZero() && free > 0 {
+			return 0, r.backlogSince.Add(r.opts.BacklogSpread).Sub(now)
+		}
+		return 0, 0
+	}
+	// Batched: one claim for the calls that end within a cooldown, unless
+	// a quarter of the capacity is free already, or all the share left.
+	if limit < max(1, r.opts.Capacity/4) && (knows || limit < r.budget) {
+		if roomSince.IsZero() {
+			*roomSince = now
+		}
+		if wait := roomSince.Add(r.opts.RefillCooldown).Sub(now); wait > 0 {
+			return 0, wait
+		}
+	}
+	return limit, 0
+}
+
+// Refill claims again as calls end while the node knows of due work
+// (Poll left some behind, or the farm's backlog flag rose). Turns are for
+// finding work when the queue looked empty; while a node knows there is
+// more, it takes it as soon as it has room, batched, with only the claim
+// statement, so a burst drains at the speed of the endpoints, not at one
+// claim per turn. A claim that comes back short means the queue ran dry:
+// the node goes back to its turns.
+func (r *Runner) Refill(ctx context.Context) error {
+	var roomSince time.Time
+	for {
+		r.claimMu.Lock()
+		want, after := r.nextRefill(r.opts.Clock.Now(), &roomSince)
+		if want > 0 {
+			roomSince = time.Time{}
+			started, err := r.claim(ctx, want)
+			r.mu.Lock()
+			r.budget = max(0, r.budget-len(started))
+			r.more = r.more && err == nil && len(started) == want
+			if !r.more {
+				r.budget = 0 // a share is for the burst its turn saw
+			}
+			r.mu.Unlock()
+			r.claimMu.Unlock()
+			if err != nil && ctx.Err() == nil {
+				r.opts.Logger.Warn("claiming again as calls ended failed; waiting for the next turn", "err", err)
+			}
+			r.opts.Logger.Debug("claimed again as calls ended", "asked", want, "claimed", len(started))
+			for _, f := range started {
+				r.start(f)
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			continue
+		}
+		r.claimMu.Unlock()
+		var timer clock.Timer
+		var timeout <-chan time.Time
+		if after > 0 {
+			timer = r.opts.Clock.NewTimer(after)
+			timeout = timer.C()
+		}
+		select {
+		case <-ctx.Done():
+		case <-r.wake:
+		case <-timeout:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
 }
 
 // bounded runs one statement with a deadline.
@@ -302,6 +510,7 @@ func (r *Runner) start(f *inflight) {
 		f.watchdog.Stop()
 		delete(r.inflight, store.Held{ID: f.claim.ID, Token: f.claim.Token})
 		r.mu.Unlock()
+		r.nudge() // room for Refill
 	}()
 }
 
@@ -436,22 +645,6 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 	}
 }
 
-// finish writes the outcome, retrying while the database is unreachable
-// for up to the write context's deadline.
-func (r *Runner) finish(ctx context.Context, c store.Claim, o store.Outcome) (bool, error) {
-	pause := 100 * time.Millisecond
-	for {
-		ok, err := r.store.JobFinishIfRunning(ctx, c.ID, c.Token, o)
-		if err == nil || ctx.Err() != nil {
-			return ok, err
-		}
-		if clock.Sleep(ctx, r.opts.Clock, pause) != nil {
-			return false, err
-		}
-		pause = min(2*pause, 2*time.Second)
-	}
-}
-
 // RenewLeases keeps the leases of running calls alive: every lease/3 it
 // renews all of this node's leases in one statement. A call whose job is no
 // longer held is cancelled at once; a call whose lease goes unconfirmed is
@@ -556,6 +749,9 @@ func (r *Runner) Drain(timeout time.Duration) { r.DrainContext(context.Backgroun
 // DrainContext is Drain cut short when ctx ends (the operator asked for a
 // stop at once): the calls still in flight are then cancelled at once.
 func (r *Runner) DrainContext(ctx context.Context, timeout time.Duration) {
+	r.draining.Store(true)
+	r.claimMu.Lock() // a fast-path start under way is in flight once this returns
+	r.claimMu.Unlock()
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	t := r.opts.Clock.NewTimer(timeout)
@@ -588,6 +784,50 @@ func NewIdempotencyKey() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return "slotpoller-" + hex.EncodeToString(b)
+}
+
+// StartNow is the local fast path of an enqueue: a job due now that this
+// node has room for is inserted already claimed by it, in the one INSERT,
+// and its call starts at once, with no poll in between. It reports
+// taken false, having written nothing, when the job is not due now (it
+// has a run time or a delay), when the node is full or stopping: the
+// caller then enqueues it as usual. The claim is fenced like any other:
+// token 1 under this node's lease, renewed and recorded as any claim's.
+// An error with taken true may have left the job written: the caller must
+// not enqueue it again.
+func (r *Runner) StartNow(ctx context.Context, j store.NewJob) (id int64, taken bool, err error) {
+	if j.RunAt != nil || j.Delay != 0 {
+		return 0, false, nil
+	}
+	if err := CheckNewJob(&j); err != nil {
+		return 0, false, fmt.Errorf("enqueue: %w", err)
+	}
+	// A claim under way would otherwise not count in the room.
+	r.claimMu.Lock()
+	defer r.claimMu.Unlock()
+	if r.Free() == 0 || r.draining.Load() {
+		return 0, false, nil
+	}
+	var dup error
+	claimed, err := r.claimWith(ctx, func(ctx context.Context) ([]store.Claim, error) {
+		c, err := r.store.JobInsertClaimed(ctx, j, r.opts.Incarnation, r.opts.Node, r.opts.Lease)
+		if errors.Is(err, store.ErrDuplicate) {
+			id, dup = c.ID, err // nothing was written: no doubt to raise
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return []store.Claim{c}, nil
+	})
+	if dup != nil {
+		return id, true, dup
+	}
+	if err != nil {
+		return 0, true, err
+	}
+	r.start(claimed[0])
+	return claimed[0].claim.ID, true, nil
 }
 
 // Enqueue validates and inserts a job. The endpoint must stay on the node's

@@ -13,6 +13,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/client"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/jobs"
 )
 
 // The HTTP API, under /api/v1/ on the admin endpoint. Every job operation
@@ -49,6 +50,11 @@ type api struct {
 	mu sync.Mutex
 	s  *store.Store // the store c was made for
 	c  *client.Client
+	// local is c with the node's runner, for enqueues that may start at
+	// once on this node (the local fast path); made for s and runner.
+	local      *client.Client
+	localStore *store.Store
+	runner     *jobs.Runner
 }
 
 func (n *Node) apiRoutes(mux *http.ServeMux) {
@@ -147,6 +153,29 @@ func (a *api) client() (*client.Client, error) {
 	return a.c, nil
 }
 
+// localClient returns the client whose enqueues of jobs due now start on
+// this node when it has room; nil while the node has no runner yet or is
+// stopping, when a job goes to the queue for the farm.
+func (a *api) localClient() (*client.Client, error) {
+	p := a.n.parts()
+	if p.runner == nil || p.stopping || p.store == nil {
+		return nil, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.local == nil || a.runner != p.runner || a.localStore != p.store {
+		cfg := a.n.cfg
+		c, err := client.New(p.store.DB(), cfg.Database.Driver, client.WithSchema(cfg.Database.Schema),
+			client.WithDefaultMaxAttempts(cfg.Jobs.MaxAttempts), client.WithActor("api@"+cfg.Node.Name),
+			client.WithLocalRunner(p.runner))
+		if err != nil {
+			return nil, err
+		}
+		a.local, a.runner, a.localStore = c, p.runner, p.store
+	}
+	return a.local, nil
+}
+
 func (a *api) enqueue(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
 	var req jobRequest
 	if err := decodeBody(r, &req, false); err != nil {
@@ -155,6 +184,9 @@ func (a *api) enqueue(ctx context.Context, c *client.Client, r *http.Request) (i
 	j, err := req.job(0)
 	if err != nil {
 		return 0, nil, err
+	}
+	if local, err := a.localClient(); err == nil && local != nil {
+		c = local
 	}
 	id, err := c.Enqueue(ctx, j)
 	if err != nil {

@@ -167,6 +167,12 @@ func TestAPIJobs(t *testing.T) {
 		r := must(t, base, http.StatusCreated, post("/api/v1/jobs", `{"endpoint":"/one","payload":"{\"order\":42}","timeout":"5s"}`))
 		one := idOf(t, r)
 		waitState(t, base, one, "done")
+		// The node runs now. A job due now, and the node has room: it is
+		// inserted already claimed by this node and called at once (the
+		// local fast path), never waiting in the queue for a poll.
+		now := idOf(t, must(t, base, http.StatusCreated, post("/api/v1/jobs", `{"endpoint":"/now"}`)))
+		require.NotEqual(t, "ready", jobState(t, base, now), "started by the enqueue itself")
+		waitState(t, base, now, "done")
 		require.Equal(t, []string{`{"order":42}`}, ep.bodies("/one"))
 		got := must(t, base, http.StatusOK, getReq(fmt.Sprintf("/api/v1/jobs/%d", one))).body
 		require.Equal(t, `{"order":42}`, got["payload"])

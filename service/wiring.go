@@ -58,6 +58,8 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 		Lease: time.Duration(cfg.Jobs.Lease), Timeout: time.Duration(cfg.Jobs.Timeout),
 		Backoff: time.Duration(cfg.Jobs.Backoff), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
 		Clock: n.clock, Logger: log, OnCall: n.metrics.observeCall,
+		BacklogSpread: time.Duration(cfg.Checkin.Heartbeat), // every node reads the membership once a heartbeat
+		FinishWindow:  jobs.DefaultFinishWindow,
 	})
 	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)
 	w.keeper = jobs.NewKeeper(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.TaskOptions{
@@ -108,6 +110,9 @@ func (w *wiring) loops() []loop {
 	if cfg.Clock.NTPServer != "" {
 		ls = append(ls, loop{"NTP health check", func(ctx context.Context) error { w.n.checkNTP(ctx, w.log); return nil }})
 	}
+	// Refills claim between turns while the node knows of due work; they
+	// stop after the turns, before the registry they learn the backlog from.
+	ls = append(ls, loop{"refill claims", w.runner.Refill})
 	return append(ls, loop{"turns", func(ctx context.Context) error { w.pollLoop(ctx); return nil }})
 }
 
@@ -182,6 +187,7 @@ func (w *wiring) status() checkin.Status {
 // renews task leases at once when the reading counts more tasks for this
 // node than it works: one was just given to it.
 func (w *wiring) membershipChanged(m checkin.Membership) {
+	w.runner.FarmBacklog(m.Backlog())
 	signal(w.nudge)
 	if m.TasksOf(w.reg.Incarnation()) > w.keeper.Stats().Held {
 		signal(w.renewTasks)

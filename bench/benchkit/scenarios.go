@@ -39,7 +39,11 @@ type Farm interface {
 	// makes all of them due (or visible) at once.
 	PrepareBurst(ctx context.Context, keys []string) (release func(context.Context) error, err error)
 	// Enqueue enqueues jobs due now, in as few statements as the side's API
-	// allows.
+	// allows. One job alone goes the way an application enqueues one for
+	// now: River's Client.Insert (its LISTEN/NOTIFY wakes a producer);
+	// slotpoller's node API on one of the nodes in turn (the local fast
+	// path: a node with room inserts the job already claimed and calls it
+	// at once). The latency scenario measures that path.
 	Enqueue(ctx context.Context, keys []string) error
 	// Finished is the number of jobs the database records as done.
 	Finished(ctx context.Context) (int, error)
@@ -298,6 +302,8 @@ func (r *runner) burn(ctx context.Context, b Burn) error {
 	})
 }
 
+// latency enqueues a trickle of jobs due now, one by one (Farm.Enqueue of
+// one job), and reports the delay from each enqueue to its call's start.
 func (r *runner) latency(ctx context.Context, slot time.Duration, all []time.Duration) error {
 	r.logf("%s: latency trickle of %d jobs, %d nodes, slot %v", r.side.Name(), r.p.LatencyJobs, r.p.LatencyNodes, slot)
 	table := fmt.Sprintf("start delay of jobs enqueued for now, %d jobs %v apart, %d nodes × %d calls (ms)",
@@ -339,6 +345,9 @@ func (r *runner) latency(ctx context.Context, slot time.Duration, all []time.Dur
 	})
 }
 
+// steady offers a steady load from the feeder (not counted) in batches
+// every 10 ms and reports the farm's statements per job: claims, results,
+// renewals, turns and heartbeats, all it sent while the load lasted.
 func (r *runner) steady(ctx context.Context) error {
 	r.logf("%s: steady load of %d jobs/s for %v", r.side.Name(), r.p.SteadyRate, r.p.SteadyFor)
 	table := fmt.Sprintf("steady load: %d jobs/s offered for %v, %d nodes × %d concurrent calls",

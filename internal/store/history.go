@@ -50,8 +50,15 @@ type Event struct {
 // suffix, an expression (taking parameters) for the rest of the line from
 // the outcome on. The arguments are historySeps followed by suffix's.
 func historyLine(d Dialect, node, started, suffix string) string {
+	return historyLineOf(d, "", node, started, suffix)
+}
+
+// historyLineOf is historyLine for a statement that must name the table
+// of its history and attempt columns: t is the table's name or alias and
+// a dot (a join where Babelfish finds the bare names ambiguous).
+func historyLineOf(d Dialect, t, node, started, suffix string) string {
 	p := d.TextParam()
-	line := "CONCAT(history, attempt, " + p + ", " + node + ", " + p + ", " + d.TimeText(started) + ", " + p + ", " +
+	line := "CONCAT(" + t + "history, " + t + "attempt, " + p + ", " + node + ", " + p + ", " + d.TimeText(started) + ", " + p + ", " +
 		d.TimeText(d.Now()) + ", " + suffix + ")"
 	return d.Tail(line, HistoryMax)
 }

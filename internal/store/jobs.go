@@ -1,9 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -146,16 +149,66 @@ VALUES (`+values+`) {returning id}`)
 		return s.queryRow(ctx, q, args...).Scan(&id)
 	})
 	if err != nil && s.d.UniqueViolation(err) {
-		var existing int64
-		if e := s.queryRow(ctx, expand(s.d, `SELECT id FROM {jobs} WHERE unique_key = ?`), j.UniqueKey).Scan(&existing); e == nil {
-			return existing, fmt.Errorf("enqueue: a job with unique key %q exists (id %d): %w", j.UniqueKey, existing, ErrDuplicate)
-		}
-		return 0, fmt.Errorf("enqueue: a job with unique key %q exists: %w", j.UniqueKey, ErrDuplicate)
+		return s.duplicate(ctx, j.UniqueKey)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("enqueue job for %s: %w", j.Endpoint, err)
 	}
 	return id, nil
+}
+
+// duplicate is the answer to an insert whose unique key is taken:
+// ErrDuplicate with the id of the job that holds the key.
+func (s *Store) duplicate(ctx context.Context, key string) (int64, error) {
+	var existing int64
+	if e := s.queryRow(ctx, expand(s.d, `SELECT id FROM {jobs} WHERE unique_key = ?`), key).Scan(&existing); e == nil {
+		return existing, fmt.Errorf("enqueue: a job with unique key %q exists (id %d): %w", key, existing, ErrDuplicate)
+	}
+	return 0, fmt.Errorf("enqueue: a job with unique key %q exists: %w", key, ErrDuplicate)
+}
+
+// JobInsertClaimed enqueues a job due now already claimed by owner (an
+// incarnation) with a lease, as a claim would leave it: running, token 1,
+// first attempt. It is the local fast path of a node that has room for the
+// job: no poll and no claim statement stand between the enqueue and the
+// call. A taken unique key gives ErrDuplicate as JobInsert does. j's RunAt
+// and Delay are ignored: the job is due at the database's now.
+func (s *Store) JobInsertClaimed(ctx context.Context, j NewJob, owner, ownerNode string, lease time.Duration) (Claim, error) {
+	exclusive := 0
+	if j.Exclusive {
+		exclusive = 1
+	}
+	q := expand(s.d, `INSERT INTO {jobs} (`+jobInsertColumns+`, owner, owner_node, lease_until, started_at)
+{output `+claimedColumns+`}
+VALUES (?, ?, ?, 'running', {now}, 1, ?, ?, ?, ?, 1, {now}, ?, ?, ?, ?, ?, ?, {now+?}, {now})
+{returning `+claimedColumns+`}`)
+	args := []any{j.Endpoint, j.Method, j.Payload, j.MaxAttempts, millis(j.Timeout), nullString(j.UniqueKey), j.IdempotencyKey,
+		nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive, owner, ownerNode, millis(lease)}
+	var c Claim
+	err := s.retry(ctx, func() error {
+		var err error
+		c, err = scanClaim(s.queryRow(ctx, q, args...))
+		return err
+	})
+	if err != nil && s.d.UniqueViolation(err) {
+		id, err := s.duplicate(ctx, j.UniqueKey)
+		return Claim{ID: id}, err
+	}
+	if err != nil {
+		return c, fmt.Errorf("enqueue job for %s, claimed by this node: %w", j.Endpoint, err)
+	}
+	return c, nil
+}
+
+// scanClaim reads a row of claimedColumns.
+func scanClaim(r rowScanner) (Claim, error) {
+	var c Claim
+	var timeoutMS int64
+	var runAt, scheduledFor dbTime
+	err := r.Scan(&c.ID, &c.Token, &c.Attempt, &c.MaxAttempts, &c.Endpoint, &c.Method, &c.Payload,
+		&c.IdempotencyKey, &timeoutMS, &runAt, &scheduledFor)
+	c.Timeout, c.RunAt, c.ScheduledFor = time.Duration(timeoutMS)*time.Millisecond, runAt.T, scheduledFor.ptr()
+	return c, err
 }
 
 // JobsReclaimExpired returns running jobs whose lease ran out (their node
@@ -223,16 +276,7 @@ func (s *Store) JobsClaim(ctx context.Context, owner, ownerNode string, limit in
 	if limit <= 0 {
 		return nil, nil
 	}
-	return queryAll(ctx, s, "claim jobs", s.d.ClaimJobs(), []any{owner, ownerNode, millis(lease), limit},
-		func(r rowScanner) (Claim, error) {
-			var c Claim
-			var timeoutMS int64
-			var runAt, scheduledFor dbTime
-			err := r.Scan(&c.ID, &c.Token, &c.Attempt, &c.MaxAttempts, &c.Endpoint, &c.Method, &c.Payload,
-				&c.IdempotencyKey, &timeoutMS, &runAt, &scheduledFor)
-			c.Timeout, c.RunAt, c.ScheduledFor = time.Duration(timeoutMS)*time.Millisecond, runAt.T, scheduledFor.ptr()
-			return c, err
-		})
+	return queryAll(ctx, s, "claim jobs", s.d.ClaimJobs(), []any{owner, ownerNode, millis(lease), limit}, scanClaim)
 }
 
 // JobRenewLeaseIfRunning extends the lease of a job this node holds. It
@@ -384,4 +428,150 @@ func (s *Store) JobsReleaseOwned(ctx context.Context, owner, reason string) (int
 WHERE owner = ? AND state = 'running'`)
 	args := append(append([]any{reason}, historySeps()...), historySuffix(OutcomeReleased, 0, reason), owner)
 	return s.execCount(ctx, "release jobs of a stopping node", q, args...)
+}
+
+// Finish is the end of one call, for JobsFinish: the claim it ends (id
+// and token) and how it ended.
+type Finish struct {
+	ID, Token int64
+	Outcome   Outcome
+}
+
+// MaxFinishBatch is the most calls JobsFinish records in one statement:
+// 7 parameters a row keeps a batch under SQL Server's 2,100.
+const MaxFinishBatch = 250
+
+// JobsFinish records the ends of several calls in one statement, each row
+// fenced by its claim's token exactly as JobFinishIfRunning fences one, and
+// with the same attempt line in the history. It reports, in the order
+// given, whether each row was still held under its token and so written:
+// a row whose lease was lost is left to its new owner. At most
+// MaxFinishBatch rows.
+func (s *Store) JobsFinish(ctx context.Context, given []Finish) ([]bool, error) {
+	fs := given
+	if len(fs) == 0 {
+		return nil, nil
+	}
+	if len(fs) > MaxFinishBatch {
+		return nil, fmt.Errorf("record results of %d jobs: at most %d in one statement", len(fs), MaxFinishBatch)
+	}
+	// In id order, as every other statement that writes several jobs, so
+	// that two of them lock shared rows in the same order.
+	fs = slices.Clone(fs)
+	slices.SortFunc(fs, func(a, b Finish) int { return cmp.Compare(a.ID, b.ID) })
+	var args []any
+	if !finishRowsFirst(s.d) {
+		args = historySeps()
+	}
+	rows := make([]string, len(fs))
+	for i, f := range fs {
+		o := f.Outcome
+		retry := int64(0)
+		if o.State == StateReady {
+			retry = millis(o.RetryAfter)
+		}
+		suffix := historySuffix(o.State, o.Status, o.Error)
+		if o.State == StateReady {
+			suffix = historySuffix(OutcomeRetry, o.Status, o.Error)
+		}
+		rows[i] = s.d.(finishValues).finishRow()
+		args = append(args, f.ID, f.Token, o.State, retry, nullInt(o.Status), nullString(o.Error), suffix)
+	}
+	if finishRowsFirst(s.d) {
+		args = append(args, historySeps()...)
+	}
+	q := s.d.(finishValues).finishJobs(rows)
+	ids, err := queryAll(ctx, s, fmt.Sprintf("record results of %d jobs", len(fs)), expand(s.d, q), args, func(r rowScanner) (int64, error) {
+		var id int64
+		return id, r.Scan(&id)
+	})
+	if err != nil {
+		return nil, err
+	}
+	written := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		written[id] = true
+	}
+	out := make([]bool, len(given))
+	for i, f := range given {
+		out[i] = written[f.ID]
+	}
+	return out, nil
+}
+
+// finishValues is how a dialect writes JobsFinish: a row of its VALUES
+// list (id, token, state, retry ms, status, error, history suffix), and
+// the statement around the rows and the history expression.
+type finishValues interface {
+	finishRow() string
+	finishJobs(rows []string) string
+}
+
+// finishSet is the SET list of a batch of results for the jobs table
+// named t (its name or alias): a retry is due again after its delay, and
+// only an end writes finished_at. retryAt is when a retry is due: the
+// database clock plus the row's delay.
+func finishSet(d Dialect, t, retryAt string) string {
+	return `state = v.v_state, owner = NULL, lease_until = NULL,
+  run_at = CASE WHEN v.v_state = 'ready' THEN ` + retryAt + ` ELSE ` + t + `.run_at END,
+  finished_at = CASE WHEN v.v_state = 'ready' THEN ` + t + `.finished_at ELSE {now} END,
+  last_status = v.v_status, last_error = v.v_err,
+  history = ` + historyLineOf(d, t+".", t+".owner_node", t+".started_at", "v.v_suffix")
+}
+
+const finishColumns = "v_id, v_token, v_state, v_retry, v_status, v_err, v_suffix"
+
+// PostgreSQL and SQLite join the rows in UPDATE ... FROM, a VALUES list
+// whose columns (column1, column2... on both) are named in a derived
+// table; PostgreSQL needs the parameters' types, given on every row alike.
+func (Postgres) finishRow() string {
+	return "(CAST(? AS bigint), CAST(? AS bigint), CAST(? AS text), CAST(? AS bigint), CAST(? AS integer), CAST(? AS text), CAST(? AS text))"
+}
+func (d Postgres) finishJobs(rows []string) string { return joinFinish(d, rows) }
+func (SQLite) finishRow() string                   { return "(?, ?, ?, ?, ?, ?, ?)" }
+func (d SQLite) finishJobs(rows []string) string   { return joinFinish(d, rows) }
+
+func joinFinish(d Dialect, rows []string) string {
+	retryAt := strings.NewReplacer("?", "v.v_retry", againMarker, "v.v_retry").Replace(d.NowPlusMillis())
+	return `UPDATE {jobs} SET ` + finishSet(d, "{jobs}", retryAt) + `
+FROM (SELECT column1 AS v_id, column2 AS v_token, column3 AS v_state, column4 AS v_retry, column5 AS v_status,
+    column6 AS v_err, column7 AS v_suffix
+  FROM (VALUES
+  ` + strings.Join(rows, ",\n  ") + `) AS r) AS v
+WHERE {jobs}.id = v.v_id AND {jobs}.token = v.v_token AND {jobs}.state = 'running'
+RETURNING {jobs}.id`
+}
+
+// SQL Server writes the rows into a table variable and updates the jobs
+// it names through the primary key, as the single-row finish does. Each
+// row's values are looked up in the table variable by correlated
+// subqueries rather than a join: Babelfish refuses an UPDATE whose SET
+// reads a joined table when it has an OUTPUT INTO. Each row is 7
+// parameters: a batch of MaxFinishBatch stays under the 2,100 a statement
+// may have.
+// A retry's due time is computed as the row goes into the table variable,
+// from its delay parameter (v_retry is that time here).
+func (SQLServer) finishRow() string {
+	return "SELECT ?, ?, ?, " + sqlServerPlusMillis("?", againMarker) + ", ?, ?, ?"
+}
+func (d SQLServer) finishJobs(rows []string) string {
+	set := finishValue.ReplaceAllString(finishSet(d, "j", "v.v_retry"), "(SELECT x.$1 FROM @v AS x WHERE x.v_id = j.id)")
+	return `DECLARE @v TABLE (v_id BIGINT PRIMARY KEY, v_token BIGINT, v_state NVARCHAR(20), v_retry DATETIME2(7), v_status INT,
+  v_err NVARCHAR(MAX), v_suffix NVARCHAR(MAX));
+INSERT INTO @v (` + finishColumns + `)
+  ` + strings.Join(rows, "\n  UNION ALL ") + `;
+UPDATE j SET ` + set + `
+{output id}
+FROM {jobs} AS j WITH (ROWLOCK)
+WHERE j.state = 'running' AND j.id IN (SELECT y.v_id FROM @v AS y WHERE y.v_token = j.token)`
+}
+
+// finishValue is a reference to a column of a batch's row in finishSet.
+var finishValue = regexp.MustCompile(`\bv\.(v_[a-z]+)`)
+
+// finishRowsFirst reports whether a dialect's finishJobs places its rows
+// before the SET list, so that the row parameters come first.
+func finishRowsFirst(d Dialect) bool {
+	_, ok := d.(SQLServer)
+	return ok
 }

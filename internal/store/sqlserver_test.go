@@ -120,6 +120,15 @@ func sqlServerOps() []op {
 			_, err := s.JobFinishIfRunning(ctx, 41, 42, store.Outcome{State: store.StateReady, RetryAfter: time.Minute, Status: 503, Error: "MARK 503"})
 			return err
 		}},
+		{name: "JobsFinish", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsFinish(ctx, []store.Finish{{ID: 41, Token: 42, Outcome: store.Outcome{State: store.StateDone, Status: 204}},
+				{ID: 43, Token: 44, Outcome: store.Outcome{State: store.StateReady, RetryAfter: time.Minute, Status: 503, Error: "MARK 503"}}})
+			return err
+		}},
+		{name: "JobInsertClaimed", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobInsertClaimed(ctx, mJob, "inc-MARK", "node-MARK", 15*time.Second)
+			return err
+		}},
 		{name: "JobReleaseIfRunning", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			_, err := s.JobReleaseIfRunning(ctx, 41, 42, "stopping MARK")
 			return err

@@ -214,3 +214,24 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// TakeOver makes another node ("node-b", incarnation "inc-b") the holder of
+// a running job, as the farm does when its node froze past its lease: the
+// lease runs out, the job is reclaimed and claimed again under a new
+// token. It returns the new claim; the old holder's token is then stale.
+func TakeOver(t testing.TB, s *store.Store, id int64) store.Claim {
+	t.Helper()
+	ctx := context.Background()
+	_, err := s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {jobs} SET lease_until = {now+?} WHERE id = ?`), -1000, id)
+	if err != nil {
+		t.Fatalf("expire the lease of job %d: %v", id, err)
+	}
+	if _, err := s.JobsReclaimExpired(ctx); err != nil {
+		t.Fatalf("reclaim job %d: %v", id, err)
+	}
+	cs, err := s.JobsClaim(ctx, "inc-b", "node-b", 1, time.Minute)
+	if err != nil || len(cs) != 1 || cs[0].ID != id {
+		t.Fatalf("claim job %d for node-b: %v, %v", id, cs, err)
+	}
+	return cs[0]
+}

@@ -139,6 +139,33 @@ UPDATE [sp_unit].[jobs] SET state = 'ready', owner = NULL, lease_until = NULL, r
   last_status = @p2, last_error = @p3, history = RIGHT(CONCAT(history, attempt, @p4, owner_node, @p5, CONVERT(nvarchar(27), started_at, 121), @p6, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p7), 8000)
 WHERE id = @p8 AND token = @p9 AND state = 'running';
 
+-- JobsFinish
+-- @p1 int64, @p2 int64, @p3 mssql.NVarCharMax, @p4 int64, @p5 sql.NullInt64, @p6 sql.NullString, @p7 mssql.NVarCharMax, @p8 int64, @p9 int64, @p10 mssql.NVarCharMax, @p11 int64, @p12 sql.NullInt64, @p13 mssql.NVarCharMax, @p14 mssql.NVarCharMax, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax
+DECLARE @out TABLE (id BIGINT);
+DECLARE @v TABLE (v_id BIGINT PRIMARY KEY, v_token BIGINT, v_state NVARCHAR(20), v_retry DATETIME2(7), v_status INT,
+  v_err NVARCHAR(MAX), v_suffix NVARCHAR(MAX));
+INSERT INTO @v (v_id, v_token, v_state, v_retry, v_status, v_err, v_suffix)
+  SELECT @p1, @p2, @p3, DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), @p5, @p6, @p7
+  UNION ALL SELECT @p8, @p9, @p10, DATEADD(millisecond, CAST(@p11 % 86400000 AS int), DATEADD(day, CAST(@p11 / 86400000 AS int), SYSUTCDATETIME())), @p12, @p13, @p14;
+UPDATE j SET state = (SELECT x.v_state FROM @v AS x WHERE x.v_id = j.id), owner = NULL, lease_until = NULL,
+  run_at = CASE WHEN (SELECT x.v_state FROM @v AS x WHERE x.v_id = j.id) = 'ready' THEN (SELECT x.v_retry FROM @v AS x WHERE x.v_id = j.id) ELSE j.run_at END,
+  finished_at = CASE WHEN (SELECT x.v_state FROM @v AS x WHERE x.v_id = j.id) = 'ready' THEN j.finished_at ELSE SYSUTCDATETIME() END,
+  last_status = (SELECT x.v_status FROM @v AS x WHERE x.v_id = j.id), last_error = (SELECT x.v_err FROM @v AS x WHERE x.v_id = j.id),
+  history = RIGHT(CONCAT(j.history, j.attempt, @p15, j.owner_node, @p16, CONVERT(nvarchar(27), j.started_at, 121), @p17, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), (SELECT x.v_suffix FROM @v AS x WHERE x.v_id = j.id)), 8000)
+OUTPUT inserted.id INTO @out
+FROM [sp_unit].[jobs] AS j WITH (ROWLOCK)
+WHERE j.state = 'running' AND j.id IN (SELECT y.v_id FROM @v AS y WHERE y.v_token = j.token);
+SELECT id FROM @out ORDER BY id;
+
+-- JobInsertClaimed
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int, @p5 int64, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 sql.NullString, @p9 mssql.NullDateTime, @p10 mssql.NullDateTime, @p11 int, @p12 mssql.NVarCharMax, @p13 mssql.NVarCharMax, @p14 int64
+DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7));
+INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, owner, owner_node, lease_until, started_at)
+OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for INTO @out
+VALUES (@p1, @p2, @p3, 'running', SYSUTCDATETIME(), 1, @p4, @p5, @p6, @p7, 1, SYSUTCDATETIME(), @p8, @p9, @p10, @p11, @p12, @p13, DATEADD(millisecond, CAST(@p14 % 86400000 AS int), DATEADD(day, CAST(@p14 / 86400000 AS int), SYSUTCDATETIME())), SYSUTCDATETIME());
+SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for FROM @out ORDER BY id;
+
 -- JobReleaseIfRunning
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int64, @p7 int64
 UPDATE [sp_unit].[jobs] SET state = 'ready', owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),

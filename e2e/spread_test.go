@@ -1,0 +1,70 @@
+//go:build unix
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// A burst far larger than the farm's capacity, due at one instant, drains
+// as fast as the nodes' calls end (each node claims again as it has room)
+// and still spreads by capacity: no node runs less than half its share.
+func TestFarmSpreadsABurstByCapacity(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, db := storetest.OpenDB(t, driver)
+		ctx := context.Background()
+		rec := &recorder{}
+		srv := httptest.NewServer(http.HandlerFunc(rec.handler))
+		defer srv.Close()
+
+		names := []string{"node-a", "node-b", "node-c"}
+		var nodes []*node
+		for _, name := range names {
+			nodes = append(nodes, startNode(t, env(driver, db.DSN, name, srv.URL, db.ExtraEnv()...), name))
+		}
+		waitSettled(t, s, 3)
+
+		// All due at one database instant a little ahead, written in a
+		// few statements so that the burst does not trickle in.
+		total := 1500
+		if driver == "sqlserver" {
+			total = 600 // the T-SQL test server is slow at every statement
+		}
+		c, err := client.New(s.DB(), driver, client.WithSchema(db.Schema))
+		require.NoError(t, err)
+		js := make([]client.Job, total)
+		for i := range js {
+			js[i] = client.Job{Endpoint: fmt.Sprintf("/jobs/burst?n=%d", i), MaxAttempts: 3, Delay: 2 * time.Second}
+		}
+		_, err = c.EnqueueMany(ctx, js)
+		require.NoError(t, err)
+		waitFor(t, 180*time.Second, "all jobs called", func() bool { return len(rec.snapshot()) >= total })
+		for _, n := range nodes {
+			n.stop(t)
+		}
+		perNode := map[string]int{}
+		perJob := map[string]int{}
+		for _, c := range rec.snapshot() {
+			perNode[c.node]++
+			perJob[c.job]++
+		}
+		require.Len(t, perJob, total)
+		for job, n := range perJob {
+			require.Equal(t, 1, n, "job %s called %d times", job, n)
+		}
+		fair := total / len(names)
+		t.Logf("%s: jobs per node %v", driver, perNode)
+		for _, name := range names {
+			require.GreaterOrEqual(t, perNode[name], fair/2, "node %s ran %d of %d jobs (fair share %d): %v", name, perNode[name], total, fair, perNode)
+		}
+	})
+}

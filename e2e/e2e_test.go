@@ -259,14 +259,24 @@ func TestFarmRunsEachJobOnce(t *testing.T) {
 		calls := rec.snapshot()
 		perJob := map[string]int{}
 		perNode := map[string]int{}
+		reclaimed := 0
 		for _, c := range calls {
 			require.True(t, ids[c.job], "a call for unknown job %q", c.job)
 			perJob[c.job]++
 			perNode[c.node]++
-			require.Equal(t, "1", c.token, "first claim of job %s", c.job)
+			// Token 1 is the job's first claim. A claim whose answer was lost
+			// (its statement timed out on a loaded server but committed) is
+			// given back unrun and the job claimed again: a later token, and
+			// still one call.
+			tok, err := strconv.ParseInt(c.token, 10, 64)
+			require.NoError(t, err, "X-Slotpoller-Token %q of job %s", c.token, c.job)
+			require.GreaterOrEqual(t, tok, int64(1), "token of job %s", c.job)
+			if tok > 1 {
+				reclaimed++
+			}
 			require.Equal(t, "1", c.attempt)
 			require.NotEmpty(t, c.key, "Idempotency-Key")
-			_, err := time.Parse(time.RFC3339, c.deadline)
+			_, err = time.Parse(time.RFC3339, c.deadline)
 			require.NoError(t, err, "X-Slotpoller-Deadline %q", c.deadline)
 		}
 		require.Len(t, perJob, total, "every job was called")
@@ -277,7 +287,7 @@ func TestFarmRunsEachJobOnce(t *testing.T) {
 		for _, name := range names {
 			require.GreaterOrEqual(t, perNode[name], fair/2, "node %s ran %d of %d jobs (fair share %d): %v", name, perNode[name], total, fair, perNode)
 		}
-		t.Logf("%s: jobs per node %v", driver, perNode)
+		t.Logf("%s: jobs per node %v; %d called after a lost claim answer (token > 1)", driver, perNode, reclaimed)
 
 		// A graceful stop leaves the registry at once.
 		nodesNow, _, err := s.Nodes(ctx, time.Hour)

@@ -227,6 +227,8 @@ func badInputs(t *testing.T) []badInput {
 		flagCase("job list -limit 0", "-limit 0: must be between 1 and 1000", "job", "list", "-limit", "0"),
 		flagCase("job list -limit 5000", "-limit: limit 5000 must be between 1 and 1000", "job", "list", "-limit", "5000"),
 		flagCase("job list -since negative", "-since: since -1h0m0s must not be negative", "job", "list", "-since", "-1h"),
+		flagCase("job list -until past -since", "-until: until 2h0m0s must be less than since 1h0m0s", "job", "list", "-since", "1h", "-until", "2h"),
+		flagCase("job retry id and -until", "give a job ID or -state, not both", "job", "retry", "7", "-until", "1h"),
 		flagCase("job list -cursor", `-cursor: cursor "x" is not one a page gave`, "job", "list", "-cursor", "x"),
 
 		// Endpoints.

@@ -30,13 +30,14 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 		state := fs.String("state", "", "ready, retrying (backing off after a failure), running, done, failed, dead, cancelled or missed")
 		endpoint := fs.String("endpoint", "", "only endpoints that start with this prefix")
 		since := fs.Duration("since", 0, "only jobs created within this long, e.g. 24h (database clock)")
+		until := fs.Duration("until", 0, "only jobs created at least this long ago, e.g. 1h: with -since, a time range")
 		limit := fs.Int("limit", client.DefaultListLimit, fmt.Sprintf("at most this many jobs, 1 to %d", client.MaxListLimit))
 		cursor := fs.String("cursor", "", "continue where the previous page ended")
 		asJSON := fs.Bool("json", false, "print JSON: an object with a jobs array and next_cursor")
 		if err := parse(fs, args); err != nil {
 			return err
 		}
-		f := client.Filter{State: *state, EndpointPrefix: *endpoint, Since: *since, Limit: *limit, Cursor: *cursor}
+		f := client.Filter{State: *state, EndpointPrefix: *endpoint, Since: *since, Until: *until, Limit: *limit, Cursor: *cursor}
 		if err := checkFilter(f, *limit < 1); err != nil {
 			return err
 		}
@@ -84,6 +85,7 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 	case "retry":
 		state := fs.String("state", "", "retry every job in this state: dead, failed, cancelled or missed")
 		since := fs.Duration("since", 0, "with -state: only jobs created within this long, e.g. 24h")
+		until := fs.Duration("until", 0, "with -state: only jobs created at least this long ago, e.g. 1h")
 		limit := fs.Int("limit", client.MaxListLimit, fmt.Sprintf("with -state: at most this many jobs, newest first, 1 to %d", client.MaxListLimit))
 		var id int64
 		var err error
@@ -96,14 +98,14 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		switch {
-		case id != 0 && (*state != "" || *since != 0):
+		case id != 0 && (*state != "" || *since != 0 || *until != 0):
 			return usageError{"give a job ID or -state, not both"}
 		case id == 0 && *state == "":
 			return usageError{"say which jobs: `job retry ID` or `job retry -state dead [-since 24h]`"}
 		case id == 0 && *state != client.StateDead && *state != client.StateFailed && *state != client.StateCancelled && *state != client.StateMissed:
 			return usageError{fmt.Sprintf("-state %q: only dead, failed, cancelled or missed jobs can be retried", *state)}
 		}
-		f := client.Filter{State: *state, Since: *since, Limit: *limit}
+		f := client.Filter{State: *state, Since: *since, Until: *until, Limit: *limit}
 		if err := checkFilter(f, *limit < 1); err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -28,10 +29,15 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	dsn := fs.String("dsn", "", "administrator DSN of a PostgreSQL server that loads pg_stat_statements (default: start a private server)")
 	riverDir := fs.String("river-dir", filepath.Join("bench", "river"), "folder of the River module")
 	logLevel := fs.String("log", "warn", "slotpoller node log level on stderr: debug, info, warn, error or off")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the slotpoller side's run (nodes, endpoint and feeder, one process) to this file")
+	rounds := fs.Int("rounds", 1, "run the two sides this many times, alternately, and report each figure's median (a 2-core machine's figures move by 10% from one run to the next)")
 	var p benchkit.Params
 	p.Flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *rounds < 1 {
+		return fmt.Errorf("-rounds %d: must be at least 1", *rounds)
 	}
 	if _, err := os.Stat(filepath.Join(*riverDir, "go.mod")); err != nil {
 		return fmt.Errorf("no River module at %s (run from the repository root or pass -river-dir): %w", *riverDir, err)
@@ -61,31 +67,42 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		load = strings.Join(strings.Fields(string(b))[:3], " ")
 	}
 
-	// River first, in its own process and module.
-	riverArgs := append([]string{"run", ".", "-dsn", admin}, p.Args()...)
-	cmd := exec.CommandContext(ctx, "go", riverArgs...)
-	cmd.Dir = *riverDir
-	var riverOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &riverOut, stderr
-	fmt.Fprintf(stderr, "bench: (cd %s && go %s)\n", *riverDir, strings.Join(riverArgs, " "))
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("River side: %w", err)
-	}
-	results, err := benchkit.ReadJSONLines(&riverOut, func(line string) { fmt.Fprintln(stderr, line) })
-	if err != nil || len(results) == 0 {
-		return errors.Join(errors.New("River side printed no results"), err)
-	}
-	riverName := results[0].Side
-
 	side := slotSide{name: "slotpoller " + gitCommit(ctx), logger: logger}
-	emit := benchkit.JSONLines(stderr)
-	err = benchkit.Run(ctx, srv, side, p, func(r benchkit.Result) {
-		results = append(results, r)
-		emit(r)
-	}, func(f string, a ...any) { fmt.Fprintf(stderr, "bench: "+f+"\n", a...) })
-	if err != nil {
-		return err
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
+	var results []benchkit.Result
+	riverName := ""
+	for round := 1; round <= *rounds; round++ {
+		if *rounds > 1 {
+			fmt.Fprintf(stderr, "bench: round %d of %d\n", round, *rounds)
+		}
+		// River first, in its own process and module.
+		riverResults, err := runRiver(ctx, *riverDir, admin, p, stderr)
+		if err != nil {
+			return err
+		}
+		riverName = riverResults[0].Side
+		results = append(results, riverResults...)
+
+		emit := benchkit.JSONLines(stderr)
+		err = benchkit.Run(ctx, srv, side, p, func(r benchkit.Result) {
+			results = append(results, r)
+			emit(r)
+		}, func(f string, a ...any) { fmt.Fprintf(stderr, "bench: "+f+"\n", a...) })
+		if err != nil {
+			return err
+		}
+	}
+	results = benchkit.Medians(results)
 
 	fmt.Fprintf(stdout, "## River side by side\n\n")
 	fmt.Fprintf(stdout, "- command: `%s`\n", strings.Join(append([]string{"go run ./bench compare"}, args...), " "))
@@ -94,9 +111,31 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), load)
 	fmt.Fprintf(stdout, "- database: PostgreSQL %s (%s), one fresh database per farm, statements counted by pg_stat_statements\n",
 		srv.Version, map[bool]string{true: "private cluster, fsync off", false: "given by -dsn"}[*dsn == ""])
+	if *rounds > 1 {
+		fmt.Fprintf(stdout, "- rounds: %d, the sides alternately (River first); each figure is the median of its %d values\n", *rounds, *rounds)
+	}
 	fmt.Fprintf(stdout, "- ratio: better-is-higher (slotpoller ÷ River where higher is better, River ÷ slotpoller where lower is better): above 1× slotpoller does better\n\n")
 	benchkit.Tables(stdout, []string{riverName, side.name}, results)
 	return nil
+}
+
+// runRiver runs the River side once, in its own module and process, and
+// returns its results.
+func runRiver(ctx context.Context, dir, admin string, p benchkit.Params, stderr io.Writer) ([]benchkit.Result, error) {
+	args := append([]string{"run", ".", "-dsn", admin}, p.Args()...)
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, stderr
+	fmt.Fprintf(stderr, "bench: (cd %s && go %s)\n", dir, strings.Join(args, " "))
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("River side: %w", err)
+	}
+	results, err := benchkit.ReadJSONLines(&out, func(line string) { fmt.Fprintln(stderr, line) })
+	if err != nil || len(results) == 0 {
+		return nil, errors.Join(errors.New("River side printed no results"), err)
+	}
+	return results, nil
 }
 
 func nodeLogger(level string, w io.Writer) (*slog.Logger, error) {

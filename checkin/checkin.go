@@ -1,19 +1,34 @@
 // Package checkin is the node registry: a node checks in at start under a
-// fresh incarnation id, heartbeats its row with the database's time, reads
-// who else is live (heartbeat younger than the TTL, judged by the database
-// clock), and marks itself left on a graceful stop.
+// fresh incarnation id, keeps its row live, reads who else is live (judged
+// by the database clock), and marks itself left on a graceful stop.
 //
-// Registry is an interface so that a cheaper liveness signal (a
-// session-scoped database lock released when a process dies) can replace or
-// complement heartbeats later.
+// How a row stays live depends on the database. On a database server the
+// farm shares (PostgreSQL, SQL Server) the node writes its row only in its
+// own turn, once per rotation, promising to stay live until a little after
+// its next turn (live_until): an idle farm's registry costs one write and
+// one read per slot, whatever its size. Where the database has session
+// locks (PostgreSQL) the node also holds an advisory lock on a connection
+// of its own, which the database releases when the process or the
+// connection dies, so a dead node is out at once rather than when its
+// promise ends; the lock's session also listens for notes (a backlog
+// flagged, a task given) that make a node read the registry before its
+// turn. SQL Server has neither that a test server survives (DESIGN, README
+// "Where Babelfish differs"): a dead node is out when its promise ends, and
+// nodes learn of a backlog or a given task at their turns. On SQLite, one
+// host's file, the node heartbeats: a write and a reading every heartbeat,
+// out of phase with the other nodes, live while the last heartbeat is
+// younger than the TTL. Either way each turn also writes and reads (Turn),
+// with the hints of what the turn has to do.
 package checkin
 
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -90,10 +105,22 @@ func (m Membership) Capacity() (total, free int) {
 type Registry interface {
 	Join(ctx context.Context) error
 	Run(ctx context.Context) error
+	Turn(ctx context.Context) (Hints, error)
 	Membership() Membership
 	SignalBacklog(ctx context.Context, hold time.Duration) error
 	Leave(ctx context.Context) error
 	Incarnation() string
+}
+
+// Hints say which of a turn's duties have anything to do, as the turn's
+// reading found the queue: an idle farm's turn does nothing more.
+type Hints struct {
+	Jobs      bool // due jobs, or running ones whose lease ran out: poll
+	Schedules bool // a schedule fires within two slots: write its occurrences
+	Tasks     bool // a task waits for an owner, or a deleted one for its owner to let go: balance
+	// TaskLeaseEnds: a task's lease that its owner stopped renewing ends
+	// this soon (0: none within the task window, see taskWindow).
+	TaskLeaseEnds time.Duration
 }
 
 // Status is what the node reports about itself at each heartbeat.
@@ -120,16 +147,35 @@ type Options struct {
 	Status func() Status
 	// Changed is called after every membership reading (to nudge the poller).
 	Changed func(Membership)
+	// Slot is the rotation's slot length. A turn's write keeps the node
+	// live for a rotation and two slots (plus the TTL), and Run writes only
+	// when no turn came for that long: an idle farm's registry costs a
+	// write and a read a slot whatever its size. Zero heartbeats (every
+	// node writes and reads each heartbeat).
+	Slot time.Duration
+	// TaskGiven is called when a note says another node gave this one a
+	// task (locking: it reads the registry only in its turns otherwise).
+	TaskGiven func()
+	// Timed runs a reading that returns the database time, so that it
+	// serves as a clock sample (clocksync's Estimator.Observe); nil runs it
+	// plainly.
+	Timed func(ctx context.Context, read func(context.Context) (time.Time, error)) error
 }
 
-// Heartbeats is the registry kept by heartbeats in the nodes table.
+// Heartbeats is the registry kept in the nodes table, by heartbeats or by a
+// session lock and the node's turns.
 type Heartbeats struct {
 	store       *store.Store
 	opts        Options
 	incarnation string
+	locking     bool // writes only in turns, live by their promise
+	sessionLock bool // and by a session lock (PostgreSQL)
 
 	mu         sync.Mutex
 	membership Membership
+	lock       *store.NodeLock
+	liveUntil  time.Duration // monotonic: when the last successful write's promise ends
+	readAt     time.Duration // monotonic: the last successful reading
 }
 
 // New returns a heartbeat registry for one process start.
@@ -144,8 +190,14 @@ func New(s *store.Store, opts Options) *Heartbeats {
 	if inc == "" {
 		inc = NewIncarnation()
 	}
-	return &Heartbeats{store: s, opts: opts, incarnation: inc}
+	turns := opts.Slot > 0
+	return &Heartbeats{store: s, opts: opts, incarnation: inc, locking: turns, sessionLock: turns && s.SessionLocks()}
 }
+
+// Locking reports whether the node writes its row only in its turns, live
+// by their promise (and a session lock where the database has them), rather
+// than by heartbeats.
+func (h *Heartbeats) Locking() bool { return h.locking }
 
 // NewIncarnation draws a fresh incarnation id for one process start.
 func NewIncarnation() string {
@@ -158,13 +210,51 @@ func NewIncarnation() string {
 // by the incarnation, so a restarted node never inherits its old leases.
 func (h *Heartbeats) Incarnation() string { return h.incarnation }
 
+// state is the node's row as written now, with the promise the write makes.
 func (h *Heartbeats) state() store.NodeState {
 	st := Status{Free: h.opts.Capacity}
 	if h.opts.Status != nil {
 		st = h.opts.Status()
 	}
-	return store.NodeState{Name: h.opts.Name, Incarnation: h.incarnation, Capacity: h.opts.Capacity,
+	n := store.NodeState{Name: h.opts.Name, Incarnation: h.incarnation, Capacity: h.opts.Capacity,
 		Free: st.Free, Offset: st.Offset, OffsetError: st.OffsetError, Turns: st.Turns}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.locking {
+		n.LiveFor = h.turnGap() + h.opts.TTL
+	}
+	if h.lock != nil {
+		n.LockKey = h.lock.Key
+	}
+	return n
+}
+
+// turnGap is how long the node may go without a turn before it reads the
+// membership (and, locking, writes its row) on its own: a rotation of the
+// farm as last read, and two slots for a turn skipped or a member joining.
+// h.mu is held.
+func (h *Heartbeats) turnGap() time.Duration {
+	if h.opts.Slot <= 0 {
+		return 0
+	}
+	return time.Duration(len(h.membership.Members)+2) * h.opts.Slot
+}
+
+// wrote records a successful write of n, just confirmed. The node trusts
+// its reading for the write's promise from now, not from when the write
+// was sent: on a slow database (a statement taking most of a short TTL)
+// counting from the sending would leave the node no moment in which it
+// trusts any reading, and it would never take a turn. Safety does not
+// rest on this (claims and leases are fenced); it only keeps a node cut
+// off from its database from acting on an old picture of the farm.
+func (h *Heartbeats) wrote(n store.NodeState) {
+	promise := n.LiveFor
+	if promise == 0 { // a heartbeat: live for the TTL
+		promise = h.opts.TTL
+	}
+	h.mu.Lock()
+	h.liveUntil = h.opts.Clock.Monotonic() + promise
+	h.mu.Unlock()
 }
 
 // Join checks the node in and reads the membership.
@@ -176,23 +266,34 @@ func (h *Heartbeats) state() store.NodeState {
 // moves on), another running process has the name: Join returns
 // ErrNameInUse rather than evict it, and the node must not retry.
 func (h *Heartbeats) Join(ctx context.Context) error {
+	if h.sessionLock {
+		if err := h.takeLock(ctx); err != nil {
+			return err
+		}
+	}
 	var prev *store.NodeNameInUse
 	for {
-		err := h.store.NodeCheckIn(ctx, h.state(), h.opts.TTL)
+		n := h.state()
+		err := h.store.NodeCheckIn(ctx, n, h.opts.TTL)
 		var held *store.NodeNameInUse
 		if !errors.As(err, &held) {
 			if err != nil {
 				return err
 			}
-			return h.refresh(ctx)
+			_, err := h.read(ctx, &n, func(ctx context.Context) (store.TurnReading, error) {
+				nodes, now, err := h.store.Nodes(ctx, h.opts.TTL)
+				return store.TurnReading{Nodes: nodes, Now: now, Mine: true}, err
+			})
+			return err
 		}
 		if prev != nil && held.Incarnation == prev.Incarnation && held.LastSeen.After(prev.LastSeen) {
 			return fmt.Errorf("%w: %v, and it heartbeats: another slotpoller process runs as %q; give each node a unique node.name",
 				ErrNameInUse, held, h.opts.Name)
 		}
-		// Look again once its heartbeat would be older than the TTL, and
-		// never sooner than a heartbeat, which a live holder sends.
-		wait := max(h.opts.TTL-held.Age, h.opts.Heartbeat) + h.opts.Heartbeat/4
+		// Look again once its heartbeat would be older than the TTL and its
+		// last write's promise ran out, and never sooner than a heartbeat,
+		// which a live holder sends.
+		wait := max(h.opts.TTL-held.Age, held.LiveFor, h.opts.Heartbeat) + h.opts.Heartbeat/4
 		if prev == nil || held.Incarnation != prev.Incarnation {
 			h.opts.Logger.Warn("node name is held by another process; waiting to see whether it is alive (a restart after a crash takes the name once the old heartbeat is older than the TTL)",
 				"node", h.opts.Name, "holder", held.Incarnation, "last_seen_ago", held.Age, "ttl", h.opts.TTL, "wait", wait)
@@ -204,85 +305,298 @@ func (h *Heartbeats) Join(ctx context.Context) error {
 	}
 }
 
-// Beat writes one heartbeat and reads the membership.
-func (h *Heartbeats) Beat(ctx context.Context) error {
-	ok, err := h.store.NodeHeartbeat(ctx, h.state())
-	if err != nil {
-		return err
+// takeLock takes a session lock under a fresh key on a connection of its
+// own, releasing the one held before (whose session the database ended, or
+// will end).
+func (h *Heartbeats) takeLock(ctx context.Context) error {
+	h.mu.Lock()
+	old := h.lock
+	h.lock = nil
+	h.mu.Unlock()
+	old.Release()
+	for range 5 {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		key := int64(binary.BigEndian.Uint32(b[:])&0x7fffffff) | 1
+		l, ok, err := h.store.NodeLockTake(ctx, key)
+		if err != nil {
+			return fmt.Errorf("node %q: %w", h.opts.Name, err)
+		}
+		if ok {
+			h.mu.Lock()
+			h.lock = l
+			h.mu.Unlock()
+			return nil
+		}
 	}
-	if !ok {
-		return fmt.Errorf("node %q: %w", h.opts.Name, ErrReplaced)
-	}
-	return h.refresh(ctx)
+	return fmt.Errorf("node %q: take node lock: five random keys were all held by other sessions", h.opts.Name)
 }
 
-func (h *Heartbeats) refresh(ctx context.Context) error {
-	nodes, _, err := h.store.Nodes(ctx, h.opts.TTL)
+// Beat writes the node's row and reads the membership: a turn's reading
+// without the hints, which only a turn acts on (a heartbeat would read
+// them for nothing, every heartbeat).
+func (h *Heartbeats) Beat(ctx context.Context) error {
+	_, err := h.turn(ctx, false)
+	return err
+}
+
+// Turn is the node's turn in the registry: it writes its row, reads the
+// membership (nudging Changed) and the hints of what the turn has to do.
+// The reading is also a clock sample (Options.Timed).
+func (h *Heartbeats) Turn(ctx context.Context) (Hints, error) {
+	r, err := h.turn(ctx, true)
 	if err != nil {
-		return err
+		return Hints{Jobs: true, Schedules: true, Tasks: true}, err
+	}
+	return Hints{Jobs: r.Jobs, Schedules: r.Schedules, Tasks: r.Tasks, TaskLeaseEnds: r.TaskLeaseEnds}, nil
+}
+
+// taskWindow is how far ahead a turn looks for a task lease about to end:
+// a slot (the next turn's owner looks after that), and never as far as a
+// lease its owner renews (every heartbeat, for the TTL) ever comes.
+func (h *Heartbeats) taskWindow() time.Duration {
+	return max(0, min(h.opts.Slot, h.opts.TTL-h.opts.Heartbeat))
+}
+
+func (h *Heartbeats) turn(ctx context.Context, hints bool) (store.TurnReading, error) {
+	write := func(ctx context.Context, n store.NodeState) (store.TurnReading, error) {
+		if hints {
+			return h.store.NodeTurn(ctx, n, h.opts.TTL, 2*h.opts.Slot, h.taskWindow())
+		}
+		mine, err := h.store.NodeHeartbeat(ctx, n)
+		if err != nil {
+			return store.TurnReading{}, err
+		}
+		nodes, now, err := h.store.Nodes(ctx, h.opts.TTL)
+		return store.TurnReading{Nodes: nodes, Now: now, Mine: mine}, err
+	}
+	n := h.state()
+	r, err := h.read(ctx, &n, func(ctx context.Context) (store.TurnReading, error) { return write(ctx, n) })
+	if err != nil {
+		return r, err
+	}
+	if h.sessionLock && !h.liveIn(r) {
+		// The write went through but the node is not live: the database
+		// ended the lock's session (it restarted, or the connection broke).
+		// Take a lock again and say so at once, not a rotation later.
+		h.opts.Logger.Warn("the node's liveness lock was lost (its database session ended); taking it again", "node", h.opts.Name)
+		if err := h.takeLock(ctx); err != nil {
+			return r, err
+		}
+		n = h.state()
+		if r, err = h.read(ctx, &n, func(ctx context.Context) (store.TurnReading, error) { return write(ctx, n) }); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// liveIn reports whether the reading counts this incarnation live.
+func (h *Heartbeats) liveIn(r store.TurnReading) bool {
+	for _, n := range r.Nodes {
+		if n.Incarnation == h.incarnation {
+			return n.Live
+		}
+	}
+	return false
+}
+
+// read runs one registry reading, timed as a clock sample, and keeps the
+// membership it found, with the promise of n, the write that went with it.
+// A reading whose write found the row no longer this incarnation's is
+// ErrReplaced.
+func (h *Heartbeats) read(ctx context.Context, n *store.NodeState, f func(context.Context) (store.TurnReading, error)) (store.TurnReading, error) {
+	var r store.TurnReading
+	get := func(ctx context.Context) (time.Time, error) {
+		var err error
+		r, err = f(ctx)
+		return r.Now, err
+	}
+	var err error
+	if h.opts.Timed != nil {
+		err = h.opts.Timed(ctx, get)
+	} else {
+		_, err = get(ctx)
+	}
+	if err != nil {
+		return r, err
+	}
+	if !r.Mine {
+		return r, fmt.Errorf("node %q: %w", h.opts.Name, ErrReplaced)
 	}
 	m := Membership{Read: h.opts.Clock.Now(), OK: true}
-	for _, n := range nodes {
-		if n.Live {
+	for _, n := range r.Nodes {
+		// The node counts itself in once its write went through, even where
+		// a slow database read it back older than the TTL.
+		if n.Live || n.Incarnation == h.incarnation && n.State == "up" {
 			m.Members = append(m.Members, Member{Name: n.Name, Incarnation: n.Incarnation, Capacity: n.Capacity, Free: n.Free,
 				Backlog: n.Backlog, Tasks: n.Tasks})
 		}
 	}
+	h.wrote(*n) // before the reading is published: Changed wakes readers of Membership
 	h.mu.Lock()
-	h.membership = m
+	h.membership, h.readAt = m, h.opts.Clock.Monotonic()
 	h.mu.Unlock()
 	if h.opts.Changed != nil {
 		h.opts.Changed(m)
 	}
-	return nil
+	return r, nil
 }
 
-// Run heartbeats every interval until ctx ends. Database errors are logged
-// and retried at the next beat: a node that cannot reach its database simply
-// stops being live for the others. It returns ErrReplaced if another process
-// took the node's row.
+// Phase is where in a period of length d this incarnation's periodic work
+// falls (its heartbeats, its task renewals): nodes started together (a
+// deploy) would otherwise write in step for as long as they run.
+func (h *Heartbeats) Phase(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	f := fnv.New64a()
+	_, _ = f.Write([]byte(h.incarnation))
+	return time.Duration(f.Sum64() % uint64(d))
+}
+
+// Run keeps the node live until ctx ends. Heartbeating, it writes the row
+// and reads the membership every heartbeat (the first one a phase into
+// it). Locking, it writes nothing while the turns do, and steps in (a write
+// and a reading) only when a turn is overdue (the last write's promise is
+// within a TTL of its end), when the lock's session ended, or when another
+// node notes a backlog (at most once a slot): the backlog widens the
+// rotation, and every node must learn of it sooner than its own turn.
+// Database errors are logged and retried at the next beat: a node that
+// cannot reach its database simply stops being live for the others. It
+// returns ErrReplaced if another process took the node's row.
 func (h *Heartbeats) Run(ctx context.Context) error {
 	failing := false
+	wait := h.Phase(h.opts.Heartbeat)
+	if h.locking {
+		wait = h.opts.Heartbeat
+	}
+	// A backlog note that came within a slot of the last reading is not
+	// dropped: the reading is made when that slot is up.
+	pending := false
 	for {
-		if err := clock.Sleep(ctx, h.opts.Clock, h.opts.Heartbeat); err != nil {
-			return err
+		var notes <-chan string
+		var lost <-chan struct{}
+		h.mu.Lock()
+		if h.lock != nil {
+			notes, lost = h.lock.Notes(), h.lock.Lost()
 		}
-		err := h.Beat(ctx)
+		h.mu.Unlock()
+		t := h.opts.Clock.NewTimer(wait)
+		beat := false
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C():
+			wait = h.opts.Heartbeat
+			beat, pending = pending, false
+		case note := <-notes:
+			t.Stop()
+			if note != NoteBacklog {
+				if note == noteTaskGiven+h.incarnation && h.opts.TaskGiven != nil {
+					h.opts.TaskGiven()
+				}
+				continue
+			}
+			h.mu.Lock()
+			age := h.opts.Clock.Monotonic() - h.readAt
+			h.mu.Unlock()
+			if age < h.opts.Slot {
+				pending, wait = true, h.opts.Slot-age
+				continue
+			}
+			wait, beat, pending = h.opts.Heartbeat, true, false
+		case <-lost:
+			t.Stop()
+			beat = true
+		}
+		var err error
+		if beat {
+			err = h.Beat(ctx)
+		} else {
+			err = h.keepLive(ctx)
+		}
 		switch {
 		case errors.Is(err, ErrReplaced):
 			return err
 		case err != nil && ctx.Err() == nil:
 			if !failing {
-				h.opts.Logger.Error("heartbeat failed; the other nodes will count this node out after the TTL if it goes on",
+				h.opts.Logger.Error("node registry write failed; the other nodes will count this node out when its last write's promise runs out, if it goes on",
 					"err", err, "ttl", h.opts.TTL)
 			}
 			failing = true
 		case err == nil && failing:
-			h.opts.Logger.Info("heartbeat restored")
+			h.opts.Logger.Info("node registry writes work again")
 			failing = false
 		}
 	}
 }
 
-// Membership returns the live members as last read. A reading older than
-// the TTL is reported empty: a node cut off from the database must not keep
-// acting on an old picture of the farm.
+// keepLive is one beat of Run.
+func (h *Heartbeats) keepLive(ctx context.Context) error {
+	if !h.locking {
+		return h.Beat(ctx)
+	}
+	h.mu.Lock()
+	liveUntil, read := h.liveUntil, h.membership.OK
+	h.mu.Unlock()
+	if read && h.opts.Clock.Monotonic() < liveUntil-h.opts.TTL {
+		return nil
+	}
+	return h.Beat(ctx)
+}
+
+// Membership returns the live members as last read, while the node's last
+// successful write keeps it live: a node cut off from the database must
+// stop acting on its picture of the farm once the others may have counted
+// it out.
 func (h *Heartbeats) Membership() Membership {
 	h.mu.Lock()
-	m := h.membership
+	m, liveUntil := h.membership, h.liveUntil
 	h.mu.Unlock()
-	if m.OK && h.opts.Clock.Now().Sub(m.Read) > h.opts.TTL {
+	if m.OK && h.opts.Clock.Monotonic() >= liveUntil {
 		return Membership{Read: m.Read}
 	}
 	return m
 }
 
-// SignalBacklog tells the farm this node left due work behind.
+// SignalBacklog tells the farm this node left due work behind. Locking,
+// the nodes read the registry only in their turns, so it also sends them a
+// note, unless the backlog was already up as last read (then they know).
 func (h *Heartbeats) SignalBacklog(ctx context.Context, hold time.Duration) error {
-	return h.store.NodeSignalBacklog(ctx, h.opts.Name, h.incarnation, hold)
+	if err := h.store.NodeSignalBacklog(ctx, h.opts.Name, h.incarnation, hold); err != nil {
+		return err
+	}
+	if !h.locking || h.Membership().Backlog() {
+		return nil
+	}
+	return h.store.NodeNotify(ctx, NoteBacklog)
 }
 
-// Leave marks the node as gone.
+// NoteBacklog is the note a node sends when it flags a backlog.
+const NoteBacklog = "backlog"
+
+// noteTaskGiven, followed by an incarnation, says a task was given to it.
+const noteTaskGiven = "task:"
+
+// NoteTaskGiven tells the node of incarnation that it was given a task, so
+// that it takes it up at once. Locking only: a heartbeating node reads the
+// registry, and finds the task, within a heartbeat anyway.
+func (h *Heartbeats) NoteTaskGiven(ctx context.Context, incarnation string) error {
+	if !h.locking {
+		return nil
+	}
+	return h.store.NodeNotify(ctx, noteTaskGiven+incarnation)
+}
+
+// Leave marks the node as gone and lets go of its lock.
 func (h *Heartbeats) Leave(ctx context.Context) error {
-	return h.store.NodeLeave(ctx, h.opts.Name, h.incarnation)
+	err := h.store.NodeLeave(ctx, h.opts.Name, h.incarnation)
+	h.mu.Lock()
+	l := h.lock
+	h.lock = nil
+	h.mu.Unlock()
+	l.Release()
+	return err
 }

@@ -202,3 +202,217 @@ func TestRunKeepsGoingWhenTheDatabaseIsGone(t *testing.T) {
 	stop()
 	require.ErrorIs(t, <-done, context.Canceled)
 }
+
+// On every database a node with a slot writes its row only in its turns
+// (PostgreSQL adds a session lock; SQL Server and SQLite are live by the
+// promise alone): Run sends nothing while they come, a turn is one write
+// and one read, and the promise of each write covers the rotation until
+// the next. Without a slot nodes heartbeat.
+func TestLockingNodeWritesOnlyInItsTurns(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		h := checkin.New(s, checkin.Options{Name: "x", Capacity: 1, Heartbeat: time.Second, TTL: 3 * time.Second})
+		require.False(t, h.Locking(), "without a slot, nodes heartbeat")
+		lockingNodeWritesOnlyInItsTurns(t, s)
+	})
+}
+
+func lockingNodeWritesOnlyInItsTurns(t *testing.T, s *store.Store) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := clock.NewFake(t0)
+	opts := func(name string) checkin.Options {
+		return checkin.Options{Name: name, Capacity: 1, Heartbeat: time.Second, TTL: 3 * time.Second, Slot: time.Second, Clock: c}
+	}
+	var nodes []*checkin.Heartbeats
+	for _, name := range []string{"a", "b", "c", "d"} {
+		h := checkin.New(s, opts(name))
+		require.True(t, h.Locking())
+		require.NoError(t, h.Join(ctx))
+		nodes = append(nodes, h)
+	}
+	a := nodes[0]
+	// The first turn reads the four of them; its write promised a rotation
+	// of the one node a knew of when it joined. The second promises four.
+	for range 2 {
+		_, err := a.Turn(ctx)
+		require.NoError(t, err)
+	}
+	require.Equal(t, []string{"a", "b", "c", "d"}, a.Membership().Names())
+
+	done := make(chan error, 1)
+	runCtx, stop := context.WithCancel(ctx)
+	go func() { done <- a.Run(runCtx) }()
+	before := s.Statements()
+	// Four nodes: a's turn comes every 4 slots. Over 12 s of turns, Run
+	// writes nothing; the turns write and read twice each.
+	for i := range 12 {
+		require.NoError(t, c.BlockUntil(ctx, 1))
+		if i%4 == 3 {
+			_, err := a.Turn(ctx)
+			require.NoError(t, err)
+		}
+		c.Advance(time.Second)
+	}
+	require.NoError(t, c.BlockUntil(ctx, 1))
+	require.Equal(t, int64(3*2), s.Statements()-before, "three turns, two statements each, and nothing from Run")
+
+	// No turn for (4 + 2) slots: the promise nears its end and Run writes
+	// and reads on its own.
+	before = s.Statements()
+	for range 8 {
+		require.NoError(t, c.BlockUntil(ctx, 1))
+		c.Advance(time.Second)
+	}
+	require.NoError(t, c.BlockUntil(ctx, 1))
+	require.Positive(t, s.Statements()-before, "an overdue turn is made up by Run")
+	require.True(t, a.Membership().OK)
+	stop()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// When the database ends the lock's session (a restart, a broken
+// connection), the node's next turn finds itself not live, takes a lock
+// again and is live in the same turn.
+func TestLockingNodeTakesItsLockAgainWhenItsSessionEnds(t *testing.T) {
+	storetest.RequirePostgres(t)
+	s, _ := storetest.Open(t, "postgres")
+	ctx := context.Background()
+	c := clock.NewFake(t0)
+	a := checkin.New(s, checkin.Options{Name: "a", Capacity: 1, Heartbeat: time.Second, TTL: 3 * time.Second, Slot: time.Second, Clock: c})
+	b := checkin.New(s, checkin.Options{Name: "b", Capacity: 1, Heartbeat: time.Second, TTL: 3 * time.Second, Slot: time.Second, Clock: c})
+	require.NoError(t, a.Join(ctx))
+	require.NoError(t, b.Join(ctx))
+	t.Cleanup(func() { _ = a.Leave(ctx); _ = b.Leave(ctx) })
+
+	// End a's lock session from outside, as a database restart would.
+	var key int64
+	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT lock_key FROM slotpoller_nodes WHERE name = 'a'`).Scan(&key))
+	var ended bool
+	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
+WHERE locktype = 'advisory' AND classid = 21255 AND objid = $1 AND objsubid = 2`, key).Scan(&ended))
+	require.True(t, ended)
+	require.Eventually(t, func() bool {
+		_, err := b.Turn(ctx)
+		return err == nil && len(b.Membership().Members) == 1
+	}, 5*time.Second, 10*time.Millisecond, "b counts a out once its session is gone")
+
+	_, err := a.Turn(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, a.Membership().Names(), "a took a lock again in its turn")
+	_, err = b.Turn(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, b.Membership().Names())
+}
+
+// Heartbeating nodes started together beat out of phase.
+func TestHeartbeatsOfNodesStartedTogetherAreOutOfPhase(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	seen := map[time.Duration]bool{}
+	for range 8 {
+		h := checkin.New(s, checkin.Options{Name: "a", Capacity: 1, Heartbeat: time.Second, TTL: 3 * time.Second})
+		p := h.Phase(time.Second)
+		require.GreaterOrEqual(t, p, time.Duration(0))
+		require.Less(t, p, time.Second)
+		seen[p.Truncate(10*time.Millisecond)] = true
+	}
+	require.Greater(t, len(seen), 4, "eight incarnations should spread over the heartbeat: %v", seen)
+}
+
+// A backlog flagged by one locking node reaches the others at once, by a
+// note on the lock's session, not at their next turn.
+func TestLockingNodesLearnOfABacklogByANote(t *testing.T) {
+	storetest.RequirePostgres(t)
+	sb, dsn := storetest.Open(t, "postgres")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := store.Open(ctx, "postgres", dsn) // a's own, to count only a's statements
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	c := clock.NewFake(t0)
+	o := func(name string) checkin.Options {
+		return checkin.Options{Name: name, Capacity: 1, Heartbeat: time.Second, TTL: 3 * time.Second, Slot: time.Second, Clock: c}
+	}
+	a, b := checkin.New(s, o("a")), checkin.New(sb, o("b"))
+	require.NoError(t, a.Join(ctx))
+	require.NoError(t, b.Join(ctx))
+	t.Cleanup(func() { _ = a.Leave(context.Background()); _ = b.Leave(context.Background()) })
+	c.Advance(1500 * time.Millisecond) // b's reading is older than a slot
+	done := make(chan error, 1)
+	runCtx, stop := context.WithCancel(ctx)
+	go func() { done <- b.Run(runCtx) }()
+	require.NoError(t, c.BlockUntil(ctx, 1)) // and its next beat a heartbeat away
+	require.False(t, b.Membership().Backlog())
+
+	before := s.Statements()
+	require.NoError(t, a.SignalBacklog(ctx, time.Hour))
+	require.Equal(t, int64(2), s.Statements()-before, "the flag and one note")
+	require.Eventually(t, func() bool { return b.Membership().Backlog() }, 5*time.Second, 5*time.Millisecond,
+		"b reads the registry on the note")
+
+	// Already up as a read it: a signals again without a note.
+	_, err = a.Turn(ctx)
+	require.NoError(t, err)
+	before = s.Statements()
+	require.NoError(t, a.SignalBacklog(ctx, time.Hour))
+	require.Equal(t, int64(1), s.Statements()-before, "no note while the backlog is up")
+	stop()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// On a slow database a reading may come back later than the TTL after its
+// write was sent: the node must still trust it (from when it came back), or
+// it would never hold a membership and never take a turn.
+func TestSlowDatabaseReadingIsTrustedFromWhenItCameBack(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx := context.Background()
+	c := clock.NewFake(t0)
+	h := checkin.New(s, checkin.Options{Name: "a", Capacity: 1, Heartbeat: time.Second, TTL: time.Second, Clock: c,
+		Timed: func(ctx context.Context, read func(context.Context) (time.Time, error)) error {
+			c.Advance(1500 * time.Millisecond) // the statements take longer than the TTL
+			_, err := read(ctx)
+			return err
+		}})
+	require.NoError(t, h.Join(ctx))
+	require.True(t, h.Membership().OK)
+	require.Equal(t, []string{"a"}, h.Membership().Names())
+	require.NoError(t, h.Beat(ctx))
+	require.True(t, h.Membership().OK)
+	c.Advance(time.Second)
+	require.False(t, h.Membership().OK, "a TTL after the last reading came back, it is not trusted")
+}
+
+// A backlog note that comes right after a reading is not dropped: the node
+// reads when the slot since that reading is up.
+func TestLockingNodeReadsALateNoteWhenItsSlotIsUp(t *testing.T) {
+	storetest.RequirePostgres(t)
+	sb, dsn := storetest.Open(t, "postgres")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := store.Open(ctx, "postgres", dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	c := clock.NewFake(t0)
+	o := func(name string) checkin.Options {
+		return checkin.Options{Name: name, Capacity: 1, Heartbeat: 5 * time.Second, TTL: 15 * time.Second, Slot: time.Second, Clock: c}
+	}
+	a, b := checkin.New(s, o("a")), checkin.New(sb, o("b"))
+	require.NoError(t, a.Join(ctx))
+	require.NoError(t, b.Join(ctx)) // b's reading is fresh
+	t.Cleanup(func() { _ = a.Leave(context.Background()); _ = b.Leave(context.Background()) })
+	done := make(chan error, 1)
+	runCtx, stop := context.WithCancel(ctx)
+	go func() { done <- b.Run(runCtx) }()
+	require.NoError(t, c.BlockUntil(ctx, 1))
+
+	require.NoError(t, a.SignalBacklog(ctx, time.Hour))
+	// b gets the note within a slot of its reading: it waits for the slot.
+	require.Eventually(t, func() bool { return c.Waiters() == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // the note reaches b's Run, which rearms its timer
+	require.False(t, b.Membership().Backlog())
+	c.Advance(time.Second)
+	require.Eventually(t, func() bool { return b.Membership().Backlog() }, 5*time.Second, 5*time.Millisecond,
+		"the note is read once the slot is up, well before the next heartbeat")
+	stop()
+	require.ErrorIs(t, <-done, context.Canceled)
+}

@@ -54,6 +54,10 @@ type Client struct {
 	local       *jobs.Runner
 }
 
+// Statements returns how many statements the client has sent to the
+// database: what its calls cost (the dashboard's benchmark counts them).
+func (c *Client) Statements() int64 { return c.s.Statements() }
+
 // Option adjusts New.
 type Option func(*options) error
 

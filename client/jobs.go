@@ -64,6 +64,9 @@ type Filter struct {
 	EndpointPrefix string
 	// Since keeps jobs created within this long before the database's now.
 	Since time.Duration
+	// Until keeps jobs created at least this long before the database's
+	// now: with Since, the jobs created between Since ago and Until ago.
+	Until time.Duration
 	// Limit is the most jobs a page holds (default 100, at most 1000), or
 	// RetryMatching changes (default and at most 1000).
 	Limit int
@@ -88,7 +91,7 @@ var states = []string{StateReady, StateRunning, StateDone, StateFailed, StateDea
 
 // filter converts f, with limit as its default and cap.
 func (f Filter) filter(def, max int) (store.JobFilter, error) {
-	sf := store.JobFilter{EndpointPrefix: f.EndpointPrefix, Since: f.Since, Limit: f.Limit}
+	sf := store.JobFilter{EndpointPrefix: f.EndpointPrefix, Since: f.Since, Until: f.Until, Limit: f.Limit}
 	switch {
 	case f.State == "":
 	case f.State == StateRetrying:
@@ -101,6 +104,14 @@ func (f Filter) filter(def, max int) (store.JobFilter, error) {
 	}
 	if f.Since < 0 {
 		return sf, &FieldError{Field: "since", Problem: fmt.Sprintf("since %v must not be negative", f.Since)}
+	}
+	switch {
+	case f.Until < 0:
+		return sf, &FieldError{Field: "until", Problem: fmt.Sprintf("until %v must not be negative", f.Until)}
+	case f.Since > 0 && f.Until >= f.Since:
+		// An empty range is a mistake (the two swapped), not a question
+		// whose answer is "no job".
+		return sf, &FieldError{Field: "until", Problem: fmt.Sprintf("until %v must be less than since %v: the range runs from since ago to until ago", f.Until, f.Since)}
 	}
 	switch {
 	case f.Limit < 0 || f.Limit > max:

@@ -237,8 +237,14 @@ func (e *Estimator) Sync(ctx context.Context) (Estimate, error) {
 
 // sample takes one round trip.
 func (e *Estimator) sample(ctx context.Context) (Sample, error) {
+	return e.timed(ctx, e.src.Now)
+}
+
+// timed takes one round trip through read, which returns the reference
+// time.
+func (e *Estimator) timed(ctx context.Context, read func(context.Context) (time.Time, error)) (Sample, error) {
 	m0 := e.clk.Monotonic()
-	ts, err := e.src.Now(ctx)
+	ts, err := read(ctx)
 	t1, m1 := e.clk.Now(), e.clk.Monotonic()
 	if err != nil {
 		return Sample{}, err
@@ -255,6 +261,40 @@ func (e *Estimator) sample(ctx context.Context) (Sample, error) {
 	s := Measure(t1.Add(-(m1 - m0)), ts, t1)
 	s.Resolution, s.mono = res, m1
 	return s, nil
+}
+
+// MaxDrift bounds how fast the local clock may drift from the reference
+// (100 ppm, ten times a typical crystal's): an estimate's error grows by it
+// with age when a fresh sample is weighed against it.
+const MaxDrift = 100e-6
+
+// Observe runs read, a query that returns the reference time as part of
+// other work (a node's turn reads the database clock anyway), and keeps it
+// as the estimate when its error bound is smaller than the current
+// estimate's grown by MaxDrift over its age. The samples that work brings
+// keep the estimate fresh, so Run's bursts, which cost statements of their
+// own, are only needed when they stop. It returns read's error.
+func (e *Estimator) Observe(ctx context.Context, read func(context.Context) (time.Time, error)) error {
+	s, err := e.timed(ctx, read)
+	if err != nil {
+		return err
+	}
+	if s.RTT < 0 {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ok {
+		if s.mono < e.est.mono {
+			return nil
+		}
+		aged := e.est.Error + time.Duration(float64(s.mono-e.est.mono)*MaxDrift)
+		if s.Error() > aged {
+			return nil
+		}
+	}
+	e.est, e.ok = Estimate{Offset: s.Offset, Error: s.Error(), Measured: s.Received, Samples: 1, mono: s.mono}, true
+	return nil
 }
 
 // Current returns the latest estimate and whether one exists yet.
@@ -276,15 +316,26 @@ func (e *Estimator) Now() (db time.Time, errBound time.Duration, ok bool) {
 	return est.DBTime(est.Measured).Add(e.clk.Monotonic() - est.mono), est.Error, true
 }
 
-// Run syncs at once and then every Interval until ctx is done, waiting on the
-// Estimator's Clock. A failed sync is logged and retried sooner, after 1s
-// doubling up to Interval, so a node that has no estimate yet gets one as
-// soon as the database answers. Run returns ctx.Err().
+// Run syncs at once unless an estimate younger than Interval exists, and
+// then whenever the estimate is Interval old, waiting
+// on the Estimator's Clock: samples that Observe kept push the next burst
+// back. A failed sync is logged and retried sooner, after 1s doubling up to
+// Interval, so a node that has no estimate yet gets one as soon as the
+// database answers. Run returns ctx.Err().
 func (e *Estimator) Run(ctx context.Context) error {
 	const firstRetry = time.Second
 	retry := min(firstRetry, e.interval)
 	for {
 		wait := e.interval
+		if est, ok := e.Current(); ok {
+			if age := e.clk.Monotonic() - est.mono; age < e.interval {
+				// Observed since: sleep until this estimate is Interval old.
+				if err := clock.Sleep(ctx, e.clk, e.interval-age); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		if _, err := e.Sync(ctx); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

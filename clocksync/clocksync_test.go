@@ -531,3 +531,76 @@ func TestCoarseSourceWidensTheBound(t *testing.T) {
 	}
 	require.LessOrEqual(t, diff, est.Error, "offset %v, true %v, bound %v", est.Offset, skew, est.Error)
 }
+
+// reading is a turn's read through another query: it takes out and back on
+// the fake clock and reports the reference time skew ahead of it.
+func reading(clk *clock.Fake, skew, out, back time.Duration) func(context.Context) (time.Time, error) {
+	return func(context.Context) (time.Time, error) {
+		clk.Advance(out)
+		ts := clk.Now().Add(skew)
+		clk.Advance(back)
+		return ts, nil
+	}
+}
+
+func TestObserveKeepsASampleOnlyWhenItBeatsTheAgedEstimate(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(start)
+	src := &fakeSource{clk: clk, skew: 42 * time.Second} // 1 ms each way: error 1 ms
+	e := New(src, clk, Options{Burst: 1, Gap: -1})
+	_, err := e.Sync(ctx)
+	require.NoError(t, err)
+
+	// A turn's reading with a 10 ms round trip a second later: error 5 ms,
+	// worse than 1 ms + 100 µs of drift. Kept out.
+	clk.Advance(time.Second)
+	require.NoError(t, e.Observe(ctx, reading(clk, 50*time.Second, 5*time.Millisecond, 5*time.Millisecond)))
+	est, _ := e.Current()
+	require.Equal(t, 42*time.Second, est.Offset, "a worse sample must not replace a fresh better one")
+
+	// A minute later the burst's estimate has aged to 1 ms + 6 ms: the same
+	// reading now wins.
+	clk.Advance(time.Minute)
+	require.NoError(t, e.Observe(ctx, reading(clk, 43*time.Second, 5*time.Millisecond, 5*time.Millisecond)))
+	est, _ = e.Current()
+	require.Equal(t, 43*time.Second, est.Offset)
+	require.Equal(t, 5*time.Millisecond, est.Error)
+
+	// A better sample wins at once; a failed reading changes nothing.
+	require.NoError(t, e.Observe(ctx, reading(clk, 44*time.Second, 100*time.Microsecond, 100*time.Microsecond)))
+	est, _ = e.Current()
+	require.Equal(t, 44*time.Second, est.Offset)
+	boom := errors.New("database gone")
+	require.ErrorIs(t, e.Observe(ctx, func(context.Context) (time.Time, error) { return time.Time{}, boom }), boom)
+	est, _ = e.Current()
+	require.Equal(t, 44*time.Second, est.Offset)
+}
+
+func TestRunSkipsItsBurstWhileObservedSamplesKeepTheEstimateFresh(t *testing.T) {
+	clk := clock.NewFake(start)
+	src := &fakeSource{clk: clk, skew: 42 * time.Second}
+	e := New(src, clk, Options{Burst: 1, Interval: 30 * time.Second, Gap: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(runCtx) }()
+	require.NoError(t, clk.BlockUntil(ctx, 1))
+	require.Equal(t, 1, src.Calls(), "the first sync is at once")
+
+	// Every 20 s a turn's reading (as good as a burst's) renews the
+	// estimate: for two minutes Run sends nothing.
+	for range 6 {
+		clk.Advance(20 * time.Second)
+		require.NoError(t, e.Observe(ctx, reading(clk, 42*time.Second, time.Millisecond, time.Millisecond)))
+		require.NoError(t, clk.BlockUntil(ctx, 1))
+	}
+	require.Equal(t, 1, src.Calls(), "no burst while observed samples keep the estimate fresh")
+
+	// The readings stop: a burst comes once the estimate is Interval old.
+	clk.Advance(30 * time.Second)
+	require.NoError(t, clk.BlockUntil(ctx, 1))
+	require.Eventually(t, func() bool { return src.Calls() == 2 }, 5*time.Second, time.Millisecond)
+	stop()
+	require.ErrorIs(t, <-done, context.Canceled)
+}

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/rotation"
 	"github.com/stretchr/testify/require"
 )
 
@@ -31,11 +33,14 @@ import (
 const screenshotsEnv = "SLOTPOLLER_E2E_SCREENSHOTS"
 
 // The dashboard in a real headless Chromium against a farm of three node
-// processes: every page opens, the rotation strip shows each node's turns,
-// retry on a dead job runs it, a paused schedule gets no further
-// occurrence and a trigger gives exactly one, and a node with admin.token
-// signs the browser in with its form and takes its writes with the CSRF
-// header.
+// processes: every page opens and its buttons lie inside their cards; the
+// rotation strip shows each slot polled by its owner; the time range cuts
+// the job list; retry on a dead job runs it, cancel stops a waiting one,
+// retry-all runs the dead jobs of a filter; a paused schedule gets no
+// further occurrence and a trigger exactly one call; a task's delete (and
+// its confirm) removes it; the throughput charts count the jobs run; the
+// DSN's password shows nowhere; and a node with admin.token signs the
+// browser in with its form and takes its writes with the CSRF header.
 func TestDashboardInABrowser(t *testing.T) {
 	for _, driver := range []string{"sqlite", "postgres"} {
 		t.Run(driver, func(t *testing.T) {
@@ -52,18 +57,14 @@ func dashboardInABrowser(t *testing.T, driver string) {
 	s, db := storetest.OpenDB(t, driver)
 	ctx := context.Background()
 
-	var failFlaky atomic.Bool
+	var failFlaky, failPartner atomic.Bool
 	failFlaky.Store(true)
-	var flakyCalls atomic.Int64
+	failPartner.Store(true)
+	var flakyCalls, tickCalls, partnerCalls atomic.Int64
 	mux := http.NewServeMux()
-	mux.HandleFunc("/jobs/flaky", func(w http.ResponseWriter, _ *http.Request) {
-		flakyCalls.Add(1)
-		if failFlaky.Load() {
-			http.Error(w, "the partner API is down", http.StatusBadGateway)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
+	mux.HandleFunc("/jobs/tick", counted(&tickCalls, nil))
+	mux.HandleFunc("/jobs/partner", counted(&partnerCalls, &failPartner))
+	mux.HandleFunc("/jobs/flaky", counted(&flakyCalls, &failFlaky))
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		time.Sleep(5 * time.Millisecond)
 		w.WriteHeader(http.StatusNoContent)
@@ -76,6 +77,16 @@ func dashboardInABrowser(t *testing.T, driver string) {
 	const token = "dashboard-test-token-0123456789"
 	portA, portB := freePort(t), freePort(t)
 	names := []string{"node-a", "node-b", "node-c"}
+	// The nodes' DSN carries a password where the database takes one
+	// (PostgreSQL here trusts any): the dashboard must show it masked.
+	const dsnSecret = "s3cretpw"
+	nodeDSN := db.DSN
+	if driver == "postgres" {
+		u, err := url.Parse(db.DSN)
+		require.NoError(t, err)
+		u.User = url.UserPassword(u.User.Username(), dsnSecret)
+		nodeDSN = u.String()
+	}
 	for i, name := range names {
 		extra := db.ExtraEnv()
 		switch i {
@@ -84,10 +95,10 @@ func dashboardInABrowser(t *testing.T, driver string) {
 		case 1:
 			extra = append(extra, "SLOTPOLLER_ADMIN_LISTEN=127.0.0.1:"+strconv.Itoa(portB), "SLOTPOLLER_ADMIN_TOKEN="+token)
 		}
-		startNode(t, env(driver, db.DSN, name, srv.URL, extra...), name)
+		startNode(t, env(driver, nodeDSN, name, srv.URL, extra...), name)
 	}
 	waitFor(t, 30*time.Second, "3 live nodes", func() bool { return liveNodes(t, s) == 3 })
-	seedLastHour(t, s)
+	seededDone := seedLastHour(t, s)
 
 	require.NoError(t, jobs.AddSchedule(ctx, s, store.Schedule{Name: "tick", Every: time.Second, Endpoint: "/jobs/tick",
 		Method: "POST", MaxAttempts: 3, Tolerance: 5 * time.Second, Misfire: store.MisfireOnce, Overlap: store.OverlapForbid,
@@ -105,11 +116,19 @@ func dashboardInABrowser(t *testing.T, driver string) {
 			IdempotencyKey: fmt.Sprintf("e2e-%d", i), Delay: time.Duration(i) * 50 * time.Millisecond})
 		require.NoError(t, err)
 	}
-	waitFor(t, 30*time.Second, "the flaky job dead", func() bool {
-		j, err := s.JobGet(ctx, dead)
+	waiting, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/jobs/later", Method: "POST", MaxAttempts: 1,
+		IdempotencyKey: "e2e-later", Delay: time.Hour})
+	require.NoError(t, err)
+	var partner []int64
+	for i := range 3 {
+		id, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/jobs/partner", Method: "POST", MaxAttempts: 1,
+			IdempotencyKey: fmt.Sprintf("e2e-partner-%d", i)})
 		require.NoError(t, err)
-		return j.State == store.StateDead
-	})
+		partner = append(partner, id)
+	}
+	for _, id := range append([]int64{dead}, partner...) {
+		waitFor(t, 30*time.Second, fmt.Sprintf("job %d dead", id), func() bool { return jobIn(t, s, id) == store.StateDead })
+	}
 
 	dashA := fmt.Sprintf("http://127.0.0.1:%d/", portA)
 	shots := screenshots(t, driver)
@@ -125,12 +144,26 @@ const seen = new Set();
 document.querySelectorAll('#strip .cell').forEach(c => (c.dataset.pollers || '').split(' ').filter(Boolean).forEach(p => seen.add(p)));
 return arguments[0].every(n => seen.has(n));`, names)
 	b.waitFor(`#nodes tr[data-node="node-c"]`)
+	var farmText string
+	require.NoError(t, b.eval(`return document.body.innerText`, &farmText))
+	require.NotContains(t, farmText, dsnSecret, "the farm page shows the DSN's password")
+	if nodeDSN != db.DSN {
+		require.Contains(t, farmText, "xxxxx", "the farm page shows the DSN, masked")
+	}
 
 	// Jobs: retry the dead job from the list; it runs and is done.
 	b.open(dashA + "#/jobs")
 	b.waitFor(`#jobs tr[data-job]`)
 	b.waitFor(`#counts a[data-state="dead"]`)
 	shots("jobs", b)
+	b.requireInCard(`#jobs button[data-action]`)
+	// A time range: created from 24 h to 15 min ago holds only the
+	// seeded history (the test's own jobs are younger).
+	b.click(`#f-since option[value="24h"]`)
+	b.click(`#f-until option[value="15m"]`)
+	b.click(`form.filters button[type="submit"]`)
+	b.waitJS("the list cut to the range", `const rows = [...document.querySelectorAll('#jobs tr[data-job]')];
+return location.hash.includes('until=15m') && rows.length > 0 && rows.every(r => r.children[1].textContent === 'POST /jobs/history')`)
 	b.click(`#counts a[data-state="dead"]`)
 	b.waitJS("the list filtered on dead", `return [...document.querySelectorAll('#jobs tr[data-job]')].every(r => r.dataset.state === 'dead') && !!document.querySelector('#jobs tr[data-job="'+arguments[0]+'"]')`, dead)
 	failFlaky.Store(false)
@@ -142,42 +175,93 @@ return arguments[0].every(n => seen.has(n));`, names)
 	b.waitFor("#timeline li")
 	shots("job", b)
 
+	// Cancel the waiting job from the list: it is cancelled.
+	b.open(dashA + "#/jobs?endpoint=/jobs/later")
+	b.click(fmt.Sprintf(`#jobs tr[data-job="%d"] button[data-action="cancel"]`, waiting))
+	b.waitFor(fmt.Sprintf(`#jobs tr[data-job="%d"][data-state="cancelled"]`, waiting))
+	require.Equal(t, store.StateCancelled, jobIn(t, s, waiting))
+
+	// Retry all the dead jobs of a filter (and its confirm): they run.
+	b.open(dashA + "#/jobs?state=dead&endpoint=/jobs/partner")
+	b.waitJS("the three dead partner jobs listed", `return document.querySelectorAll('#jobs tr[data-job][data-state="dead"]').length === 3`)
+	failPartner.Store(false)
+	calls := partnerCalls.Load()
+	b.click("#retry-all")
+	b.waitJS("retry-all armed", `return document.getElementById('retry-all').textContent.includes('confirm')`)
+	b.click("#retry-all")
+	for _, id := range partner {
+		waitFor(t, 20*time.Second, fmt.Sprintf("partner job %d done", id), func() bool { return jobIn(t, s, id) == store.StateDone })
+	}
+	require.Equal(t, calls+3, partnerCalls.Load(), "each retried job called once")
+	require.Equal(t, store.StateCancelled, jobIn(t, s, waiting), "retry-all of dead jobs left the cancelled one")
+
 	// Schedules: pause tick; no occurrence is written after; a trigger
 	// writes exactly one.
 	b.open(dashA + "#/schedules")
 	b.waitFor(`#schedules tr[data-schedule="tick"]`)
 	waitFor(t, 20*time.Second, "tick occurrences run", func() bool { return len(occurrencesOf(t, s, "tick")) >= 2 })
 	shots("schedules", b)
+	b.requireInCard(`#schedules button[data-action]`)
 	b.click(`#schedules tr[data-schedule="tick"] button[data-action="pause"]`)
 	b.waitFor(`#schedules tr[data-schedule="tick"][data-enabled="false"]`)
 	paused := len(occurrencesOf(t, s, "tick"))
 	time.Sleep(2 * time.Second) // eight slots: nodes that would write one had their turns
 	require.Equal(t, paused, len(occurrencesOf(t, s, "tick")), "no occurrence after the pause")
-	b.click(`#schedules tr[data-schedule="tick"] button[data-action="trigger"]`)
-	waitFor(t, 10*time.Second, "the triggered occurrence", func() bool { return len(occurrencesOf(t, s, "tick")) == paused+1 })
-	waitFor(t, 10*time.Second, "the triggered occurrence done", func() bool {
+	allDone := func() bool {
 		for _, j := range occurrencesOf(t, s, "tick") {
 			if j.State != store.StateDone {
 				return false
 			}
 		}
 		return true
-	})
+	}
+	waitFor(t, 10*time.Second, "the occurrences before the pause done", allDone)
+	ticks := tickCalls.Load()
+	b.click(`#schedules tr[data-schedule="tick"] button[data-action="trigger"]`)
+	waitFor(t, 10*time.Second, "the triggered occurrence", func() bool { return len(occurrencesOf(t, s, "tick")) == paused+1 })
+	waitFor(t, 10*time.Second, "the triggered occurrence done", allDone)
 	require.Equal(t, paused+1, len(occurrencesOf(t, s, "tick")), "one occurrence per trigger")
+	require.Equal(t, ticks+1, tickCalls.Load(), "one call of the endpoint per trigger")
 
 	// Tasks: each owned by a node.
 	b.open(dashA + "#/tasks")
 	b.waitJS("both tasks owned", `return [...document.querySelectorAll('#tasks tr[data-task]')].filter(r => r.children[4].textContent !== '–').length === 2`)
 	shots("tasks", b)
+	b.requireInCard(`#tasks button[data-action]`)
+	// Delete one (the second click confirms): it leaves the list.
+	b.click(`#tasks tr[data-task="mailbox"] button[data-action="delete"]`)
+	b.waitJS("delete armed", `return document.querySelector('#tasks tr[data-task="mailbox"] button[data-action="delete"]').textContent.includes('confirm')`)
+	b.click(`#tasks tr[data-task="mailbox"] button[data-action="delete"]`)
+	b.waitJS("the deleted task gone", `return !document.querySelector('#tasks tr[data-task="mailbox"]') && !!document.querySelector('#tasks tr[data-task="partner-feed"]')`)
+	task, err := s.TaskGet(ctx, "mailbox")
+	require.NoError(t, err)
+	require.Equal(t, store.TaskDeleted, task.State)
 
 	// Throughput: the chart of the jobs done.
 	b.open(dashA + "#/throughput")
-	b.waitFor("#chart-jobs rect")
+	b.waitFor("#chart-jobs[data-done-total]")
+	b.waitFor("#chart-delay[data-minutes]")
 	shots("throughput", b)
+	var chart struct {
+		Done, Minutes int
+		MaxDelay      float64
+		Lines         int
+	}
+	require.NoError(t, b.eval(`const j = document.getElementById('chart-jobs'), d = document.getElementById('chart-delay');
+return {Done: +j.dataset.doneTotal, Minutes: +d.dataset.minutes, MaxDelay: +d.dataset.maxDelayMs,
+  Lines: d.querySelectorAll('polyline, circle').length}`, &chart))
+	// The seeded hour (but its oldest minutes, which may have left the
+	// window) and the 40 invoices, the retried jobs and the ticks.
+	require.GreaterOrEqual(t, chart.Done, seededDone+40, "jobs done in the last hour: %+v", chart)
+	require.GreaterOrEqual(t, chart.Minutes, 50, "minutes with a start delay: %+v", chart)
+	require.Positive(t, chart.MaxDelay, "%+v", chart)
+	require.Positive(t, chart.Lines, "the delay lines drawn: %+v", chart)
 
-	// Farm again, its strip full by now, for the picture.
+	// Farm again, its strip full by now: the slots are polled by their
+	// owners.
 	b.open(dashA + "#/farm")
 	b.waitFor(`#nodes tr[data-node="node-c"]`)
+	requireOwnersPolled(t, b, s, names)
 	shots("farm", b)
 
 	// node-b needs its token: the browser is sent to the sign-in form, a
@@ -254,8 +338,11 @@ func measureViewerCost(t *testing.T, b *browser, port int) {
 // seedLastHour writes finished jobs over the hour before the farm
 // started (done, some failed, with start delays), so that the throughput
 // charts have an hour to draw; the minutes the test runs add their own.
-func seedLastHour(t *testing.T, s *store.Store) {
+// It returns how many done jobs it wrote that stay within the hour for
+// the next five minutes.
+func seedLastHour(t *testing.T, s *store.Store) int {
 	t.Helper()
+	done := 0
 	q := store.Expand(s.Dialect(), `INSERT INTO {jobs} (endpoint, method, state, run_at, started_at, finished_at, attempt, max_attempts, idem_key, created_at, last_status)
 VALUES ('/jobs/history', 'POST', ?, {now+?}, {now+?}, {now+?}, 1, 3, 'seed', {now+?}, ?)`)
 	for m := 2; m < 60; m++ {
@@ -269,7 +356,91 @@ VALUES ('/jobs/history', 'POST', ?, {now+?}, {now+?}, {now+?}, 1, 3, 'seed', {no
 			}
 			_, err := s.DB().ExecContext(context.Background(), q, state, end-120-delay-int64(i*7), end-120, end, end-5_000, status)
 			require.NoError(t, err)
+			if state == store.StateDone && m < 54 {
+				done++
+			}
 		}
+	}
+	return done
+}
+
+// counted is an endpoint that counts its calls and answers 502 while
+// fail (when given) is set.
+func counted(calls *atomic.Int64, fail *atomic.Bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		if fail != nil && fail.Load() {
+			http.Error(w, "the partner API is down", http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func jobIn(t *testing.T, s *store.Store, id int64) string {
+	t.Helper()
+	j, err := s.JobGet(context.Background(), id)
+	require.NoError(t, err)
+	return j.State
+}
+
+// requireOwnersPolled reads the rotation strip and requires that the
+// slots since the farm settled were polled by their owners, computed here
+// from the sorted live node names (slot k belongs to live[k mod N]): most
+// of them by the owner alone (a slot at start-up, a widened one under a
+// backlog, or one missed to a load spike may differ), each node owning
+// several, and the strip's own owner attribute the same.
+func requireOwnersPolled(t *testing.T, b *browser, s *store.Store, live []string) {
+	t.Helper()
+	live = slices.Sorted(slices.Values(live))
+	nodes, _, err := s.Nodes(context.Background(), 3*time.Second)
+	require.NoError(t, err)
+	const slot = 250 * time.Millisecond // SLOTPOLLER_ROTATION_SLOT
+	var settled int64                   // the first slot in which every node had started, and two more
+	for _, n := range nodes {
+		settled = max(settled, rotation.Slot(n.Started, slot)+2)
+	}
+	type cell struct {
+		Slot    int64  `json:"slot"`
+		Owner   string `json:"owner"`
+		Pollers string `json:"pollers"`
+		Pending bool   `json:"pending"`
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var cells []cell
+		require.NoError(t, b.eval(`return [...document.querySelectorAll('#strip .cell')].map(c => ({slot: +c.dataset.slot,
+  owner: c.dataset.owner, pollers: c.dataset.pollers, pending: c.classList.contains('pending')}))`, &cells))
+		judged, matched := 0, 0
+		owned := map[string]int{}
+		var wrong []string
+		for _, c := range cells {
+			want := live[int(((c.Slot%int64(len(live)))+int64(len(live)))%int64(len(live)))]
+			require.Equal(t, want, c.Owner, "slot %d: the strip's owner", c.Slot)
+			if c.Slot < settled || c.Pending {
+				continue
+			}
+			judged++
+			if c.Pollers == want {
+				matched++
+				owned[want]++
+			} else if len(wrong) < 10 {
+				wrong = append(wrong, fmt.Sprintf("slot %d: owner %s, polled by %q", c.Slot, want, c.Pollers))
+			}
+		}
+		enough := judged >= 30 && matched*10 >= judged*8
+		for _, n := range live {
+			enough = enough && owned[n] >= 5
+		}
+		if enough {
+			t.Logf("rotation strip: %d of %d settled slots polled by their owner alone, by node %v", matched, judged, owned)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rotation strip: %d of %d settled slots (from slot %d) polled by their owner alone, by node %v; want 80%% of at least 30 and 5 per node; e.g.\n%s",
+				matched, judged, settled, owned, strings.Join(wrong, "\n"))
+		}
+		time.Sleep(time.Second)
 	}
 }
 

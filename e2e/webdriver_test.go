@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -55,6 +56,7 @@ func startBrowser(t *testing.T) *browser {
 	}
 	port := freePort(t)
 	cmd := exec.Command(chromedriverPath, "--port="+strconv.Itoa(port))
+	cmd.SysProcAttr = dieWithTheTest()
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
@@ -191,6 +193,40 @@ func (b *browser) click(css string) {
 			b.t.Fatalf("browser: could not click %s within %v: %v", css, b.timeout, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// requireInCard fails the test unless every element matching css (at
+// least one) lies wholly inside the card that holds it and the window: a
+// table that runs past its card cuts its buttons off or puts them off
+// screen, which no click through WebDriver would notice (it scrolls).
+func (b *browser) requireInCard(css string) {
+	b.t.Helper()
+	var got struct {
+		N       int      `json:"n"`
+		Outside []string `json:"outside"`
+	}
+	err := b.eval(`
+const out = {n: 0, outside: []};
+const box = (r) => '[' + [r.left, r.top, r.right, r.bottom].map(Math.round).join(' ') + ']';
+for (const e of document.querySelectorAll(arguments[0])) {
+  out.n++;
+  const card = e.closest('.card');
+  const r = e.getBoundingClientRect();
+  if (!card) { out.outside.push(e.textContent + ' is in no card'); continue; }
+  const c = card.getBoundingClientRect();
+  if (r.left < c.left || r.right > c.right || r.top < c.top || r.bottom > c.bottom || r.right > window.innerWidth)
+    out.outside.push('"' + e.textContent + '" ' + box(r) + ' outside its card ' + box(c) + ' (window ' + window.innerWidth + ' wide)');
+}
+return out;`, &got, css)
+	if err != nil {
+		b.t.Fatalf("browser: measure %s: %v", css, err)
+	}
+	if got.N == 0 {
+		b.t.Fatalf("browser: no element matches %s", css)
+	}
+	if len(got.Outside) > 0 {
+		b.t.Fatalf("browser: %d of %d elements %s lie outside their card:\n%s", len(got.Outside), got.N, css, strings.Join(got.Outside, "\n"))
 	}
 }
 

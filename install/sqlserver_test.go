@@ -26,7 +26,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	})
 	applied, err := install.Migrate(context.Background(), s)
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8}, applied)
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9}, applied)
 
 	calls := tr.Calls()
 	for _, c := range calls {
@@ -38,7 +38,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	q := func(i int) string { return strings.TrimSpace(calls[i].Query) }
 
 	// The lock first, checked: sp_getapplock reports failure by its return code.
-	require.Contains(t, q(0), "EXEC @lock = sp_getapplock @Resource = N'slotpoller-migrate', @LockMode = N'Exclusive', @LockOwner = N'Transaction'")
+	require.Contains(t, q(0), "EXEC @lock = sp_getapplock @Resource = N'slotpoller-migrate:farm_jobs', @LockMode = N'Exclusive', @LockOwner = N'Transaction'")
 	require.Contains(t, q(0), "IF @lock < 0 RAISERROR(")
 	// The schema, created if missing, alone in its batch.
 	require.Equal(t, "IF SCHEMA_ID(N'farm_jobs') IS NULL EXEC(N'CREATE SCHEMA [farm_jobs]');", q(1))
@@ -74,10 +74,10 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	}
 	require.Equal(t, []string{"[farm_jobs].[nodes]", "[farm_jobs].[jobs]", "[farm_jobs].[tasks]", "[farm_jobs].[schedules]"}, creates)
 	require.Equal(t, [][]any{{1, "init"}, {2, "tasks"}, {3, "schedules"}, {4, "history"}, {5, "retention"}, {6, "enqueue"},
-		{7, "placeholder"}, {8, "turns"}}, versions)
+		{7, "placeholder"}, {8, "turns"}, {9, "liveness"}}, versions)
 	require.Equal(t, []string{"[farm_jobs].[enqueue_v1]"}, procs)
 	require.Equal(t, []string{"[farm_jobs].[jobs] schedule", "[farm_jobs].[jobs] scheduled_for", "[farm_jobs].[jobs] start_by",
-		"[farm_jobs].[jobs] exclusive", "[farm_jobs].[jobs] history", "[farm_jobs].[nodes] turns"}, alters,
+		"[farm_jobs].[jobs] exclusive", "[farm_jobs].[jobs] history", "[farm_jobs].[nodes] turns", "[farm_jobs].[nodes] live_until", "[farm_jobs].[nodes] lock_key"}, alters,
 		"schedules, then the history, add their columns to jobs, then the dashboard's turns to nodes, one per ALTER")
 	require.Equal(t, []string{
 		// Unique among the jobs that have a key (a plain unique index would allow one NULL).

@@ -148,7 +148,7 @@ type inflight struct {
 	leaseUntil time.Time   // local, conservative: send time of the last confirmation + lease
 	calling    bool        // the endpoint call is under way
 	watchdog   clock.Timer // fires when leaseUntil is a margin away
-	rearmed    chan struct{}
+	armed      int         // counts arm calls: a watchdog that fires after a rearm is stale
 }
 
 // NewRunner returns a runner; Drain stops it.
@@ -226,6 +226,15 @@ type PollResult struct {
 type Turn struct {
 	// FarmCapacity is the sum of the live nodes' capacities.
 	FarmCapacity int
+	// AheadCapacity, in a widened slot, is the capacity of this poller and
+	// of those whose turns in the slot are still to come: the claim now
+	// takes an even part of what they share. Zero means FarmCapacity.
+	// What the node may go on claiming as its calls end (Refill), until
+	// the whole farm has heard of the backlog, is measured against the
+	// whole farm: a poller early in the slot refills as it drains, and
+	// an even part of what is left for the pollers ahead would take from
+	// the later ones their share of the burst.
+	AheadCapacity int
 	// NextPoll is how long until the farm's next poll after this one (the
 	// next slot, or the next widened turn) on the database clock.
 	NextPoll time.Duration
@@ -261,7 +270,11 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	r.claimMu.Lock()
 	defer r.claimMu.Unlock()
 	mine := r.Running()
-	want := FairShare(load, mine, r.opts.Capacity, turn.FarmCapacity, r.opts.Capacity-mine)
+	ahead := turn.AheadCapacity
+	if ahead <= 0 {
+		ahead = turn.FarmCapacity
+	}
+	want := FairShare(load, mine, r.opts.Capacity, ahead, r.opts.Capacity-mine)
 	share := capacityShare(load, mine, r.opts.Capacity, turn.FarmCapacity)
 	if want == 0 {
 		res.Left = load.Due
@@ -330,6 +343,16 @@ func (r *Runner) learned(more bool, budget int) {
 	r.more, r.budget = more, max(0, budget)
 	r.mu.Unlock()
 	r.nudge()
+}
+
+// Idle is a turn whose reading found no due job: the runner learns that
+// nothing is left to refill, as a poll that found the queue empty would
+// have told it, without the poll's statements.
+func (r *Runner) Idle() {
+	r.polls.Add(1) // the turn's reading looked at the queue: a poll, in one statement shared with the registry
+	r.claimMu.Lock()
+	defer r.claimMu.Unlock()
+	r.learned(false, 0)
 }
 
 // nudge wakes Refill to look again.
@@ -477,7 +500,7 @@ func (r *Runner) margin() time.Duration { return r.opts.Lease / 12 }
 // r.mu is held.
 func (r *Runner) track(c store.Claim, claimedAt, leaseUntil time.Time) *inflight {
 	ctx, cancel := context.WithCancelCause(r.base)
-	f := &inflight{claim: c, ctx: ctx, cancel: cancel, claimedAt: claimedAt, leaseUntil: leaseUntil, rearmed: make(chan struct{}, 1)}
+	f := &inflight{claim: c, ctx: ctx, cancel: cancel, claimedAt: claimedAt, leaseUntil: leaseUntil}
 	r.inflight[store.Held{ID: c.ID, Token: c.Token}] = f
 	r.arm(f, claimedAt)
 	return f
@@ -489,19 +512,13 @@ func (r *Runner) arm(f *inflight, now time.Time) {
 	if f.watchdog != nil {
 		f.watchdog.Stop()
 	}
-	f.watchdog = r.opts.Clock.NewTimer(f.leaseUntil.Add(-r.margin()).Sub(now))
-	select {
-	case f.rearmed <- struct{}{}:
-	default:
-	}
+	f.armed++
+	armed := f.armed
+	f.watchdog = r.opts.Clock.AfterFunc(f.leaseUntil.Add(-r.margin()).Sub(now), func() { r.expire(f, armed) })
 }
 
 func (r *Runner) start(f *inflight) {
-	r.wg.Add(2)
-	go func() {
-		defer r.wg.Done()
-		r.watch(f.ctx, f)
-	}()
+	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		defer f.cancel(nil)
@@ -514,36 +531,23 @@ func (r *Runner) start(f *inflight) {
 	}()
 }
 
-// watch cuts f's call off when its watchdog fires: a call must never run
+// expire cuts f's call off when its watchdog fires: a call must never run
 // on a lease this node could not confirm, whatever holds up the renewals
 // (a stalled database, a busy pool) and however long the job's timeout.
 // The lease is measured on the local monotonic clock from the send time of
-// the last confirmation, never against a database time.
-func (r *Runner) watch(ctx context.Context, f *inflight) {
-	for {
-		r.mu.Lock()
-		t := f.watchdog
-		r.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return
-		case <-f.rearmed:
-			continue
-		case <-t.C():
-		}
-		r.mu.Lock()
-		// A timer replaced by a renewal is stale; before and after the
-		// call there is nothing to cut off (run checks the lease itself
-		// before calling).
-		due := f.watchdog == t && f.calling
-		left := f.leaseUntil.Sub(r.opts.Clock.Now())
-		r.mu.Unlock()
-		if due {
-			r.opts.Logger.Warn("cancelling call: its lease could not be confirmed in time", "job", f.claim.ID, "token", f.claim.Token, "lease_left", left)
-			r.cancelled.Add(1)
-			f.cancel(errLeaseUnconfirmed)
-			return
-		}
+// the last confirmation, never against a database time. armed is the arm
+// that set the watchdog: one replaced by a renewal since is stale.
+func (r *Runner) expire(f *inflight, armed int) {
+	r.mu.Lock()
+	// Before and after the call there is nothing to cut off (run checks
+	// the lease itself before calling).
+	due := f.armed == armed && f.calling
+	left := f.leaseUntil.Sub(r.opts.Clock.Now())
+	r.mu.Unlock()
+	if due {
+		r.opts.Logger.Warn("cancelling call: its lease could not be confirmed in time", "job", f.claim.ID, "token", f.claim.Token, "lease_left", left)
+		r.cancelled.Add(1)
+		f.cancel(errLeaseUnconfirmed)
 	}
 }
 
@@ -553,7 +557,11 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 	if timeout <= 0 {
 		timeout = r.opts.Timeout
 	}
-	log := r.opts.Logger.With("job", c.ID, "endpoint", c.Endpoint, "attempt", c.Attempt, "token", c.Token)
+	// Built only when there is something to say: most calls log nothing,
+	// and at thousands of calls a second the attributes cost CPU.
+	log := func() *slog.Logger {
+		return r.opts.Logger.With("job", c.ID, "endpoint", c.Endpoint, "attempt", c.Attempt, "token", c.Token)
+	}
 	// A node frozen between its claim and the call (or one whose claim's
 	// answer came back late) must not call on a lease that may have run out:
 	// the farm may already have given the job to another node.
@@ -567,7 +575,7 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 		if ok, err := r.store.JobReleaseIfRunning(wctx, c.ID, c.Token, "released unrun: its lease ran out before the call"); err == nil && ok {
 			r.released.Add(1)
 		}
-		log.Warn("not calling: the claim's lease ran out before the call could start")
+		log().Warn("not calling: the claim's lease ran out before the call could start")
 		return
 	}
 	var headers map[string]string
@@ -584,19 +592,19 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 		r.opts.OnCall(res.Verdict, res.Duration)
 	}
 
-	// Results are written on a context of their own: the poll that claimed
-	// the job is long over, and a stop must still record what happened.
-	wctx, wcancel := context.WithTimeout(context.Background(), r.opts.Lease)
-	defer wcancel()
-	// A stop that cut the call off gives the job back unrun; a response that
+	// Results are written on a context of their own (the poll that claimed
+	// the job is long over, and a stop must still record what happened). A
+	// stop that cut the call off gives the job back unrun; a response that
 	// arrived (even as the stop came) is recorded as usual.
 	if cause := context.Cause(ctx); errors.Is(cause, errDraining) && res.Status == 0 && res.Verdict != Succeeded {
+		wctx, wcancel := context.WithTimeout(context.Background(), r.opts.Lease)
+		defer wcancel()
 		ok, err := r.store.JobReleaseIfRunning(wctx, c.ID, c.Token, "released unfinished: node "+r.opts.Node+" stopped")
 		if err != nil {
-			log.Error("could not release job on stop; it runs again when its lease expires", "err", err)
+			log().Error("could not release job on stop; it runs again when its lease expires", "err", err)
 		} else if ok {
 			r.released.Add(1)
-			log.Info("released unfinished job on stop")
+			log().Info("released unfinished job on stop")
 		}
 		return
 	}
@@ -614,34 +622,36 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 			o.RetryAfter = Backoff(c.Attempt, r.opts.Backoff, r.opts.BackoffMax, r.opts.Rand)
 		}
 	}
-	ok, err := r.finish(wctx, c, o)
+	ok, err := r.finish(c, o, r.opts.Lease)
 	switch {
 	case err != nil:
 		// The job stays held with no call: renewals find it unknown and
 		// give it back (run again, at least once), idle node or not.
-		log.Error("could not record job result; the job runs again", "err", err, "result", o.State)
+		log().Error("could not record job result; the job runs again", "err", err, "result", o.State)
 		r.mu.Lock()
 		r.raiseDoubtLocked(r.opts.Clock.Now())
 		r.mu.Unlock()
 		return
 	case !ok:
 		r.leasesLost.Add(1)
-		log.Warn("job result not recorded: the claim was no longer this node's (lease lost)", "result", o.State)
+		log().Warn("job result not recorded: the claim was no longer this node's (lease lost)", "result", o.State)
 		return
 	}
 	switch o.State {
 	case store.StateDone:
 		r.succeeded.Add(1)
-		log.Debug("job done", "status", res.Status, "duration", res.Duration)
+		if r.opts.Logger.Enabled(ctx, slog.LevelDebug) {
+			log().Debug("job done", "status", res.Status, "duration", res.Duration)
+		}
 	case store.StateFailed:
 		r.failed.Add(1)
-		log.Warn("job failed", "status", res.Status, "error", res.Err)
+		log().Warn("job failed", "status", res.Status, "error", res.Err)
 	case store.StateDead:
 		r.dead.Add(1)
-		log.Warn("job dead after its last attempt", "status", res.Status, "error", res.Err)
+		log().Warn("job dead after its last attempt", "status", res.Status, "error", res.Err)
 	default:
 		r.retried.Add(1)
-		log.Info("job will be retried", "status", res.Status, "error", res.Err, "after", o.RetryAfter)
+		log().Info("job will be retried", "status", res.Status, "error", res.Err, "after", o.RetryAfter)
 	}
 }
 
@@ -649,14 +659,34 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 // renews all of this node's leases in one statement. A call whose job is no
 // longer held is cancelled at once; a call whose lease goes unconfirmed is
 // cut off by its watchdog while there is still time.
+//
+// The rounds keep their cadence from each one's send time, and a round
+// that failed is tried again within a quarter of the interval: a round
+// that timed out (it may take the whole interval) is followed at once, not
+// an interval later, so that one slow statement does not leave a lease
+// confirmed only two intervals back, which the watchdog would cut off at
+// the next database blip.
 func (r *Runner) RenewLeases(ctx context.Context) error {
 	tick := r.opts.Lease / 3
+	next := r.opts.Clock.Now().Add(tick)
 	for {
-		if err := clock.Sleep(ctx, r.opts.Clock, tick); err != nil {
+		if err := clock.Sleep(ctx, r.opts.Clock, next.Sub(r.opts.Clock.Now())); err != nil {
 			return err
 		}
-		r.RenewOnce(ctx)
+		sent := r.opts.Clock.Now()
+		err := r.RenewOnce(ctx)
+		next = sent.Add(tick)
+		if err != nil {
+			next = earliest(next, r.opts.Clock.Now().Add(tick/4))
+		}
 	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // raiseDoubtLocked notes that the node may hold jobs no call runs. Holds r.mu.
@@ -664,14 +694,15 @@ func (r *Runner) raiseDoubtLocked(now time.Time) {
 	r.doubt, r.doubts, r.doubtUntil = true, r.doubts+1, now.Add(r.opts.Lease)
 }
 
-// RenewOnce is one round of RenewLeases. A node with no call in flight
-// and no failed claim in doubt sends nothing.
-func (r *Runner) RenewOnce(ctx context.Context) {
+// RenewOnce is one round of RenewLeases; it returns the renewal's error.
+// A node with no call in flight and no failed claim in doubt sends
+// nothing.
+func (r *Runner) RenewOnce(ctx context.Context) error {
 	r.mu.Lock()
 	idle, doubts := len(r.inflight) == 0 && !r.doubt, r.doubts
 	r.mu.Unlock()
 	if idle {
-		return
+		return nil
 	}
 	sent := r.opts.Clock.Now()
 	// A tick at most: a later answer could confirm nothing the next round
@@ -685,7 +716,7 @@ func (r *Runner) RenewOnce(ctx context.Context) {
 		// its lease as last confirmed is about to run out. A database blip
 		// shorter than that must not cut off every call on the node.
 		r.opts.Logger.Error("could not renew job leases; calls go on until their leases as last confirmed run out", "err", err)
-		return
+		return err
 	}
 	now := r.opts.Clock.Now()
 	r.mu.Lock()
@@ -727,6 +758,7 @@ func (r *Runner) RenewOnce(ctx context.Context) {
 		r.cancelled.Add(1)
 		f.cancel(errLeaseLost)
 	}
+	return nil
 }
 
 func (r *Runner) releaseOrphan(h store.Held) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -152,6 +153,69 @@ func TestRenewalBlipCancelsNothing(t *testing.T) {
 	require.Equal(t, int64(0), r.Stats().Cancelled)
 	require.Equal(t, store.StateDone, get(t, s, a).State)
 	require.Equal(t, store.StateDone, get(t, s, b).State)
+}
+
+// isRenewal tells the job lease renewal apart from the other statements.
+func isRenewal(query string) bool {
+	return strings.Contains(query, "SET lease_until =") && strings.Contains(query, "WHERE owner = ?")
+}
+
+// Renewal rounds keep their cadence from each one's send time: a round
+// that hung for its whole interval and failed is followed at once, not an
+// interval later, when the lease confirmed two rounds back would be cut
+// off by its watchdog (as a 15 s lease's calls were when one renewal
+// timed out on a loaded server and a database blip came next). A round
+// that failed fast is tried again within a quarter of the interval.
+func TestFailedRenewalIsRetriedWithinTheInterval(t *testing.T) {
+	s, f := openFaulty(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := clock.NewFake(t0)
+	base, letGo := holdEndpoint(t)
+	r := newRunner(t, s, base, c, 4) // lease 3s: renewals every 1s; the watchdog cuts at lease - 250ms
+	id := enqueue(t, s, "/a", 1)
+	res, err := r.Poll(ctx, alone(4))
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Claimed) // lease until t0+3s
+
+	var rounds atomic.Int32
+	f.set(func(_ context.Context, query string) fault {
+		if !isRenewal(query) {
+			return fault{}
+		}
+		switch rounds.Add(1) {
+		case 1:
+			c.Advance(time.Second) // hangs the whole interval, then times out
+			return fault{err: context.DeadlineExceeded}
+		case 3:
+			return fault{err: errAnswerLost} // fails at once
+		}
+		return fault{}
+	})
+	done := make(chan error, 1)
+	go func() { done <- r.RenewLeases(ctx) }()
+	require.NoError(t, c.BlockUntil(ctx, 2)) // the call's watchdog and the renewal's timer
+	c.Advance(time.Second)                   // t0+1s: round 1 is sent, fails at t0+2s
+	require.Eventually(t, func() bool { return r.Stats().Renewals == 1 }, 5*time.Second, time.Millisecond,
+		"the round after one that timed out is sent at once (t0+2s), confirming the lease until t0+5s")
+	require.Equal(t, int32(2), rounds.Load())
+
+	// Past the watchdog of the lease confirmed at t0 (t0+2.75s): nothing cut.
+	require.NoError(t, c.BlockUntil(ctx, 2))
+	c.Advance(time.Second) // t0+3s: round 3 fails at once
+	require.Eventually(t, func() bool { return rounds.Load() == 3 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, c.BlockUntil(ctx, 2))
+	c.Advance(250 * time.Millisecond) // a quarter interval later, round 4
+	require.Eventually(t, func() bool { return r.Stats().Renewals == 2 }, 5*time.Second, time.Millisecond,
+		"a round that failed fast is tried again a quarter interval later")
+	require.Equal(t, int64(0), r.Stats().Cancelled)
+
+	letGo()
+	within(t, waitAll(r), "the call did not finish")
+	require.Equal(t, int64(0), r.Stats().Cancelled)
+	require.Equal(t, store.StateDone, get(t, s, id).State)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
 }
 
 // A claim committed in the database whose answer never reached the node

@@ -183,9 +183,12 @@ func TestRefillNeverClaimsMoreThanFree(t *testing.T) {
 	require.LessOrEqual(t, most, 8)
 }
 
-func TestRefillKeepsToItsShareUntilTheFarmKnows(t *testing.T) {
+// spendShare polls a burst of 48 due jobs on a node of capacity 8 (a third
+// of a farm of three) in turn, whose calls wait at the gate, and lets
+// them end until the node has claimed its share, 16, and stopped claiming:
+// the other nodes may not know of the burst yet, so its room stays empty.
+func spendShare(t *testing.T, turn jobs.Turn) (*gate, *clock.Fake, *jobs.Runner) {
 	s, _ := storetest.Open(t, "sqlite")
-	ctx := context.Background()
 	g, base := newGate(t)
 	c := clock.NewFake(t0)
 	r := jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: 8,
@@ -194,30 +197,46 @@ func TestRefillKeepsToItsShareUntilTheFarmKnows(t *testing.T) {
 		enqueue(t, s, "/gate", 1)
 	}
 	refilling(t, r)
-	// Three nodes of 8; the next one polls soon, so no job is urgent: this
-	// node's share is a third of the 48, 16.
-	res, err := r.Poll(ctx, jobs.Turn{FarmCapacity: 24, NextPoll: 100 * time.Millisecond, StartWindow: time.Second})
+	res, err := r.Poll(context.Background(), turn)
 	require.NoError(t, err)
 	require.Equal(t, 8, res.Claimed)
 	require.Equal(t, 40, res.Left)
 
 	g.release(8)
 	claimedReachesCooling(t, r, c, 16)
-	// These 8 finish after the share was spent: the others may not know of
-	// the burst yet, so the room stays empty.
 	g.release(8)
 	require.Eventually(t, func() bool { return r.Running() == 0 && countState(t, s, store.StateDone) == 16 }, 10*time.Second, time.Millisecond)
-	require.Equal(t, int64(16), r.Stats().Claimed, "no more than its share before the farm knows")
+	require.Equal(t, int64(16), r.Stats().Claimed, "no more than its share of the whole farm before the farm knows")
+	return g, c, r
+}
+
+func TestRefillKeepsToItsShareUntilTheFarmKnows(t *testing.T) {
+	// The next node polls soon, so no job is urgent: this node's share is a
+	// third of the 48, 16.
+	g, c, r := spendShare(t, jobs.Turn{FarmCapacity: 24, NextPoll: 100 * time.Millisecond, StartWindow: time.Second})
 
 	// The farm's backlog flag rises: once every node has had time to read
 	// it, this node claims as its room allows.
 	r.FarmBacklog(true)
-	require.NoError(t, c.BlockUntil(ctx, 1))
+	require.NoError(t, c.BlockUntil(context.Background(), 1))
 	require.Equal(t, int64(16), r.Stats().Claimed)
 	c.Advance(time.Second)
 	claimedReaches(t, r, 24)
 	g.release(8)
 	claimedReachesCooling(t, r, c, 32)
+	g.release(100)
+}
+
+// A widened turn's poller claims now an even part of what it shares with
+// the pollers after it in the slot, but what it goes on claiming as its
+// calls end, before the farm knows of the backlog, is its share of the
+// whole farm: the poller before it still refills its own share, and an
+// early poller that drains fast must not take the later pollers' part of
+// a burst (in a 300-job burst one node ran 46).
+func TestWidenedPollerRefillsOnlyItsShareOfTheWholeFarm(t *testing.T) {
+	// The second of the slot's three pollers: it and the last share the
+	// 48 (24 each, as far as its room goes); its share of the farm is 16.
+	g, _, _ := spendShare(t, jobs.Turn{FarmCapacity: 24, AheadCapacity: 16, NextPoll: 100 * time.Millisecond, StartWindow: time.Second})
 	g.release(100)
 }
 

@@ -65,6 +65,7 @@ type Pruner struct {
 
 	next   time.Duration // monotonic time of the next check while caught up
 	behind bool          // the last turn stopped with rows still due
+	looked bool          // TurnInSlot looked once already
 	cursor int           // the state the last turn stopped at
 }
 
@@ -155,6 +156,22 @@ func (p *Pruner) Turn(ctx context.Context) (PruneResult, error) {
 		p.opts.Logger.Debug("retention deleted", "jobs", res.Jobs, "nodes", res.Nodes, "statements", res.Statements, "behind", res.Behind)
 	}
 	return res, nil
+}
+
+// TurnInSlot runs retention in the turn of slot k (of length l) as its
+// owner. It looks at its first turn (a node just started, once); then,
+// while caught up, only in the first slot of each Idle of database time, so
+// that the farm looks once per Idle whatever its size, where each node
+// pacing itself on its own clock would look N times as often; while
+// behind, it goes on at every one of this node's turns.
+func (p *Pruner) TurnInSlot(ctx context.Context, k int64, l time.Duration) (PruneResult, error) {
+	every := max(1, int64(p.opts.Idle/max(l, 1)))
+	if p.looked && !p.behind && (k%every+every)%every != 0 {
+		return PruneResult{Skipped: true}, nil
+	}
+	p.looked = true
+	p.next = 0 // the database time decides, not this node's pause
+	return p.Turn(ctx)
 }
 
 var _ PruneStore = (*store.Store)(nil)

@@ -153,3 +153,41 @@ func TestPrunerRetriesAFailedDeleteNextTurn(t *testing.T) {
 	require.False(t, res.Skipped)
 	require.EqualValues(t, 10, res.Jobs)
 }
+
+// In a farm, retention is looked at once per Idle of database time by the
+// owner of that slot, not once per Idle by every node: its cost does not
+// grow with the farm.
+func TestPrunerInSlotsLooksOncePerIdleForTheWholeFarm(t *testing.T) {
+	db := newPruneDB(10*time.Millisecond, map[string]int{store.StateDone: 1200})
+	farm := []*jobs.Pruner{}
+	for range 16 {
+		farm = append(farm, jobs.NewPruner(db, jobs.PruneOptions{Jobs: retention, Nodes: 24 * time.Hour, Batch: 500,
+			Budget: 15 * time.Millisecond, Idle: time.Minute, Clock: db.clk}))
+	}
+	ctx := context.Background()
+	var looked []int64
+	// Two minutes of 1 s slots, slot k owned by node k mod 16.
+	for k := int64(6000); k < 6120; k++ {
+		res, err := farm[k%16].TurnInSlot(ctx, k, time.Second)
+		require.NoError(t, err)
+		if !res.Skipped {
+			looked = append(looked, k)
+		}
+	}
+	// Each node looks at its first turn, once (a node just started); the
+	// first ones stop on their budget and go on at their next turn. From
+	// the second rotation on, the farm looks once a minute: slot 6060.
+	// Sixteen nodes pacing themselves would look 16 times a minute.
+	require.Zero(t, db.due[store.StateDone])
+	var later []int64
+	for _, k := range looked {
+		if k >= 6032 {
+			later = append(later, k)
+		}
+	}
+	require.Equal(t, []int64{6060}, later, "once a minute for the whole farm")
+	require.LessOrEqual(t, len(looked), 16+3, "a first look each, and the turns that caught up: %v", looked)
+	res, err := farm[1].TurnInSlot(ctx, 6121, time.Second)
+	require.NoError(t, err)
+	require.True(t, res.Skipped)
+}

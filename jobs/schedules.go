@@ -169,7 +169,8 @@ func PauseSchedule(ctx context.Context, s *store.Store, name string) error {
 // (which it does not move): the operator's "run it now". The occurrence
 // fires at the database's now and is a job like the others (same
 // endpoint, payload, attempts, tolerance, overlap rule), under a unique
-// key of its own, (schedule, "manual", fire time), so it exists once. It
+// key of its own, (schedule, "manual", fire time), so it exists once (a
+// second trigger within the same millisecond fires a millisecond later). It
 // is written in one transaction with a lock on the schedule's row, so a
 // removal either comes first (then nothing is written) or cancels it. A
 // paused schedule may be triggered: pausing stops the grid, not the
@@ -192,8 +193,21 @@ func TriggerSchedule(ctx context.Context, s *store.Store, name string) (int64, e
 		b := fire.Add(sc.Tolerance)
 		by = &b
 	}
-	key := "slotpoller-schedule:" + name + ":manual:" + fire.Format(time.RFC3339Nano)
-	return s.ScheduleTrigger(ctx, name, occurrence(sc, fire, by, key))
+	// Two triggers within one millisecond of database time are two
+	// occurrences: the later one fires a millisecond on.
+	for range 100 {
+		key := "slotpoller-schedule:" + name + ":manual:" + fire.Format(time.RFC3339Nano)
+		id, err := s.ScheduleTrigger(ctx, name, occurrence(sc, fire, by, key))
+		if !errors.Is(err, store.ErrDuplicate) {
+			return id, err
+		}
+		fire = fire.Add(time.Millisecond)
+		if by != nil {
+			b := by.Add(time.Millisecond)
+			by = &b
+		}
+	}
+	return 0, fmt.Errorf("trigger schedule %q now: a hundred manual occurrences within 100 ms: %w", name, store.ErrDuplicate)
 }
 
 // occurrenceKey names an occurrence: the unique key that makes it exist

@@ -174,9 +174,9 @@ func TestOccurrenceNotStartedWithinToleranceIsMissed(t *testing.T) {
 		j, err := s.JobGet(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, store.StateMissed, j.State)
-		out, err := s.ScheduleOutcomes(ctx, "nightly")
+		out, err := s.ScheduleOutcomes(ctx)
 		require.NoError(t, err)
-		require.Equal(t, int64(1), out.MissedJobs)
+		require.Equal(t, int64(1), out["nightly"].MissedJobs)
 	})
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -37,9 +39,14 @@ type TaskOptions struct {
 	// MinHold is the hysteresis of rebalancing: a task held for less is
 	// never asked to move.
 	MinHold time.Duration
-	Clock   clock.Clock
-	Logger  *slog.Logger
-	Rand    func() float64
+	// TakeOverOrphans: the farm cannot wake a node between its turns (no
+	// notes: SQL Server), so the balancer gives a dead owner's task to its
+	// own node, which calls it at once, rather than to one that would find
+	// it only at its next turn.
+	TakeOverOrphans bool
+	Clock           clock.Clock
+	Logger          *slog.Logger
+	Rand            func() float64
 }
 
 // Keeper holds this node's endless tasks: it learns at every heartbeat
@@ -400,8 +407,11 @@ type Member struct {
 
 // BalanceResult says what one balancing step did.
 type BalanceResult struct {
-	Assigned      int
-	AssignedToMe  int
+	Assigned     int
+	AssignedToMe int
+	// GivenTo are the other members given a task, by incarnation, each
+	// once: they may be told at once (a note) rather than find out later.
+	GivenTo       []string
 	HandoffAsked  string // task asked to move, if any
 	DeletesClosed int64
 }
@@ -440,10 +450,26 @@ func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duratio
 			}
 		}
 	}
-	refused := map[string]bool{} // members the database no longer counts live
+	// A member whose own task leases ran out is not renewing them: it froze
+	// or lost its database, though the registry may count it live until its
+	// promise ends. It gets no task until it renews again.
+	dead := map[string]bool{} // members the database no longer counts live, or that stopped renewing
 	for _, t := range unowned {
+		if t.State == store.TaskRunning && t.Owner != "" {
+			dead[t.Owner] = true
+		}
+	}
+	for _, t := range unowned {
+		refused := maps.Clone(dead)
+		// A dead owner's task goes to this node first where no note can
+		// wake another one: it is called again now, not at the receiver's
+		// turn a rotation later; rebalancing spreads it afterwards.
+		takeOver := k.opts.TakeOverOrphans && t.State == store.TaskRunning && t.Owner != ""
 		for {
 			m, ok := emptiestExcept(members, load, refused)
+			if self, in := memberOf(members, k.opts.Incarnation); takeOver && in && !refused[self.Incarnation] {
+				m, ok = self, true
+			}
 			if !ok {
 				break
 			}
@@ -456,6 +482,8 @@ func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duratio
 				res.Assigned++
 				if m.Incarnation == k.opts.Incarnation {
 					res.AssignedToMe++
+				} else if !slices.Contains(res.GivenTo, m.Incarnation) {
+					res.GivenTo = append(res.GivenTo, m.Incarnation)
 				}
 				break
 			}
@@ -470,7 +498,7 @@ func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duratio
 			if cur.State != store.TaskCreated && !(cur.State == store.TaskRunning && !cur.Held) {
 				break
 			}
-			refused[m.Incarnation] = true
+			refused[m.Incarnation], dead[m.Incarnation] = true, true
 		}
 	}
 	for _, t := range tasks {
@@ -478,10 +506,8 @@ func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duratio
 			return res, nil // one move at a time
 		}
 	}
-	from, to := fullest(members, load), emptiest(members, load)
-	// Move only if it strictly evens things out: load_from/cap_from >
-	// (load_to+1)/cap_to.
-	if from.Incarnation == to.Incarnation || load[from.Incarnation]*to.Capacity <= (load[to.Incarnation]+1)*from.Capacity {
+	from, to, move := uneven(members, load)
+	if !move {
 		return res, nil
 	}
 	var pick *store.Task
@@ -507,6 +533,24 @@ func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duratio
 }
 
 // emptiest is the member with the lowest load per capacity (ties: name).
+// Uneven reports whether moving one task would even the members out, by
+// the tasks each holds (load, by incarnation): the balancer's own test,
+// for a turn to tell whether balancing has anything to do.
+func Uneven(members []Member, load map[string]int) bool {
+	_, _, move := uneven(members, load)
+	return move
+}
+
+// uneven returns the members to move a task from and towards, and whether
+// the move strictly evens things out: load_from/cap_from > (load_to+1)/cap_to.
+func uneven(members []Member, load map[string]int) (from, to Member, move bool) {
+	if len(members) == 0 {
+		return from, to, false
+	}
+	from, to = fullest(members, load), emptiest(members, load)
+	return from, to, from.Incarnation != to.Incarnation && load[from.Incarnation]*to.Capacity > (load[to.Incarnation]+1)*from.Capacity
+}
+
 func emptiest(members []Member, load map[string]int) Member {
 	m, _ := emptiestExcept(members, load, nil)
 	return m
@@ -524,6 +568,16 @@ func emptiestExcept(members []Member, load map[string]int, skip map[string]bool)
 		}
 	}
 	return best, found
+}
+
+// memberOf returns the member of the incarnation, if it is one.
+func memberOf(members []Member, incarnation string) (Member, bool) {
+	for _, m := range members {
+		if m.Incarnation == incarnation {
+			return m, true
+		}
+	}
+	return Member{}, false
 }
 
 // fullest is the member with the highest load per capacity (ties: name).

@@ -337,7 +337,7 @@ func TestBalanceSkipsAMemberTheDatabaseNoLongerCountsLive(t *testing.T) {
 	ok, err := s.TaskAssignIfUnowned(ctx, "t0", "inc-node-a", "node-a", time.Minute, time.Hour)
 	require.NoError(t, err)
 	require.True(t, ok)
-	res, err := k.Balance(ctx, []jobs.Member{{"node-a", "inc-node-a", 4}, {"node-b", "inc-node-b", 4}}, time.Hour)
+	res, err := k.Balance(ctx, []jobs.Member{{Name: "node-a", Incarnation: "inc-node-a", Capacity: 4}, {Name: "node-b", Incarnation: "inc-node-b", Capacity: 4}}, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Assigned, "the task goes to the next member instead of waiting a slot")
 	require.Equal(t, map[string]int{"node-a": 2}, owners(t, s))
@@ -650,4 +650,86 @@ func TestTaskLostWhileHandedOffStaysWithItsNewOwner(t *testing.T) {
 	require.Equal(t, int64(2), task.Token)
 	_, err = k.Release(ctx)
 	require.NoError(t, err)
+}
+
+// A task whose owner's lease ran out never goes back to the owner that
+// stopped renewing (frozen, or cut off from the database), though the
+// registry still counts it live and it now holds the fewest tasks.
+func TestBalanceNeverGivesAnOrphanBackToTheOwnerThatStoppedRenewing(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		k := newKeeper(s, &url.URL{Scheme: "http", Host: "localhost"}, clock.NewFake(t0), "node-a")
+		members := orphansOfAStoppedOwner(t, s)
+		res, err := k.Balance(ctx, members, time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Assigned)
+		got := owners(t, s)
+		require.Zero(t, got["node-b"], "not back to the node that stopped renewing: %v", got)
+		require.Equal(t, map[string]int{"node-a": 2, "node-c": 1, "node-d": 1}, got, "the emptiest of the others")
+		require.Equal(t, []string{"inc-node-d"}, res.GivenTo, "who may be told at once")
+	})
+}
+
+// Where no note can wake a node between its turns (SQL Server), the
+// balancing node takes a dead owner's tasks itself, so they are called
+// again at once; a new task still goes to the emptiest member.
+func TestBalanceTakesOverOrphansWhereNodesCannotBeWoken(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		k := jobs.NewKeeper(s, &jobs.Invoker{Base: &url.URL{Scheme: "http", Host: "localhost"}}, jobs.TaskOptions{
+			Node: "node-a", Incarnation: "inc-node-a", Lease: 3 * time.Second, Heartbeat: time.Second,
+			Margin: 500 * time.Millisecond, Timeout: 5 * time.Second, BackoffMax: time.Minute, MinHold: 10 * time.Second,
+			Clock: clock.NewFake(t0), Rand: func() float64 { return 0 }, TakeOverOrphans: true})
+		members := orphansOfAStoppedOwner(t, s)
+		require.NoError(t, s.TaskInsert(ctx, store.NewTask{Name: "zz-new", Endpoint: "/t", Method: "POST", Every: time.Second}))
+		res, err := k.Balance(ctx, members, time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, 4, res.Assigned)
+		require.Equal(t, 3, res.AssignedToMe, "node-b's three tasks")
+		require.Equal(t, map[string]int{"node-a": 3, "node-c": 1, "node-d": 1}, owners(t, s))
+		task, err := s.TaskGet(ctx, "zz-new") // balanced after t0-t2, which are by name
+		require.NoError(t, err)
+		require.Equal(t, "node-d", task.OwnerNode, "a task nobody held goes to the emptiest")
+	})
+}
+
+// orphansOfAStoppedOwner sets up four live nodes: node-b held three tasks
+// (t0-t2) and stopped renewing; node-c holds one (t3) and renews; node-a
+// and node-d hold none. It returns the members.
+func orphansOfAStoppedOwner(t *testing.T, s *store.Store) []jobs.Member {
+	ctx := context.Background()
+	for _, n := range []string{"node-a", "node-b", "node-c", "node-d"} {
+		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: n, Incarnation: "inc-" + n, Capacity: 4}, time.Hour))
+	}
+	for i := range 4 {
+		name := "t" + strconv.Itoa(i)
+		require.NoError(t, s.TaskInsert(ctx, store.NewTask{Name: name, Endpoint: "/t", Method: "POST", Every: time.Second}))
+		owner, lease := "node-b", time.Millisecond
+		if i == 3 {
+			owner, lease = "node-c", time.Hour
+		}
+		ok, err := s.TaskAssignIfUnowned(ctx, name, "inc-"+owner, owner, lease, time.Hour)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	time.Sleep(10 * time.Millisecond) // the database clock passes node-b's leases
+	var members []jobs.Member
+	for _, n := range []string{"node-a", "node-b", "node-c", "node-d"} {
+		members = append(members, jobs.Member{Name: n, Incarnation: "inc-" + n, Capacity: 4})
+	}
+	return members
+}
+
+// Uneven is the balancer's move test, for a turn to tell whether balancing
+// has anything to do.
+func TestUnevenIsTheBalancersMoveTest(t *testing.T) {
+	ms := []jobs.Member{{Name: "a", Incarnation: "a", Capacity: 4}, {Name: "b", Incarnation: "b", Capacity: 4}}
+	require.False(t, jobs.Uneven(nil, nil))
+	require.False(t, jobs.Uneven(ms, map[string]int{"a": 1, "b": 0}), "moving the one task would only swap")
+	require.False(t, jobs.Uneven(ms, map[string]int{"a": 2, "b": 1}))
+	require.True(t, jobs.Uneven(ms, map[string]int{"a": 2, "b": 0}))
+	ms[1].Capacity = 8 // per capacity: 2/4 > (1+1)/8
+	require.True(t, jobs.Uneven(ms, map[string]int{"a": 2, "b": 1}))
 }

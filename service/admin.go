@@ -115,7 +115,7 @@ func (n *Node) notReady() []string {
 	case p.reg == nil:
 		why = append(why, "checked in: not yet")
 	case !p.reg.Membership().OK:
-		why = append(why, fmt.Sprintf("checked in: no successful heartbeat within the TTL (%v)", n.cfg.Checkin.TTL))
+		why = append(why, fmt.Sprintf("checked in: no successful registry write within its promise (a heartbeat's TTL, %v; on PostgreSQL a rotation, two slots and the TTL)", n.cfg.Checkin.TTL))
 	}
 	return why
 }
@@ -133,6 +133,13 @@ func (n *Node) maskDSN(msg string) string {
 // /healthz, /readyz, /metrics, /status and the HTTP API under /api/v1/. Run serves it on
 // admin.listen; it is exported for embedding and tests.
 func (n *Node) AdminHandler() http.Handler {
+	h, _ := n.adminHandler()
+	return h
+}
+
+// adminHandler is AdminHandler and its API, whose statements the tests
+// count.
+func (n *Node) adminHandler() (http.Handler, *api) {
 	mux := http.NewServeMux()
 	// The dashboard has / (dashboard.go); the list of routes is at /api/.
 	mux.HandleFunc("GET /api/{$}", func(w http.ResponseWriter, _ *http.Request) {
@@ -145,12 +152,12 @@ func (n *Node) AdminHandler() http.Handler {
 			"HTTP API (JSON; POST takes Content-Type: application/json):\n"+
 			"POST /api/v1/jobs               enqueue one job\n"+
 			"POST /api/v1/jobs/batch         enqueue {\"jobs\": [...]} in one transaction\n"+
-			"GET  /api/v1/jobs               list: ?state=&endpoint=&since=&limit=&cursor=\n"+
+			"GET  /api/v1/jobs               list: ?state=&endpoint=&since=&until=&limit=&cursor=\n"+
 			"GET  /api/v1/jobs/counts        jobs by state\n"+
 			"GET  /api/v1/jobs/{id}          a job with its history\n"+
 			"POST /api/v1/jobs/{id}/cancel   cancel a waiting job\n"+
 			"POST /api/v1/jobs/{id}/retry    retry a finished job\n"+
-			"POST /api/v1/jobs/retry         retry {\"state\", \"endpoint\", \"since\", \"limit\"}\n"+
+			"POST /api/v1/jobs/retry         retry {\"state\", \"endpoint\", \"since\", \"until\", \"limit\"}\n"+
 			"GET  /api/v1/schedules          schedules\n"+
 			"GET  /api/v1/tasks              endless tasks (?all=true: deleted too)\n"+
 			"GET  /api/v1/farm               the rotation, the nodes and job counts (the dashboard's farm view)\n"+
@@ -191,10 +198,10 @@ func (n *Node) AdminHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(rep)
 	})
-	n.apiRoutes(mux)
-	ses := newSessions(n.clock)
+	a := n.apiRoutes(mux)
+	ses := newSessions(n.clock, sessionCookieName(n.cfg.Admin.AdminAddr()))
 	n.dashboardRoutes(mux, ses)
-	return n.guard(mux, ses)
+	return n.guard(mux, ses), a
 }
 
 func text(w http.ResponseWriter, code int, body string) {

@@ -217,7 +217,7 @@ type outage struct {
 func newOutage(t *testing.T, db storetest.DB) outage {
 	t.Helper()
 	if db.Driver == "sqlite" {
-		o := outage{dsn: db.DSN, reason: "checked in: no successful heartbeat"}
+		o := outage{dsn: db.DSN, reason: "checked in: no successful registry write"}
 		var conn *sql.Conn
 		var locker *store.Store
 		o.begin = func() {

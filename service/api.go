@@ -22,7 +22,7 @@ import (
 //
 //	POST /api/v1/jobs               enqueue one job          201 {"id"}
 //	POST /api/v1/jobs/batch         enqueue {"jobs":[...]}   201 {"ids"}, all or none
-//	GET  /api/v1/jobs               list: state, endpoint, since, limit, cursor
+//	GET  /api/v1/jobs               list: state, endpoint, since, until, limit, cursor
 //	GET  /api/v1/jobs/counts        jobs by state
 //	POST /api/v1/jobs/retry         retry the jobs a filter selects
 //	GET  /api/v1/jobs/{id}          one job with its history
@@ -57,7 +57,8 @@ type api struct {
 	runner     *jobs.Runner
 }
 
-func (n *Node) apiRoutes(mux *http.ServeMux) {
+// apiRoutes serves the API on mux and returns it.
+func (n *Node) apiRoutes(mux *http.ServeMux) *api {
 	a := &api{n: n, log: n.log.With("node", n.cfg.Node.Name, "component", "api")}
 	a.route(mux, "/api/v1/jobs", methods{http.MethodGet: a.list, http.MethodPost: a.enqueue})
 	a.route(mux, "/api/v1/jobs/batch", methods{http.MethodPost: a.enqueueBatch})
@@ -73,6 +74,22 @@ func (n *Node) apiRoutes(mux *http.ServeMux) {
 		writeAPIError(w, &apiError{Status: http.StatusNotFound, Code: "no_route",
 			Message: fmt.Sprintf("no API route %s; the routes are listed at GET /api/", r.URL.Path)})
 	})
+	return a
+}
+
+// statements is how many statements the API's clients have sent: the job
+// routes' share of the database work, which the node's store does not
+// count (its clients have stores of their own on the same pool).
+func (a *api) statements() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var n int64
+	for _, c := range []*client.Client{a.c, a.local} {
+		if c != nil {
+			n += c.Statements()
+		}
+	}
+	return n
 }
 
 // apiFunc handles one call: it returns the status and the JSON body of a
@@ -224,12 +241,15 @@ type listResponse struct {
 }
 
 func (a *api) list(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
-	q, err := query(r, "state", "endpoint", "since", "limit", "cursor")
+	q, err := query(r, "state", "endpoint", "since", "until", "limit", "cursor")
 	if err != nil {
 		return 0, nil, err
 	}
 	f := client.Filter{State: q.Get("state"), EndpointPrefix: q.Get("endpoint"), Cursor: q.Get("cursor")}
 	if f.Since, err = queryDuration(q, "since"); err != nil {
+		return 0, nil, err
+	}
+	if f.Until, err = queryDuration(q, "until"); err != nil {
 		return 0, nil, err
 	}
 	if f.Limit, err = queryLimit(q); err != nil {
@@ -294,6 +314,7 @@ type retryRequest struct {
 	State    string `json:"state"` // dead, failed, cancelled or missed: required
 	Endpoint string `json:"endpoint"`
 	Since    string `json:"since"`
+	Until    string `json:"until"`
 	Limit    int    `json:"limit"` // default and at most 1000
 }
 
@@ -320,6 +341,9 @@ func (a *api) retryMatching(ctx context.Context, c *client.Client, r *http.Reque
 	if f.Since, err = apiDuration("since", req.Since, 0); err != nil {
 		return 0, nil, err
 	}
+	if f.Until, err = apiDuration("until", req.Until, 0); err != nil {
+		return 0, nil, err
+	}
 	if req.Limit == 0 {
 		f.Limit = client.MaxListLimit
 	}
@@ -327,7 +351,7 @@ func (a *api) retryMatching(ctx context.Context, c *client.Client, r *http.Reque
 	if err != nil {
 		return 0, nil, err
 	}
-	a.log.Info("jobs retried through the API", "state", f.State, "endpoint", f.EndpointPrefix, "since", f.Since, "retried", n)
+	a.log.Info("jobs retried through the API", "state", f.State, "endpoint", f.EndpointPrefix, "since", f.Since, "until", f.Until, "retried", n)
 	return http.StatusOK, retryResponse{Retried: n, More: n == int64(f.Limit)}, nil
 }
 

@@ -236,6 +236,10 @@ func TestAPIJobs(t *testing.T) {
 		require.Equal(t, float64(500), got["last_status"])
 		r = must(t, base, http.StatusOK, getReq("/api/v1/jobs?state=dead&endpoint=/flaky"))
 		require.Len(t, r.body["jobs"], 3)
+		r = must(t, base, http.StatusOK, getReq("/api/v1/jobs?state=dead&endpoint=/flaky&since=1h&until=1m"))
+		require.Empty(t, r.body["jobs"], "none created over a minute ago")
+		r = must(t, base, http.StatusOK, post("/api/v1/jobs/retry", `{"state":"dead","until":"1m"}`))
+		require.Equal(t, float64(0), r.body["retried"], "retry-all keeps to the range too")
 		ep.failing.Store(false)
 		must(t, base, http.StatusOK, post(fmt.Sprintf("/api/v1/jobs/%d/retry", dead[0]), ""))
 		waitState(t, base, dead[0], "done")
@@ -449,6 +453,11 @@ func TestAPIBadRequests(t *testing.T) {
 		bad("negative cursor", getReq(J+"?cursor=-5"), bad400, "invalid_field", "cursor", -1, "is not one a page gave"),
 		bad("since a date", getReq(J+"?since=2026-01-01"), bad400, "invalid_field", "since", -1, "is not a duration"),
 		bad("since negative", getReq(J+"?since=-1h"), bad400, "invalid_field", "since", -1, "must not be negative"),
+		bad("until a date", getReq(J+"?until=2026-01-01"), bad400, "invalid_field", "until", -1, `"2026-01-01" is not a duration`),
+		bad("until negative", getReq(J+"?until=-1h"), bad400, "invalid_field", "until", -1, "until -1h0m0s must not be negative"),
+		bad("until twice", getReq(J+"?until=1h&until=2h"), bad400, "invalid_field", "until", -1, "given 2 times"),
+		bad("until not before since", getReq(J+"?since=1h&until=2h"), bad400, "invalid_field", "until", -1, "until 2h0m0s must be less than since 1h0m0s"),
+		bad("until equal to since", getReq(J+"?since=1h&until=1h"), bad400, "invalid_field", "until", -1, "must be less than since"),
 		bad("malformed query", getReq(J+"?state=%zz"), bad400, "bad_query", "", -1, "the query string is malformed"),
 		bad("tasks all=maybe", getReq("/api/v1/tasks?all=maybe"), bad400, "invalid_field", "all", -1, `"maybe" is not true or false`),
 		// retry by filter
@@ -456,6 +465,8 @@ func TestAPIBadRequests(t *testing.T) {
 		bad("retry ready jobs", post("/api/v1/jobs/retry", `{"state":"ready"}`), bad400, "invalid_field", "state", -1, "a ready job cannot be retried"),
 		bad("retry limit too high", post("/api/v1/jobs/retry", `{"state":"dead","limit":5000}`), bad400, "invalid_field", "limit", -1, "between 1 and 1000"),
 		bad("retry since in hours", post("/api/v1/jobs/retry", `{"state":"dead","since":24}`), bad400, "wrong_type", "since", -1, "since must be a string"),
+		bad("retry until in hours", post("/api/v1/jobs/retry", `{"state":"dead","until":1}`), bad400, "wrong_type", "until", -1, "until must be a string"),
+		bad("retry until past since", post("/api/v1/jobs/retry", `{"state":"dead","since":"1h","until":"3h"}`), bad400, "invalid_field", "until", -1, "must be less than since"),
 		bad("retry unknown field", post("/api/v1/jobs/retry", `{"state":"dead","older_than":"1h"}`), bad400, "unknown_field", "older_than", -1, "unknown field"),
 		// the browser guard (no token on loopback)
 		bad("cross-origin post", withHeader(post(J, `{"endpoint":"/x"}`), "Origin", "http://evil.example"), http.StatusForbidden, "forbidden_origin", "", -1, "Origin http://evil.example is not this listener's own"),

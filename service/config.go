@@ -223,8 +223,10 @@ type ClockConfig struct {
 	// Skew makes the node read its local clock as off by this much, to
 	// demonstrate that only the database clock matters; default 0; -168h..168h.
 	Skew Duration `yaml:"skew"`
-	// Resync is how often the offset to the database clock is measured
-	// again; default 30s; 1s..24h.
+	// Resync is the longest the offset to the database clock goes without
+	// a new measurement (a burst of queries); default 5m; 1s..24h. A node's
+	// turns read the database clock too and renew the measurement whenever
+	// theirs is as good, so on a working farm the bursts rarely come.
 	Resync Duration `yaml:"resync"`
 	// NTPServer is the NTP server for the local clock health check
 	// ("host" or "host:port"); default "" (off).
@@ -341,7 +343,7 @@ func DefaultConfig() Config {
 			Retention: Duration(24 * time.Hour),
 		},
 		Clock: ClockConfig{
-			Resync:       Duration(30 * time.Second),
+			Resync:       Duration(5 * time.Minute),
 			NTPMaxOffset: Duration(time.Second),
 		},
 		Log: LogConfig{Level: "info", Format: "text"},

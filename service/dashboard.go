@@ -83,13 +83,13 @@ func (n *Node) dashboardRoutes(mux *http.ServeMux, ses *sessions) {
 			showLogin(w, http.StatusUnauthorized, "That is not this node's admin.token.")
 			return
 		}
-		setSessionCookie(w, r, ses.start(), int(sessionTTL.Seconds()))
+		ses.setCookie(w, r, ses.start(), int(sessionTTL.Seconds()))
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 	})
 	// Signing out is a write: the guard wants the session's CSRF header.
 	mux.HandleFunc("POST /logout", func(w http.ResponseWriter, r *http.Request) {
 		ses.end(r)
-		setSessionCookie(w, r, "", -1)
+		ses.setCookie(w, r, "", -1)
 		w.WriteHeader(http.StatusNoContent)
 	})
 }

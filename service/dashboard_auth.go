@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -21,7 +22,9 @@ import (
 // only a page of this listener knows (it is written into the dashboard's
 // HTML), and an Origin that is the listener's own.
 const (
-	sessionCookie = "slotpoller_session"
+	// sessionCookiePrefix starts the session cookie's name, which ends in
+	// the admin listener's port (sessionCookieName).
+	sessionCookiePrefix = "slotpoller_session"
 	// csrfHeader carries the session's CSRF token on every POST.
 	csrfHeader = "X-Slotpoller-Csrf"
 	sessionTTL = 12 * time.Hour
@@ -35,6 +38,10 @@ const (
 // farm has its own (a dashboard talks to one node).
 type sessions struct {
 	clk clock.Clock
+	// cookie is the session cookie's name. A browser keeps cookies by
+	// host, not by port: two nodes on one host under one name would
+	// overwrite each other's cookie and sign each other's viewers out.
+	cookie string
 
 	mu   sync.Mutex
 	byID map[[sha256.Size]byte]session // by the hash of the cookie's value
@@ -45,8 +52,27 @@ type session struct {
 	expires time.Duration // on the clock's monotonic reading
 }
 
-func newSessions(clk clock.Clock) *sessions {
-	return &sessions{clk: clk, byID: map[[sha256.Size]byte]session{}}
+func newSessions(clk clock.Clock, cookie string) *sessions {
+	return &sessions{clk: clk, cookie: cookie, byID: map[[sha256.Size]byte]session{}}
+}
+
+// sessionCookieName is the session cookie's name for an admin listener
+// (admin.listen): "slotpoller_session_9090". Without a port (the handler
+// served by an embedding program) it is the bare prefix.
+func sessionCookieName(listen string) string {
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil || port == "" {
+		return sessionCookiePrefix
+	}
+	// A service name ("http") is a valid port too; keep the characters a
+	// cookie name may hold.
+	clean := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '-' {
+			return r
+		}
+		return -1
+	}, port)
+	return sessionCookiePrefix + "_" + clean
 }
 
 func randomHex(n int) string {
@@ -77,7 +103,7 @@ func (s *sessions) start() string {
 
 // find returns the session of a request's cookie.
 func (s *sessions) find(r *http.Request) (session, bool) {
-	c, err := r.Cookie(sessionCookie)
+	c, err := r.Cookie(s.cookie)
 	if err != nil || c.Value == "" {
 		return session{}, false
 	}
@@ -94,7 +120,7 @@ func (s *sessions) find(r *http.Request) (session, bool) {
 
 // end closes the session of a request's cookie.
 func (s *sessions) end(r *http.Request) {
-	if c, err := r.Cookie(sessionCookie); err == nil {
+	if c, err := r.Cookie(s.cookie); err == nil {
 		s.mu.Lock()
 		delete(s.byID, sha256.Sum256([]byte(c.Value)))
 		s.mu.Unlock()
@@ -134,10 +160,10 @@ func wantsPage(r *http.Request) bool {
 		strings.Contains(r.Header.Get("Accept"), "text/html")
 }
 
-// setSessionCookie gives the browser its session; Secure when the page
+// setCookie gives the browser its session under this listener's name; Secure when the page
 // came over TLS (directly or through a proxy that says so).
-func setSessionCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: value, Path: "/", MaxAge: maxAge,
+func (s *sessions) setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: s.cookie, Value: value, Path: "/", MaxAge: maxAge,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")})
 }

@@ -23,7 +23,7 @@ type NodeStatus struct {
 	Free          int       `json:"free"`
 	OffsetMS      float64   `json:"offset_ms"`       // database clock minus the node's clock, as last measured
 	OffsetErrorMS float64   `json:"offset_error_ms"` // the measurement's error bound
-	LastSeen      time.Time `json:"last_seen"`       // database time of the last heartbeat
+	LastSeen      time.Time `json:"last_seen"`       // database time of the node's last registry write (heartbeat or turn)
 	Started       time.Time `json:"started"`
 }
 
@@ -178,9 +178,14 @@ type ScheduleStatus struct {
 	Tolerance  string     `json:"tolerance"`
 }
 
-// ScheduleReport reads every schedule with its outcome.
+// ScheduleReport reads every schedule with its outcome: three statements,
+// whatever the number of schedules.
 func ScheduleReport(ctx context.Context, s *store.Store) ([]ScheduleStatus, error) {
 	scs, _, err := s.Schedules(ctx)
+	if err != nil {
+		return nil, err
+	}
+	outcomes, err := s.ScheduleOutcomes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -194,10 +199,7 @@ func ScheduleReport(ctx context.Context, s *store.Store) ([]ScheduleStatus, erro
 		} else {
 			st.When = "invalid: " + err.Error()
 		}
-		o, err := s.ScheduleOutcomes(ctx, sc.Name)
-		if err != nil {
-			return nil, err
-		}
+		o := outcomes[sc.Name]
 		st.Missed += o.MissedJobs
 		st.LastResult, st.LastStatus, st.LastError = o.LastState, o.LastStatus, o.LastError
 		out = append(out, st)

@@ -2,12 +2,14 @@ package service
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/url"
 	"time"
 
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/clocksync"
+	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/rotation"
@@ -64,17 +66,26 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)
 	w.keeper = jobs.NewKeeper(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.TaskOptions{
 		Node: cfg.Node.Name, Incarnation: incarnation,
-		// A task's lease is the TTL: a dead owner's tasks free up when the
-		// registry counts the owner out.
-		Lease: ttl, Heartbeat: heartbeat, Margin: heartbeat / 2,
+		// A task's lease is the TTL less a quarter heartbeat: a dead
+		// owner's task is given away when its lease ends and called by its
+		// new owner a few milliseconds later, so within the TTL of the dead
+		// owner's last renewal, the promise checkin.ttl makes.
+		Lease: ttl - heartbeat/4, Heartbeat: heartbeat, Margin: heartbeat / 2,
 		Timeout: time.Duration(cfg.Jobs.Timeout), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
 		MinHold: 10 * heartbeat, Clock: n.clock, Logger: log,
+		// Nodes that write only in their turns and hear no notes (SQL
+		// Server, SQLite) would find a task given to them a rotation later.
+		TakeOverOrphans: !s.SessionLocks(),
 	})
 	w.reg = checkin.New(s, checkin.Options{
 		Name: cfg.Node.Name, Capacity: cfg.Node.Capacity, Incarnation: incarnation,
 		Heartbeat: heartbeat, TTL: ttl, Clock: n.clock, Logger: log,
-		Status:  w.status,
-		Changed: w.membershipChanged,
+		Slot:  time.Duration(cfg.Rotation.Slot),
+		Timed: est.Observe, // a turn's reading is a clock sample too
+		// A note (PostgreSQL) says another node gave this one a task.
+		TaskGiven: func() { signal(w.renewTasks) },
+		Status:    w.status,
+		Changed:   w.membershipChanged,
 	})
 	w.waiter = &rotation.Waiter{
 		Clock: n.clock, DB: est, Slot: time.Duration(cfg.Rotation.Slot), Me: cfg.Node.Name,
@@ -103,7 +114,7 @@ func (w *wiring) loops() []loop {
 	heartbeat := time.Duration(cfg.Checkin.Heartbeat)
 	ls := []loop{
 		{"database clock", w.est.Run},
-		{"registry heartbeats", w.reg.Run},
+		{"registry liveness", w.reg.Run},
 		{"database file watch", func(ctx context.Context) error { return watchFile(ctx, w.n.clock, w.store, heartbeat) }},
 		{"task leases", func(ctx context.Context) error { w.taskLoop(ctx); return nil }},
 	}
@@ -113,7 +124,7 @@ func (w *wiring) loops() []loop {
 	// Refills claim between turns while the node knows of due work; they
 	// stop after the turns, before the registry they learn the backlog from.
 	ls = append(ls, loop{"refill claims", w.runner.Refill})
-	return append(ls, loop{"turns", func(ctx context.Context) error { w.pollLoop(ctx); return nil }})
+	return append(ls, loop{"turns", w.pollLoop})
 }
 
 // runLoops starts the loops in order and runs them until ctx ends or one
@@ -194,6 +205,11 @@ func (w *wiring) membershipChanged(m checkin.Membership) {
 	}
 }
 
+// taskExpiryGuard is waited past a task lease's end before the task is
+// given away: the lease's end was read as database time, and the waiting
+// is on this node's clock.
+const taskExpiryGuard = 20 * time.Millisecond
+
 // signal wakes whoever waits on c, without blocking.
 func signal(c chan<- struct{}) {
 	select {
@@ -205,13 +221,18 @@ func signal(c chan<- struct{}) {
 // taskLoop renews the node's task leases at every heartbeat (one
 // statement), and at once when a task was just given to this node (by its
 // own poll loop, or as the membership read shows). A node that works no
-// task and holds none by the last membership read sends nothing.
+// task and holds none by the last membership read sends nothing (a note,
+// on PostgreSQL, or its next heartbeat's reading elsewhere, tells it of a
+// task given to it). The first renewal falls a phase into the heartbeat,
+// so that nodes started together do not renew in step.
 func (w *wiring) taskLoop(ctx context.Context) {
 	heartbeat := time.Duration(w.n.cfg.Checkin.Heartbeat)
-	k, reg, log := w.keeper, w.reg, w.log
+	k, reg, log, clk := w.keeper, w.reg, w.log, w.n.clock
 	failing := false
+	wait := reg.Phase(heartbeat)
 	for {
-		t := w.n.clock.NewTimer(heartbeat)
+		t := clk.NewTimer(wait)
+		wait = heartbeat
 		nudged := false
 		select {
 		case <-ctx.Done():
@@ -243,20 +264,46 @@ func (w *wiring) taskLoop(ctx context.Context) {
 // pollLoop takes the node's turns: in each it polls for jobs; as the
 // slot's owner it also writes schedule occurrences, prunes and balances
 // tasks.
-func (w *wiring) pollLoop(ctx context.Context) {
+func (w *wiring) pollLoop(ctx context.Context) error {
 	cfg, log := w.n.cfg, w.log
 	r, k, reg, est := w.runner, w.keeper, w.reg, w.est
 	slot := time.Duration(cfg.Rotation.Slot)
 	hold := 3 * max(time.Duration(cfg.Checkin.Heartbeat), slot)
-	failing, pruneFailing := false, false
+	failing, pruneFailing, regFailing := false, false, false
 	for {
 		turn, err := w.waiter.Wait(ctx)
 		if err != nil {
-			return
+			return nil
+		}
+		// The turn begins in the registry: the node's row, the membership,
+		// and whether the queue, the schedules and the tasks have anything
+		// for this turn to do. An idle farm's turn ends there. The row it
+		// writes already counts this turn for the dashboard's strip: on
+		// PostgreSQL it is the node's only write until its next turn.
+		w.n.turns.Record(turn.Slot)
+		// A widened turn (rank > 0) comes only while the farm knows of a
+		// backlog: it polls at once, without the registry (this node's own
+		// turn as the slot's owner writes its row each rotation).
+		hints := checkin.Hints{Jobs: true}
+		if turn.Rank == 0 {
+			hints, err = reg.Turn(ctx)
+		}
+		switch {
+		case errors.Is(err, checkin.ErrReplaced):
+			return err // the node stops: its name is another process's now
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case err != nil && !regFailing:
+			log.Error("the turn's registry reading failed; polling anyway", "slot", turn.Slot, "err", err)
+			regFailing = true
+		case err == nil && regFailing:
+			log.Info("the turn's registry reading works again")
+			regFailing = false
 		}
 		m := reg.Membership()
-		total := pollersAhead(m, turn)
-		if turn.Rank == 0 {
+		farm, _ := m.Capacity()
+		ahead := pollersAhead(m, turn)
+		if turn.Rank == 0 && hints.Schedules {
 			// The slot's owner writes the schedules' occurrences due soon
 			// (a little ahead, so that they wait in the queue for their
 			// time and any poller can take them), before it polls.
@@ -281,10 +328,16 @@ func (w *wiring) pollLoop(ctx context.Context) {
 		}
 		// A one-off job's start window is one slot: the rotation's promise
 		// is that a due job starts within a slot of its run time.
-		res, err := r.Poll(ctx, jobs.Turn{FarmCapacity: total, NextPoll: nextPoll, StartWindow: slot})
+		var res jobs.PollResult
+		if hints.Jobs {
+			res, err = r.Poll(ctx, jobs.Turn{FarmCapacity: farm, AheadCapacity: ahead, NextPoll: nextPoll, StartWindow: slot})
+		} else {
+			r.Idle()
+			err = nil
+		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return nil
 			}
 			if !failing {
 				log.Error("poll failed; trying again next turn", "slot", turn.Slot, "err", err)
@@ -292,7 +345,6 @@ func (w *wiring) pollLoop(ctx context.Context) {
 			failing = true
 			continue
 		}
-		w.n.turns.Record(turn.Slot)
 		if failing {
 			log.Info("polling works again")
 			failing = false
@@ -308,8 +360,11 @@ func (w *wiring) pollLoop(ctx context.Context) {
 		if turn.Rank != 0 {
 			continue // tasks are balanced and rows pruned once per slot, by its owner
 		}
-		// Retention after the poll, so that it never delays a claim.
-		pr, err := w.pruner.Turn(ctx)
+		// Retention, after the poll so that it never delays a claim: at
+		// this node's first turn, then once a minute of database time by
+		// that slot's owner (a handful of statements when nothing is due),
+		// and at this node's turns while it is behind.
+		pr, err := w.pruner.TurnInSlot(ctx, turn.Slot, slot)
 		switch {
 		case err != nil && ctx.Err() == nil && !pruneFailing:
 			log.Warn("retention could not delete finished jobs; trying again next turn", "err", err)
@@ -318,9 +373,25 @@ func (w *wiring) pollLoop(ctx context.Context) {
 			pruneFailing = false
 		}
 		w.n.metrics.observePrune(pr)
+		if !hints.Tasks && hints.TaskLeaseEnds > 0 {
+			// A task's owner stopped renewing and its lease ends within
+			// the slot: wait for it and give the task away now, rather than
+			// leave it to the next turn's owner a slot later.
+			if err := clock.Sleep(ctx, w.n.clock, hints.TaskLeaseEnds+taskExpiryGuard); err != nil {
+				return nil
+			}
+			hints.Tasks = true
+		}
 		var members []jobs.Member
+		load := map[string]int{}
 		for _, mm := range m.Members {
 			members = append(members, jobs.Member{Name: mm.Name, Incarnation: mm.Incarnation, Capacity: mm.Capacity})
+			load[mm.Incarnation] = mm.Tasks
+		}
+		// Balance when a task waits for an owner, or when, by the tasks each
+		// member holds as the turn read them, a handoff would even them out.
+		if !hints.Tasks && !jobs.Uneven(members, load) {
+			continue
 		}
 		bal, err := k.Balance(ctx, members, time.Duration(cfg.Checkin.TTL))
 		if err != nil {
@@ -334,6 +405,11 @@ func (w *wiring) pollLoop(ctx context.Context) {
 		}
 		if bal.AssignedToMe > 0 {
 			signal(w.renewTasks)
+		}
+		for _, inc := range bal.GivenTo {
+			if err := reg.NoteTaskGiven(ctx, inc); err != nil && ctx.Err() == nil {
+				log.Warn("could not tell a node of the task it was given; it finds out at its next turn", "err", err)
+			}
 		}
 	}
 }

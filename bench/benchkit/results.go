@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sort"
 	"strings"
 )
 
@@ -44,6 +45,33 @@ func ReadJSONLines(r io.Reader, other func(string)) ([]Result, error) {
 		out = append(out, res)
 	}
 	return out, sc.Err()
+}
+
+// Medians folds the results of several rounds into one result per side,
+// table and row: the median of the round's values (the lower middle one
+// for an even count), in the order each first appeared.
+func Medians(results []Result) []Result {
+	type key struct{ side, table, row string }
+	var order []key
+	vals := map[key][]float64{}
+	first := map[key]Result{}
+	for _, r := range results {
+		k := key{r.Side, r.Table, r.Row}
+		if _, ok := vals[k]; !ok {
+			order = append(order, k)
+			first[k] = r
+		}
+		vals[k] = append(vals[k], r.Value)
+	}
+	out := make([]Result, 0, len(order))
+	for _, k := range order {
+		v := vals[k]
+		sort.Float64s(v)
+		r := first[k]
+		r.Value = v[(len(v)-1)/2]
+		out = append(out, r)
+	}
+	return out
 }
 
 // Tables prints one markdown table per scenario, one column per side in

@@ -25,6 +25,11 @@ type Clock interface {
 	Monotonic() time.Duration
 	// NewTimer returns a timer that fires once after d.
 	NewTimer(d time.Duration) Timer
+	// AfterFunc returns a timer that calls f in a goroutine of its own
+	// once d has passed, unless stopped first; its C is nil. It costs no
+	// goroutine while it waits, which a node with thousands of calls in
+	// flight, each with a watchdog, notices.
+	AfterFunc(d time.Duration, f func()) Timer
 }
 
 // Timer is the part of time.Timer that slotpoller uses.
@@ -47,6 +52,10 @@ func (realClock) Now() time.Time { return time.Now() }
 func (c realClock) Monotonic() time.Duration { return time.Since(c.origin) }
 func (realClock) NewTimer(d time.Duration) Timer {
 	return realTimer{time.NewTimer(d)}
+}
+
+func (realClock) AfterFunc(d time.Duration, f func()) Timer {
+	return realTimer{time.AfterFunc(d, f)}
 }
 
 type realTimer struct{ t *time.Timer }
@@ -122,12 +131,23 @@ func (f *Fake) Monotonic() time.Duration {
 
 // NewTimer returns a timer that fires once the clock has advanced by d.
 func (f *Fake) NewTimer(d time.Duration) Timer {
+	return f.add(&fakeTimer{f: f, c: make(chan time.Time, 1)}, d)
+}
+
+// AfterFunc returns a timer that calls f, in a goroutine of its own, once
+// the clock has advanced by d. It counts among the Waiters until then.
+func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
+	return f.add(&fakeTimer{f: f, fn: fn}, d)
+}
+
+// add arms t to fire once the clock has advanced by d: at once when d is
+// not positive, otherwise as one of the Waiters.
+func (f *Fake) add(t *fakeTimer, d time.Duration) Timer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t := &fakeTimer{f: f, when: f.mono + d, c: make(chan time.Time, 1)}
+	t.when = f.mono + d
 	if d <= 0 {
-		t.c <- f.now
-		t.fired = true
+		t.fire(f.now)
 		return t
 	}
 	f.timers = append(f.timers, t)
@@ -151,8 +171,7 @@ func (f *Fake) Advance(d time.Duration) {
 	kept := f.timers[:0]
 	for _, t := range f.timers {
 		if t.when <= f.mono {
-			t.fired = true
-			t.c <- f.now.Add(t.when - f.mono)
+			t.fire(f.now.Add(t.when - f.mono))
 			continue
 		}
 		kept = append(kept, t)
@@ -202,12 +221,24 @@ func (f *Fake) BlockUntil(ctx context.Context, n int) error {
 
 type fakeTimer struct {
 	f     *Fake
-	when  time.Duration // on the monotonic time
-	c     chan time.Time
+	when  time.Duration  // on the monotonic time
+	c     chan time.Time // nil for AfterFunc's
+	fn    func()         // AfterFunc's
 	fired bool
 }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.c }
+
+// fire delivers the timer's deadline, at, on its channel, or calls its
+// function. f.mu is held.
+func (t *fakeTimer) fire(at time.Time) {
+	t.fired = true
+	if t.fn != nil {
+		go t.fn()
+		return
+	}
+	t.c <- at
+}
 
 func (t *fakeTimer) Stop() bool {
 	t.f.mu.Lock()

@@ -37,6 +37,35 @@ func TestFakeFiresTimersWhenDue(t *testing.T) {
 	<-zero.C()
 }
 
+// AfterFunc's timers wait among the others, call their function once
+// when due (never when stopped first), and cost no goroutine meanwhile.
+func TestAfterFuncCallsOnceWhenDue(t *testing.T) {
+	for name, c := range map[string]Clock{"fake": NewFake(t0), "real": Real()} {
+		t.Run(name, func(t *testing.T) {
+			called := make(chan string, 3)
+			due := c.AfterFunc(time.Millisecond, func() { called <- "due" })
+			stopped := c.AfterFunc(time.Millisecond, func() { called <- "stopped" })
+			require.True(t, stopped.Stop())
+			require.Nil(t, due.C())
+			if f, ok := c.(*Fake); ok {
+				require.Equal(t, 1, f.Waiters())
+				select {
+				case got := <-called:
+					t.Fatalf("%s called before the clock moved", got)
+				default:
+				}
+				f.Advance(time.Millisecond)
+				require.Zero(t, f.Waiters())
+			}
+			require.Equal(t, "due", <-called)
+			require.False(t, due.Stop(), "a timer that fired cannot be stopped")
+			c.AfterFunc(0, func() { called <- "now" })
+			require.Equal(t, "now", <-called)
+			require.Empty(t, called, "the stopped timer's function is never called")
+		})
+	}
+}
+
 func TestBlockUntilAndSleep(t *testing.T) {
 	f := NewFake(t0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -463,8 +463,7 @@ func (s *Store) JobsFinish(ctx context.Context, given []Finish) ([]bool, error) 
 	if !finishRowsFirst(s.d) {
 		args = historySeps()
 	}
-	rows := make([]string, len(fs))
-	for i, f := range fs {
+	for _, f := range fs {
 		o := f.Outcome
 		retry := int64(0)
 		if o.State == StateReady {
@@ -474,14 +473,12 @@ func (s *Store) JobsFinish(ctx context.Context, given []Finish) ([]bool, error) 
 		if o.State == StateReady {
 			suffix = historySuffix(OutcomeRetry, o.Status, o.Error)
 		}
-		rows[i] = s.d.(finishValues).finishRow()
 		args = append(args, f.ID, f.Token, o.State, retry, nullInt(o.Status), nullString(o.Error), suffix)
 	}
 	if finishRowsFirst(s.d) {
 		args = append(args, historySeps()...)
 	}
-	q := s.d.(finishValues).finishJobs(rows)
-	ids, err := queryAll(ctx, s, fmt.Sprintf("record results of %d jobs", len(fs)), expand(s.d, q), args, func(r rowScanner) (int64, error) {
+	ids, err := queryAll(ctx, s, fmt.Sprintf("record results of %d jobs", len(fs)), s.finishStatement(len(fs)), args, func(r rowScanner) (int64, error) {
 		var id int64
 		return id, r.Scan(&id)
 	})
@@ -497,6 +494,21 @@ func (s *Store) JobsFinish(ctx context.Context, given []Finish) ([]bool, error) 
 		out[i] = written[f.ID]
 	}
 	return out, nil
+}
+
+// finishStatement is JobsFinish's statement for n rows.
+func (s *Store) finishStatement(n int) string {
+	if q, ok := s.finishSQL.Load(n); ok {
+		return q.(string)
+	}
+	fv := s.d.(finishValues)
+	rows := make([]string, n)
+	for i := range rows {
+		rows[i] = fv.finishRow()
+	}
+	q := expand(s.d, fv.finishJobs(rows))
+	s.finishSQL.Store(n, q)
+	return q
 }
 
 // finishValues is how a dialect writes JobsFinish: a row of its VALUES

@@ -44,6 +44,9 @@ type JobFilter struct {
 	EndpointPrefix string
 	// Since: created within this long before the database's now.
 	Since time.Duration
+	// Until: created at least this long before the database's now (the
+	// upper end of a time range whose lower end is Since).
+	Until time.Duration
 	// Before: only ids below it (keyset paging, newest first).
 	Before int64
 	Limit  int // required by JobsList and JobsRetry
@@ -74,6 +77,9 @@ func (f JobFilter) where() (string, []any) {
 	}
 	if f.Since > 0 {
 		conds, args = append(conds, "created_at >= {now+?}"), append(args, -millis(f.Since))
+	}
+	if f.Until > 0 {
+		conds, args = append(conds, "created_at < {now+?}"), append(args, -millis(f.Until))
 	}
 	if f.Before > 0 {
 		conds, args = append(conds, "id < ?"), append(args, f.Before)

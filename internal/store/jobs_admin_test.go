@@ -156,6 +156,16 @@ func TestJobsListFilters(t *testing.T) {
 		require.Equal(t, []int64{ids[3]}, list(store.JobFilter{EndpointPrefix: "/a_"}), "no wildcard in a prefix")
 		require.Equal(t, []int64{ids[4]}, list(store.JobFilter{EndpointPrefix: "/a%"}), "no wildcard in a prefix")
 		require.Len(t, list(store.JobFilter{Since: time.Hour}), 5)
+		require.Empty(t, list(store.JobFilter{Until: time.Minute}), "all created just now")
+		// Three hours and two hours back: a range takes the one between.
+		age := store.Expand(s.Dialect(), `UPDATE {jobs} SET created_at = {now+?} WHERE id = ?`)
+		for i, ago := range []time.Duration{3 * time.Hour, 2 * time.Hour} {
+			_, err := s.DB().ExecContext(ctx, age, -ago.Milliseconds(), ids[i])
+			require.NoError(t, err)
+		}
+		require.Equal(t, []int64{ids[1]}, list(store.JobFilter{Since: 150 * time.Minute, Until: 90 * time.Minute}), "created between 150 and 90 minutes ago")
+		require.Equal(t, []int64{ids[1], ids[0]}, list(store.JobFilter{Until: time.Hour}))
+		require.Equal(t, []int64{ids[4], ids[3], ids[2]}, list(store.JobFilter{Since: time.Hour}))
 		require.Empty(t, list(store.JobFilter{States: []string{store.StateDead}}))
 
 		// One job fails once: it is ready and retrying.

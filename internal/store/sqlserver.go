@@ -122,9 +122,12 @@ func (d SQLServer) Arg(v any) any {
 // MigrationLock takes an application lock that the transaction holds until
 // it ends. sp_getapplock reports failure (timeout, deadlock victim) by its
 // return code, not by an error, so the code is checked and turned into one.
-func (SQLServer) MigrationLock() string {
+// The lock is the schema's: farms in schemas of their own (and the tests,
+// a schema each) do not wait for each other's migrations. The schema name
+// is a checked plain identifier.
+func (d SQLServer) MigrationLock() string {
 	return `DECLARE @lock int;
-EXEC @lock = sp_getapplock @Resource = N'slotpoller-migrate', @LockMode = N'Exclusive', @LockOwner = N'Transaction';
+EXEC @lock = sp_getapplock @Resource = N'slotpoller-migrate:` + d.Schema() + `', @LockMode = N'Exclusive', @LockOwner = N'Transaction';
 IF @lock < 0 RAISERROR(N'slotpoller: could not take the migration lock (sp_getapplock returned %d)', 16, 1, @lock);`
 }
 

@@ -82,8 +82,8 @@ func sqlServerOps() []op {
 		{name: "NodeCheckIn (name held by a live node)", sends: 2, respond: func(c storetest.Call) storetest.Reply {
 			if strings.HasPrefix(c.Query, "SELECT") {
 				seen := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-				return storetest.Reply{Columns: []string{"incarnation", "last_seen", "now", "live"},
-					Rows: [][]any{{"inc-other", seen, seen.Add(time.Second), int64(1)}}}
+				return storetest.Reply{Columns: []string{"incarnation", "last_seen", "now", "live", "live_for"},
+					Rows: [][]any{{"inc-other", seen, seen.Add(time.Second), int64(1), int64(0)}}}
 			}
 			return storetest.Reply{Affected: 0}
 		}, run: func(ctx context.Context, s *store.Store) error { return s.NodeCheckIn(ctx, mNode, 3*time.Second) }},
@@ -93,6 +93,10 @@ func sqlServerOps() []op {
 		}},
 		{name: "NodeLeave", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			return s.NodeLeave(ctx, mNode.Name, mNode.Incarnation)
+		}},
+		{name: "NodeTurn", sends: 2, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.NodeTurn(ctx, mNode, 3*time.Second, 2*time.Second, time.Second)
+			return err
 		}},
 		{name: "Nodes", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, _, err := s.Nodes(ctx, 3*time.Second); return err }},
 		{name: "JobInsert (delay)", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobInsert(ctx, mJob); return err }},
@@ -259,21 +263,18 @@ func sqlServerOps() []op {
 			_, err := s.JobThroughput(ctx, time.Hour, 1000)
 			return err
 		}},
-		{name: "ScheduleOutcomes", sends: 2, respond: func(c storetest.Call) storetest.Reply {
-			if strings.HasPrefix(c.Query, "SELECT COALESCE") {
-				return storetest.Reply{Columns: []string{"missed", "n"}, Rows: [][]any{{int64(0), int64(0)}}}
-			}
-			return storetest.Reply{}
-		}, run: func(ctx context.Context, s *store.Store) error {
-			_, err := s.ScheduleOutcomes(ctx, "schedule-MARK")
+		{name: "ScheduleOutcomes", sends: 2, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.ScheduleOutcomes(ctx)
 			return err
 		}},
 	}
 }
 
 // noSQL are the store's methods that send nothing (CheckFile: a stat of
-// the SQLite file).
-var noSQL = map[string]bool{"Close": true, "DB": true, "Dialect": true, "Statements": true, "CheckFile": true, "WithTx": true, "InTx": true}
+// the SQLite file; NodeLockTake, NodeNotify: SQL Server has no session
+// lock or notes, its nodes are live by their turns' promise; the one
+// refuses, the other sends nothing).
+var noSQL = map[string]bool{"SessionLocks": true, "NodeLockTake": true, "NodeNotify": true, "Close": true, "DB": true, "Dialect": true, "Statements": true, "CheckFile": true, "WithTx": true, "InTx": true}
 
 // Every operation of the store is in the list above: a new one must say
 // what it sends to SQL Server.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,9 @@ type Store struct {
 	callerTx bool
 	stmts    atomic.Int64
 	file     *sqliteFile // the SQLite file opened; nil for the others
+	// finishSQL is JobsFinish's statement by its number of rows, built
+	// once: a busy node writes a batch of results every few milliseconds.
+	finishSQL sync.Map // int → string
 }
 
 // conn is what a statement is sent through: a *sql.DB or a *sql.Tx.
@@ -149,10 +153,24 @@ func configurePool(db *sql.DB, d Dialect) {
 		db.SetMaxOpenConns(1)
 		return
 	}
-	db.SetMaxOpenConns(poolSize)
-	db.SetMaxIdleConns(poolSize)
+	size := poolSize
+	if _, ok := d.(SQLServer); ok {
+		size = sqlServerPoolSize
+	}
+	db.SetMaxOpenConns(size)
+	db.SetMaxIdleConns(size)
 	db.SetConnMaxIdleTime(time.Minute)
 }
+
+// sqlServerPoolSize is the pool of a SQL Server node. Babelfish compiles
+// each statement afresh on every connection that first sends it (1.4 s
+// for a claim, 2.8 s for the load count on the CI test server, then 15 ms),
+// so every extra connection costs a round of compiles: under a burst,
+// eight connections a node on three nodes kept a 2-core test server busy
+// compiling until statements timed out, which discards their connections
+// and starts the compiles over. SQL Server caches plans for the whole
+// server and does not care.
+const sqlServerPoolSize = 4
 
 // ping checks that the database answers. A transient conflict is waited
 // out: opening a SQLite file sets its journal mode, which needs the file's

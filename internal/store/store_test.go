@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -352,8 +353,16 @@ func TestConcurrentClaimsGiveEachJobOnce(t *testing.T) {
 		seen := map[int64]string{}
 		asNodes(t, db, 6, func(other *store.Store, p int) {
 			owner := string(rune('A' + p))
+			garbled := 0
 			for {
 				cs, err := other.JobsClaim(ctx, owner, owner, 7, time.Minute)
+				if err != nil && driver == "sqlserver" && garbled < 3 && babelfishGarbledHint(err) {
+					// See README, "Where Babelfish differs": the statement
+					// failed at parse time and changed nothing.
+					garbled++
+					t.Logf("%s: the T-SQL test server garbled the claim's index hint (%v); claiming again", owner, err)
+					continue
+				}
 				if err != nil {
 					t.Error(err)
 					return
@@ -373,6 +382,13 @@ func TestConcurrentClaimsGiveEachJobOnce(t *testing.T) {
 		})
 		require.Len(t, seen, jobs)
 	})
+}
+
+// babelfishGarbledHint reports the T-SQL test server's failure to parse a
+// claim whose index hint it rewrote into garbage (error 33557097, "internal
+// error occurred"; its log has the garbled table name).
+func babelfishGarbledHint(err error) bool {
+	return strings.Contains(err.Error(), "internal error occurred (33557097)")
 }
 
 func TestMigrations(t *testing.T) {

@@ -163,7 +163,7 @@ func (s *Store) TaskAssignIfUnowned(ctx context.Context, name, owner, ownerNode 
 	q := expand(s.d, `UPDATE {tasks} SET state = 'running', owner = ?, owner_node = ?, token = token + 1,
   lease_until = {now+?}, since = {now}, handoff = 0
 WHERE name = ? AND (state = 'created' OR (state = 'running' AND (lease_until IS NULL OR lease_until < {now})))
-  AND EXISTS (SELECT 1 FROM {nodes} WHERE incarnation = ? AND state = 'up' AND last_seen > {now+?})`)
+  AND EXISTS (SELECT 1 FROM {nodes} WHERE incarnation = ? AND `+s.live("")+`)`)
 	return s.fenced(ctx, "assign task "+strconv.Quote(name), q, owner, ownerNode, millis(lease), name, owner, -millis(ttl))
 }
 

@@ -65,19 +65,30 @@ async function act(path, body, done) {
   refreshNow();
 }
 
-// confirmButton needs a second click within 4 s.
-function confirmButton(label, cls, attrs, onConfirm) {
-  let armed = false, timer = null;
+// armedUntil keeps, by key, when an armed confirm button disarms: the
+// page redraws its rows every few seconds, and a button armed before a
+// redraw must still take the confirming click after it.
+const armedUntil = new Map();
+
+// confirmButton needs a second click within 4 s; key names what it acts
+// on, across redraws.
+function confirmButton(label, cls, attrs, key, onConfirm) {
   const b = el("button", { type: "button", class: cls, ...attrs }, label);
+  const show = (on) => { b.textContent = on ? "Click again to confirm" : label; b.classList.toggle("confirm", on); };
+  const armed = () => (armedUntil.get(key) || 0) > Date.now();
+  const left = (armedUntil.get(key) || 0) - Date.now();
+  if (left > 0) {
+    show(true);
+    setTimeout(() => show(armed()), left);
+  }
   b.addEventListener("click", () => {
-    if (!armed) {
-      armed = true;
-      b.textContent = "Click again to confirm";
-      b.classList.add("confirm");
-      timer = setTimeout(() => { armed = false; b.textContent = label; b.classList.remove("confirm"); }, 4000);
+    if (!armed()) {
+      armedUntil.set(key, Date.now() + 4000);
+      show(true);
+      setTimeout(() => show(armed()), 4000);
       return;
     }
-    clearTimeout(timer);
+    armedUntil.delete(key);
     b.disabled = true;
     onConfirm();
   });
@@ -210,7 +221,7 @@ function mountFarm(main) {
         else gaps++;
         if (s.pollers.length > 1) { cls.push("many"); many++; }
         const title = `slot ${s.slot}: ` + (s.pollers.length ? "polled by " + s.pollers.join(", ") : s.before ? "before the live nodes started" : s.pending ? "not reported yet" : "nobody polled") + ` (owner ${s.owner || "none"})`;
-        strip.append(el("div", { class: cls.join(" "), title, "data-slot": s.slot, "data-pollers": s.pollers.join(" ") },
+        strip.append(el("div", { class: cls.join(" "), title, "data-slot": s.slot, "data-owner": s.owner || "", "data-pollers": s.pollers.join(" ") },
           s.pollers.map((p) => el("div", { class: "part", style: `background:${colour(p)}` }))));
       }
       rotation.replaceChildren(
@@ -242,7 +253,7 @@ function mountFarm(main) {
 // ---- Jobs ----
 
 function mountJobs(main, params) {
-  const filter = { state: params.get("state") || "", endpoint: params.get("endpoint") || "", since: params.get("since") || "" };
+  const filter = { state: params.get("state") || "", endpoint: params.get("endpoint") || "", since: params.get("since") || "", until: params.get("until") || "" };
   let cursor = "", cursors = [];
   const chips = el("div", { class: "chips", id: "counts" });
   const stateSel = el("select", { name: "state", id: "f-state" }, el("option", { value: "" }, "any state"), STATES.map((s) => el("option", { value: s }, s)));
@@ -251,9 +262,13 @@ function mountJobs(main, params) {
   const since = el("select", { name: "since", id: "f-since" },
     [["", "any time"], ["15m", "last 15 min"], ["1h", "last hour"], ["24h", "last 24 h"], ["168h", "last 7 days"]].map(([v, t]) => el("option", { value: v }, t)));
   since.value = filter.since;
+  // The range's upper end: created before this long ago.
+  const until = el("select", { name: "until", id: "f-until" },
+    [["", "now"], ["15m", "15 min ago"], ["1h", "1 hour ago"], ["24h", "24 h ago"], ["168h", "7 days ago"]].map(([v, t]) => el("option", { value: v }, t)));
+  until.value = filter.until;
   const retryAll = el("span");
   const form = el("form", { class: "filters", onsubmit: (e) => { e.preventDefault(); apply(); } },
-    el("label", {}, "State", stateSel), el("label", {}, "Endpoint starts with", endpoint), el("label", {}, "Created", since),
+    el("label", {}, "State", stateSel), el("label", {}, "Endpoint starts with", endpoint), el("label", {}, "Created from", since), el("label", {}, "to", until),
     el("button", { type: "submit", class: "primary" }, "Filter"), retryAll);
   const list = el("div", { class: "card" });
   const pager = el("div", { class: "pager" });
@@ -263,6 +278,7 @@ function mountJobs(main, params) {
     if (stateSel.value) q.set("state", stateSel.value);
     if (endpoint.value) q.set("endpoint", endpoint.value);
     if (since.value) q.set("since", since.value);
+    if (until.value) q.set("until", until.value);
     location.hash = "#/jobs" + (q.toString() ? "?" + q : "");
   }
   function query() {
@@ -270,6 +286,7 @@ function mountJobs(main, params) {
     if (filter.state) q.set("state", filter.state);
     if (filter.endpoint) q.set("endpoint", filter.endpoint);
     if (filter.since) q.set("since", filter.since);
+    if (filter.until) q.set("until", filter.until);
     if (cursor) q.set("cursor", cursor);
     return q;
   }
@@ -280,10 +297,11 @@ function mountJobs(main, params) {
         class: "chip" + (filter.state === s ? " on" : ""), href: "#/jobs?state=" + s, "data-state": s,
       }, badge(s), el("strong", {}, c.counts[s] >= c.cap ? `${c.cap}+` : c.counts[s]))));
       const retryState = RETRYABLE.includes(filter.state) ? filter.state : "dead";
-      retryAll.replaceChildren(confirmButton(`Retry all ${retryState} matching`, "danger", { id: "retry-all" }, () => {
+      retryAll.replaceChildren(confirmButton(`Retry all ${retryState} matching`, "danger", { id: "retry-all" }, "retry-all " + JSON.stringify(filter), () => {
         const body = { state: retryState };
         if (filter.endpoint) body.endpoint = filter.endpoint;
         if (filter.since) body.since = filter.since;
+        if (filter.until) body.until = filter.until;
         act("/api/v1/jobs/retry", body, (r) => `${r.retried} job(s) retried` + (r.more ? "; there are more: press again" : ""));
       }));
       const rows = page.jobs.map((j) => el("tr", { "data-job": j.id, "data-state": jobState(j) },
@@ -291,7 +309,7 @@ function mountJobs(main, params) {
         el("td", { class: "trunc mono", title: j.endpoint }, j.method + " " + j.endpoint),
         el("td", {}, badge(jobState(j))),
         el("td", { class: "num" }, `${j.attempt}/${j.max_attempts}`),
-        el("td", {}, j.node || "–"),
+        el("td", { class: "nowrap" }, j.node || "–"),
         el("td", { class: "nowrap" }, fmtTime(j.run_at)),
         el("td", { class: "nowrap" }, fmtTime(j.finished)),
         el("td", { class: "trunc", title: j.last_error || "" }, j.last_status ? String(j.last_status) + " " : "", j.last_error || ""),
@@ -367,7 +385,7 @@ function mountSchedules(main) {
       const { schedules } = await api("/api/v1/schedules");
       const path = (s, what) => `/api/v1/schedules/${encodeURIComponent(s.name)}/${what}`;
       card.replaceChildren(schedules.length ? el("table", { id: "schedules" },
-        el("thead", {}, el("tr", {}, ["Schedule", "When", "Endpoint", "State", "Next fire (UTC)", "Last fire", "Last result", "Missed", "Misfire", "Overlap", "Tolerance", ""].map((h, i) => el("th", { class: i === 7 ? "num" : "" }, h)))),
+        el("thead", {}, el("tr", {}, ["Schedule", "When", "Endpoint", "State", "Next fire (UTC)", "Last fire", "Last result", "Missed", "Policy", ""].map((h, i) => el("th", { class: i === 7 ? "num" : "", title: h === "Policy" ? "misfire · overlap · tolerance" : null }, h)))),
         el("tbody", {}, schedules.map((s) => el("tr", { "data-schedule": s.name, "data-enabled": String(s.enabled) },
           el("td", {}, el("strong", {}, s.name)),
           el("td", { class: "mono" }, s.when),
@@ -377,8 +395,10 @@ function mountSchedules(main) {
           el("td", { class: "nowrap" }, fmtTime(s.last_fire_at)),
           el("td", { title: s.last_error || "" }, s.last_result ? badge(s.last_result) : "–", s.last_status ? ` ${s.last_status}` : ""),
           el("td", { class: "num" }, s.missed),
-          el("td", {}, s.misfire), el("td", {}, s.overlap), el("td", {}, s.tolerance),
-          el("td", {}, el("div", { class: "actions" },
+          // One cell for the three policies: eleven columns did not fit a
+          // 1360 px window, and the actions were cut off.
+          el("td", { class: "nowrap", title: `misfire ${s.misfire}, overlap ${s.overlap}, tolerance ${s.tolerance}` }, `${s.misfire} · ${s.overlap} · ${s.tolerance}`),
+          el("td", {}, el("div", { class: "actions stack" },
             s.enabled
               ? el("button", { type: "button", "data-action": "pause", onclick: () => act(path(s, "pause"), {}, `schedule ${s.name} paused`) }, "Pause")
               : el("button", { type: "button", "data-action": "resume", onclick: () => act(path(s, "resume"), {}, `schedule ${s.name} resumed`) }, "Resume"),
@@ -408,7 +428,7 @@ function mountTasks(main) {
           el("td", { class: "num" }, t.calls),
           el("td", { class: "trunc", title: t.last_error || "" }, !t.last_call_at ? "–" : t.last_error ? el("span", { class: "error-text" }, `failed ×${t.failures}: ${t.last_error}`) : `ok ${t.last_status}`),
           el("td", { class: "num mono" }, t.token),
-          el("td", {}, t.state === "deleted" || t.state === "deleting" ? "" : confirmButton("Delete", "danger", { "data-action": "delete" },
+          el("td", {}, t.state === "deleted" || t.state === "deleting" ? "" : confirmButton("Delete", "danger", { "data-action": "delete" }, "delete task " + t.name,
             () => act(`/api/v1/tasks/${encodeURIComponent(t.name)}/delete`, {}, (r) => `task ${t.name}: ${r.state}`))))))) : el("div", { class: "empty" }, "No endless task. Add one with slotpoller task add."));
     },
   };
@@ -485,7 +505,10 @@ function barChart(m) {
       svg("rect", { x: x0, y: PADT + h - hd - hf, width: bw, height: hf, fill: "#c4312b" }, svg("title", {}, title)),
     ];
   });
-  return svg("svg", { class: "chart", id: "chart-jobs", viewBox: `0 0 ${CW} ${CH}`, role: "img", "aria-label": "jobs finished per minute" },
+  // The totals drawn, for a reader that cannot see the bars (and a test).
+  const total = (k) => m.reduce((a, x) => a + x[k], 0);
+  return svg("svg", { class: "chart", id: "chart-jobs", viewBox: `0 0 ${CW} ${CH}`, role: "img", "aria-label": "jobs finished per minute",
+    "data-done-total": total("done"), "data-failed-total": total("failed") },
     axes(max, (v) => String(Math.round(v)), n), bars);
 }
 
@@ -504,7 +527,8 @@ function delayLines(m) {
       ? svg("circle", { cx: r[0].split(",")[0], cy: r[0].split(",")[1], r: 2.5, fill: colour })
       : svg("polyline", { points: r.join(" "), fill: "none", stroke: colour, "stroke-width": 2 }));
   };
-  return svg("svg", { class: "chart", id: "chart-delay", viewBox: `0 0 ${CW} ${CH}`, role: "img", "aria-label": "start delay per minute" },
+  return svg("svg", { class: "chart", id: "chart-delay", viewBox: `0 0 ${CW} ${CH}`, role: "img", "aria-label": "start delay per minute",
+    "data-minutes": m.filter((x) => x.done + x.failed).length, "data-max-delay-ms": Math.max(0, ...m.map((x) => x.max_delay_ms)) },
     axes(max, (v) => (v >= 1000 ? `${+(v / 1000).toFixed(2)} s` : `${+v.toFixed(1)} ms`), n), line("max_delay_ms", "#e07b00"), line("avg_delay_ms", "#2f5bd3"));
 }
 

@@ -1,3 +1,3 @@
--- Placeholder for version 7, which the liveness work (session locks) brings:
--- the migrator wants contiguous versions, and the dashboard's column is
--- version 8. It changes nothing; the merge replaces it.
+-- Version 7 was held for the liveness work while the dashboard's column
+-- took version 8; farms have it applied, so it stays, empty. The liveness
+-- columns came as version 9.

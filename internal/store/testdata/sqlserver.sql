@@ -5,36 +5,43 @@
 SELECT SYSUTCDATETIME();
 
 -- NodeCheckIn (row exists)
--- @p1 mssql.NVarCharMax, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 int64
+-- @p1 mssql.NVarCharMax, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 sql.NullInt64, @p7 sql.NullInt64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 int64
 UPDATE [sp_unit].[nodes] SET incarnation = @p1, state = 'up', capacity = @p2, free = @p3,
-  offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), left_at = NULL, backlog_until = NULL
-WHERE name = @p6 AND (state <> 'up' OR incarnation = @p7 OR last_seen <= DATEADD(millisecond, CAST(@p8 % 86400000 AS int), DATEADD(day, CAST(@p8 / 86400000 AS int), SYSUTCDATETIME())));
+  offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), live_until = DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME())), lock_key = @p7,
+  left_at = NULL, backlog_until = NULL
+WHERE name = @p8 AND (incarnation = @p9 OR CASE WHEN state = 'up' AND (live_until > SYSUTCDATETIME() OR last_seen > DATEADD(millisecond, CAST(@p10 % 86400000 AS int), DATEADD(day, CAST(@p10 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END = 0);
 
 -- NodeCheckIn (new node)
--- @p1 mssql.NVarCharMax, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 int64
+-- @p1 mssql.NVarCharMax, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 sql.NullInt64, @p7 sql.NullInt64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 int64
 UPDATE [sp_unit].[nodes] SET incarnation = @p1, state = 'up', capacity = @p2, free = @p3,
-  offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), left_at = NULL, backlog_until = NULL
-WHERE name = @p6 AND (state <> 'up' OR incarnation = @p7 OR last_seen <= DATEADD(millisecond, CAST(@p8 % 86400000 AS int), DATEADD(day, CAST(@p8 / 86400000 AS int), SYSUTCDATETIME())));
+  offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), live_until = DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME())), lock_key = @p7,
+  left_at = NULL, backlog_until = NULL
+WHERE name = @p8 AND (incarnation = @p9 OR CASE WHEN state = 'up' AND (live_until > SYSUTCDATETIME() OR last_seen > DATEADD(millisecond, CAST(@p10 % 86400000 AS int), DATEADD(day, CAST(@p10 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END = 0);
 -- @p1 int64, @p2 mssql.NVarCharMax
-SELECT incarnation, last_seen, SYSUTCDATETIME(), CASE WHEN state = 'up' AND last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END
+SELECT incarnation, last_seen, SYSUTCDATETIME(), CASE WHEN state = 'up' AND (live_until > SYSUTCDATETIME() OR last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END,
+  CASE WHEN live_until > SYSUTCDATETIME() THEN DATEDIFF_BIG(millisecond, SYSUTCDATETIME(), live_until) ELSE 0 END
 FROM [sp_unit].[nodes] WHERE name = @p2;
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int, @p4 int, @p5 int64, @p6 int64
-INSERT INTO [sp_unit].[nodes] (name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen)
-VALUES (@p1, @p2, 'up', @p3, @p4, @p5, @p6, SYSUTCDATETIME(), SYSUTCDATETIME());
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int, @p4 int, @p5 int64, @p6 int64, @p7 sql.NullInt64, @p8 sql.NullInt64
+INSERT INTO [sp_unit].[nodes] (name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen,
+  live_until, lock_key)
+VALUES (@p1, @p2, 'up', @p3, @p4, @p5, @p6, SYSUTCDATETIME(), SYSUTCDATETIME(), DATEADD(millisecond, CAST(@p7 % 86400000 AS int), DATEADD(day, CAST(@p7 / 86400000 AS int), SYSUTCDATETIME())), @p8);
 
 -- NodeCheckIn (name held by a live node)
--- @p1 mssql.NVarCharMax, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 int64
+-- @p1 mssql.NVarCharMax, @p2 int, @p3 int, @p4 int64, @p5 int64, @p6 sql.NullInt64, @p7 sql.NullInt64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 int64
 UPDATE [sp_unit].[nodes] SET incarnation = @p1, state = 'up', capacity = @p2, free = @p3,
-  offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), left_at = NULL, backlog_until = NULL
-WHERE name = @p6 AND (state <> 'up' OR incarnation = @p7 OR last_seen <= DATEADD(millisecond, CAST(@p8 % 86400000 AS int), DATEADD(day, CAST(@p8 / 86400000 AS int), SYSUTCDATETIME())));
+  offset_us = @p4, offset_error_us = @p5, started_at = SYSUTCDATETIME(), last_seen = SYSUTCDATETIME(), live_until = DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME())), lock_key = @p7,
+  left_at = NULL, backlog_until = NULL
+WHERE name = @p8 AND (incarnation = @p9 OR CASE WHEN state = 'up' AND (live_until > SYSUTCDATETIME() OR last_seen > DATEADD(millisecond, CAST(@p10 % 86400000 AS int), DATEADD(day, CAST(@p10 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END = 0);
 -- @p1 int64, @p2 mssql.NVarCharMax
-SELECT incarnation, last_seen, SYSUTCDATETIME(), CASE WHEN state = 'up' AND last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END
+SELECT incarnation, last_seen, SYSUTCDATETIME(), CASE WHEN state = 'up' AND (live_until > SYSUTCDATETIME() OR last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END,
+  CASE WHEN live_until > SYSUTCDATETIME() THEN DATEDIFF_BIG(millisecond, SYSUTCDATETIME(), live_until) ELSE 0 END
 FROM [sp_unit].[nodes] WHERE name = @p2;
 
 -- NodeHeartbeat
--- @p1 int, @p2 int64, @p3 int64, @p4 sql.NullString, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax
-UPDATE [sp_unit].[nodes] SET free = @p1, offset_us = @p2, offset_error_us = @p3, turns = @p4, last_seen = SYSUTCDATETIME()
-WHERE name = @p5 AND incarnation = @p6 AND state = 'up';
+-- @p1 int, @p2 int64, @p3 int64, @p4 sql.NullString, @p5 sql.NullInt64, @p6 sql.NullInt64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax
+UPDATE [sp_unit].[nodes] SET free = @p1, offset_us = @p2, offset_error_us = @p3, turns = @p4, last_seen = SYSUTCDATETIME(),
+  live_until = DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME())), lock_key = @p6
+WHERE name = @p7 AND incarnation = @p8 AND state = 'up';
 
 -- NodeSignalBacklog
 -- @p1 int64, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax
@@ -45,10 +52,33 @@ UPDATE [sp_unit].[nodes] SET backlog_until = DATEADD(millisecond, CAST(@p1 % 864
 UPDATE [sp_unit].[nodes] SET state = 'left', free = 0, left_at = SYSUTCDATETIME(), backlog_until = NULL
 WHERE name = @p1 AND incarnation = @p2;
 
+-- NodeTurn
+-- @p1 int, @p2 int64, @p3 int64, @p4 sql.NullString, @p5 sql.NullInt64, @p6 sql.NullInt64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax
+UPDATE [sp_unit].[nodes] SET free = @p1, offset_us = @p2, offset_error_us = @p3, turns = @p4, last_seen = SYSUTCDATETIME(),
+  live_until = DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME())), lock_key = @p6
+WHERE name = @p7 AND incarnation = @p8 AND state = 'up';
+-- @p1 int64, @p2 int64, @p3 int64
+SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen,
+  CASE WHEN state = 'up' AND (live_until > SYSUTCDATETIME() OR last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END,
+  CASE WHEN backlog_until > SYSUTCDATETIME() THEN 1 ELSE 0 END,
+  (SELECT COUNT(*) FROM [sp_unit].[tasks] t WHERE t.owner = [sp_unit].[nodes].incarnation AND t.state IN ('running', 'deleting')),
+  SYSUTCDATETIME(), turns,
+  CASE WHEN EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE state = 'ready' AND run_at <= SYSUTCDATETIME())
+    OR EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE state = 'running' AND lease_until < SYSUTCDATETIME())
+    OR EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE state = 'ready' AND start_by < SYSUTCDATETIME()) THEN 1 ELSE 0 END,
+  CASE WHEN EXISTS (SELECT 1 FROM [sp_unit].[schedules] WHERE enabled = 1 AND next_fire_at <= DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END,
+  CASE WHEN EXISTS (SELECT 1 FROM [sp_unit].[tasks] WHERE state = 'created')
+    OR EXISTS (SELECT 1 FROM [sp_unit].[tasks] WHERE state = 'running' AND (lease_until IS NULL OR lease_until < SYSUTCDATETIME()))
+    OR EXISTS (SELECT 1 FROM [sp_unit].[tasks] WHERE state = 'deleting' AND (owner IS NULL OR lease_until IS NULL OR lease_until < SYSUTCDATETIME()))
+    THEN 1 ELSE 0 END,
+  COALESCE((SELECT MIN(DATEDIFF_BIG(millisecond, SYSUTCDATETIME(), lease_until)) FROM [sp_unit].[tasks]
+    WHERE state = 'running' AND lease_until >= SYSUTCDATETIME() AND lease_until < DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME()))), 0)
+FROM [sp_unit].[nodes];
+
 -- Nodes
 -- @p1 int64
 SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen,
-  CASE WHEN state = 'up' AND last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END,
+  CASE WHEN state = 'up' AND (live_until > SYSUTCDATETIME() OR last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END,
   CASE WHEN backlog_until > SYSUTCDATETIME() THEN 1 ELSE 0 END,
   (SELECT COUNT(*) FROM [sp_unit].[tasks] t WHERE t.owner = [sp_unit].[nodes].incarnation AND t.state IN ('running', 'deleting')),
   SYSUTCDATETIME(), turns
@@ -285,7 +315,7 @@ SELECT name, endpoint, method, every_ms, state, owner, owner_node, token,
 UPDATE [sp_unit].[tasks] SET state = 'running', owner = @p1, owner_node = @p2, token = token + 1,
   lease_until = DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME())), since = SYSUTCDATETIME(), handoff = 0
 WHERE name = @p4 AND (state = 'created' OR (state = 'running' AND (lease_until IS NULL OR lease_until < SYSUTCDATETIME())))
-  AND EXISTS (SELECT 1 FROM [sp_unit].[nodes] WHERE incarnation = @p5 AND state = 'up' AND last_seen > DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME())));
+  AND EXISTS (SELECT 1 FROM [sp_unit].[nodes] WHERE incarnation = @p5 AND state = 'up' AND (live_until > SYSUTCDATETIME() OR last_seen > DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME()))));
 
 -- TaskRequestHandoff
 -- @p1 mssql.NVarCharMax, @p2 int64
@@ -391,8 +421,10 @@ SELECT ago, state, COUNT(*), CAST(COALESCE(SUM(delay_ms), 0) AS BIGINT), CAST(CO
 FROM (SELECT TOP (@p1) state, DATEDIFF_BIG(millisecond, finished_at, SYSUTCDATETIME()) / 60000 AS ago, DATEDIFF_BIG(millisecond, run_at, started_at) AS delay_ms FROM [sp_unit].[jobs] WHERE state IN ('done', 'failed', 'dead') AND finished_at IS NOT NULL AND finished_at > DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY finished_at DESC) x GROUP BY ago, state ORDER BY ago;
 
 -- ScheduleOutcomes
--- @p1 mssql.NVarCharMax
-SELECT COALESCE(SUM(CASE WHEN state = 'missed' THEN 1 ELSE 0 END), 0), COUNT(*) FROM [sp_unit].[jobs] WHERE schedule = @p1;
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax
-SELECT state, last_status, last_error FROM [sp_unit].[jobs] WHERE schedule = @p1 AND scheduled_for = (
-  SELECT MAX(scheduled_for) FROM [sp_unit].[jobs] WHERE schedule = @p2 AND state NOT IN ('ready', 'running'));
+SELECT schedule, SUM(CASE WHEN state = 'missed' THEN 1 ELSE 0 END), COUNT(*)
+FROM [sp_unit].[jobs] WHERE schedule IS NOT NULL GROUP BY schedule;
+SELECT j.schedule, j.state, j.last_status, j.last_error FROM [sp_unit].[jobs] j
+JOIN (SELECT schedule, MAX(scheduled_for) AS fire FROM [sp_unit].[jobs]
+  WHERE schedule IS NOT NULL AND state NOT IN ('ready', 'running') GROUP BY schedule) m
+  ON j.schedule = m.schedule AND j.scheduled_for = m.fire
+ORDER BY j.id DESC;

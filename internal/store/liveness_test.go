@@ -1,0 +1,181 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// liveOf returns the reading's liveness of each node by name.
+func liveOf(nodes []store.Node) map[string]bool {
+	out := map[string]bool{}
+	for _, n := range nodes {
+		out[n.Name] = n.Live
+	}
+	return out
+}
+
+// A turn is two statements whatever the farm holds, and its hints say which
+// of the turn's duties have work: an idle farm's turn ends there.
+func TestNodeTurnReadsTheRegistryAndTheHints(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		a := store.NodeState{Name: "node-a", Incarnation: "inc-a", Capacity: 4, Free: 4}
+		require.NoError(t, s.NodeCheckIn(ctx, a, time.Hour))
+		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-b", Incarnation: "inc-b", Capacity: 2, Free: 2}, time.Hour))
+
+		before := s.Statements()
+		r, err := s.NodeTurn(ctx, a, time.Hour, 2*time.Second, time.Second)
+		require.NoError(t, err)
+		require.Equal(t, int64(2), s.Statements()-before, "a turn is one write and one read")
+		require.True(t, r.Mine)
+		require.False(t, r.Now.IsZero())
+		require.Equal(t, map[string]bool{"node-a": true, "node-b": true}, liveOf(r.Nodes))
+		require.False(t, r.Jobs || r.Schedules || r.Tasks, "an empty farm has nothing for the turn: %+v", r)
+
+		// A job due later is no work yet; one due now is.
+		_, err = s.JobInsert(ctx, store.NewJob{Endpoint: "/later", Method: "POST", Delay: time.Hour, MaxAttempts: 1})
+		require.NoError(t, err)
+		r, err = s.NodeTurn(ctx, a, time.Hour, 2*time.Second, time.Second)
+		require.NoError(t, err)
+		require.False(t, r.Jobs, "a job due in an hour")
+		_, err = s.JobInsert(ctx, store.NewJob{Endpoint: "/now", Method: "POST", MaxAttempts: 1})
+		require.NoError(t, err)
+		r, err = s.NodeTurn(ctx, a, time.Hour, 2*time.Second, time.Second)
+		require.NoError(t, err)
+		require.True(t, r.Jobs, "a job due now")
+		require.False(t, r.Schedules || r.Tasks)
+
+		// A running job whose lease ran out is work too (reclaiming it).
+		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 1, time.Millisecond)
+		require.NoError(t, err)
+		require.Len(t, claims, 1)
+		time.Sleep(5 * time.Millisecond) // database time must pass the lease; no fake clock reaches the database
+		r, err = s.NodeTurn(ctx, a, time.Hour, 2*time.Second, time.Second)
+		require.NoError(t, err)
+		require.True(t, r.Jobs, "an expired lease")
+
+		// A task without an owner asks for the balancer.
+		require.NoError(t, s.TaskInsert(ctx, store.NewTask{Name: "feed", Endpoint: "/t", Method: "POST", Every: time.Second}))
+		r, err = s.NodeTurn(ctx, a, time.Hour, 2*time.Second, time.Second)
+		require.NoError(t, err)
+		require.True(t, r.Tasks)
+		require.Zero(t, r.TaskLeaseEnds)
+
+		// A held lease that ends within the task window (its owner stopped
+		// renewing) is announced with how soon; one beyond it is not.
+		ok, err := s.TaskAssignIfUnowned(ctx, "feed", "inc-a", "node-a", 600*time.Millisecond, time.Hour)
+		require.NoError(t, err)
+		require.True(t, ok)
+		r, err = s.NodeTurn(ctx, a, time.Hour, 2*time.Second, time.Second)
+		require.NoError(t, err)
+		require.False(t, r.Tasks)
+		require.Positive(t, r.TaskLeaseEnds)
+		require.LessOrEqual(t, r.TaskLeaseEnds, 600*time.Millisecond)
+		r, err = s.NodeTurn(ctx, a, time.Hour, 2*time.Second, 100*time.Millisecond)
+		require.NoError(t, err)
+		require.Zero(t, r.TaskLeaseEnds, "beyond the window")
+
+		// Another incarnation under the name: the turn's write finds the
+		// row not its own.
+		r, err = s.NodeTurn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-old", Capacity: 4}, time.Hour, time.Second, time.Second)
+		require.NoError(t, err)
+		require.False(t, r.Mine)
+	})
+}
+
+// A node promises in each write how long it stays live without another:
+// past that, and past the reader's TTL, it is not live.
+func TestLiveUntilKeepsANodeLiveBetweenItsTurns(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		a := store.NodeState{Name: "node-a", Incarnation: "inc-a", Capacity: 4, LiveFor: time.Hour}
+		require.NoError(t, s.NodeCheckIn(ctx, a, time.Second))
+		nodes, _, err := s.Nodes(ctx, 0)
+		require.NoError(t, err)
+		require.True(t, nodes[0].Live, "a TTL of zero, but its promise holds")
+
+		// The promise ran out (as if written an hour ago).
+		_, err = s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {nodes} SET live_until = {now+?}, last_seen = {now+?}`),
+			-1000, -10_000)
+		require.NoError(t, err)
+		nodes, _, err = s.Nodes(ctx, 3*time.Second)
+		require.NoError(t, err)
+		require.False(t, nodes[0].Live)
+		// Its name is free: another process checks in under it at once.
+		err = s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-new", Capacity: 4}, 3*time.Second)
+		require.NoError(t, err)
+
+		// A node that promises nothing (it heartbeats) is live by its last
+		// heartbeat and the reader's TTL, as before there were promises.
+		nodes, _, err = s.Nodes(ctx, time.Hour)
+		require.NoError(t, err)
+		require.True(t, nodes[0].Live)
+		nodes, _, err = s.Nodes(ctx, 0)
+		require.NoError(t, err)
+		require.False(t, nodes[0].Live)
+		var inUse *store.NodeNameInUse
+		require.ErrorAs(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-third", Capacity: 4}, time.Hour), &inUse)
+		require.Equal(t, "inc-new", inUse.Incarnation)
+		require.Zero(t, inUse.LiveFor, "it promised nothing")
+	})
+}
+
+// On PostgreSQL a node is live while the database holds its session lock:
+// when the lock's connection ends (the process died), the node is out at
+// once, its promise notwithstanding; and its name is free at once.
+func TestPostgresSessionLockIsLiveness(t *testing.T) {
+	storetest.RequirePostgres(t)
+	s, _ := storetest.Open(t, "postgres")
+	ctx := context.Background()
+	require.True(t, s.SessionLocks())
+	lock, ok, err := s.NodeLockTake(ctx, 424242)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, ok, err = s.NodeLockTake(ctx, 424242)
+	require.NoError(t, err)
+	require.False(t, ok, "a key held by another session is refused")
+
+	a := store.NodeState{Name: "node-a", Incarnation: "inc-a", Capacity: 4, LiveFor: time.Hour, LockKey: lock.Key}
+	require.NoError(t, s.NodeCheckIn(ctx, a, time.Second))
+	r, err := s.NodeTurn(ctx, a, time.Second, time.Second, time.Second)
+	require.NoError(t, err)
+	require.True(t, liveOf(r.Nodes)["node-a"])
+	err = s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-b", Capacity: 4}, time.Second)
+	var inUse *store.NodeNameInUse
+	require.ErrorAs(t, err, &inUse)
+	require.Greater(t, inUse.LiveFor, 50*time.Minute, "the holder's promise")
+
+	lock.Release() // the process died: its session ended
+	_, _, err = s.Nodes(ctx, time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		nodes, _, err := s.Nodes(ctx, 0)
+		return err == nil && !nodes[0].Live
+	}, 5*time.Second, 10*time.Millisecond, "a node whose lock is gone is not live, whatever it promised")
+	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-b", Capacity: 4}, time.Hour),
+		"a restart after a crash takes the name at once, not after the promise")
+
+	// The key is free again for whoever draws it.
+	again, ok, err := s.NodeLockTake(ctx, 424242)
+	require.NoError(t, err)
+	require.True(t, ok)
+	again.Release()
+}
+
+func TestSessionLocksOnlyWherePostgres(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		require.Equal(t, driver == "postgres", s.SessionLocks())
+		if driver != "postgres" {
+			_, _, err := s.NodeLockTake(context.Background(), 1)
+			require.ErrorContains(t, err, "no session locks")
+		}
+	})
+}

@@ -55,10 +55,16 @@ const (
 type chaosProfile struct {
 	slot, heartbeat time.Duration // ttl is three heartbeats
 	every           time.Duration // of every task
-	slowCall        time.Duration // of the slow tasks: longer than a heartbeat
-	lease           time.Duration // jobs.lease of every node
-	longCall        time.Duration // of the long jobs: longer than the lease
-	jobs            int           // one-off jobs trickled in through the faults
+	// slowCall is the slow tasks' call: longer than a heartbeat, so that
+	// each call spans a renewal, yet within the shortest deadline a task
+	// call gets (the task lease ttl − ¼ heartbeat, less the ½ heartbeat
+	// margin, less up to a heartbeat since the last renewal: ttl − 1¾
+	// heartbeats). A slow call that does not fit is cut off, fails, and
+	// backs off, and a task backing off is not called at a fault's bound.
+	slowCall time.Duration
+	lease    time.Duration // jobs.lease of every node
+	longCall time.Duration // of the long jobs: longer than the lease
+	jobs     int           // one-off jobs trickled in through the faults
 	// slack is what the bounds allow for process scheduling on a small,
 	// busy test machine; the measured figures are reported as they are.
 	slack time.Duration
@@ -78,7 +84,7 @@ func (p chaosProfile) ttl() time.Duration { return 3 * p.heartbeat }
 // fastChaos is the profile of SQLite and PostgreSQL.
 var fastChaos = chaosProfile{
 	slot: 250 * time.Millisecond, heartbeat: 250 * time.Millisecond, every: 200 * time.Millisecond,
-	slowCall: 400 * time.Millisecond, lease: 2 * time.Second, longCall: 3 * time.Second,
+	slowCall: 280 * time.Millisecond, lease: 2 * time.Second, longCall: 3 * time.Second,
 	jobs: 2000, slack: 750 * time.Millisecond, stepTurns: 5,
 }
 
@@ -105,7 +111,7 @@ var fastChaos = chaosProfile{
 // task of a victim called again (by any node).
 var sqlServerChaos = chaosProfile{
 	slot: time.Second, heartbeat: time.Second, every: time.Second,
-	slowCall: 1500 * time.Millisecond, lease: 15 * time.Second, longCall: 22500 * time.Millisecond,
+	slowCall: 1200 * time.Millisecond, lease: 15 * time.Second, longCall: 22500 * time.Millisecond,
 	jobs: 600, slack: 3 * time.Second, cut: 3 * time.Second, stepTurns: 3, unboundedFailover: true,
 }
 
@@ -300,7 +306,12 @@ func runChaos(t *testing.T, s *store.Store, db storetest.DB, pg *privatePostgres
 		}
 		extra := append(db.ExtraEnv(), "SLOTPOLLER_CLOCK_SKEW="+skews[i],
 			"SLOTPOLLER_ROTATION_SLOT="+profile.slot.String(), "SLOTPOLLER_CHECKIN_HEARTBEAT="+profile.heartbeat.String(),
-			"SLOTPOLLER_JOBS_LEASE="+profile.lease.String(), "SLOTPOLLER_JOBS_MAX_ATTEMPTS=20", "SLOTPOLLER_LOG_LEVEL=info")
+			"SLOTPOLLER_JOBS_LEASE="+profile.lease.String(), "SLOTPOLLER_JOBS_MAX_ATTEMPTS=20", "SLOTPOLLER_LOG_LEVEL=info",
+			// A task whose calls fail keeps its owner and backs off; capped
+			// at a second, it is called again within the faults' bounds,
+			// which measure failover, not back-off (five failures in a row
+			// at the default cap waited 9 s: "never called again").
+			"SLOTPOLLER_JOBS_BACKOFF_MAX=1s")
 		f.env[name] = env(db.Driver, nodeDSN, name, srv.URL, extra...)
 		f.start(name)
 	}
@@ -833,4 +844,19 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// TestChaosProfilesFitTheirSlowCalls keeps each profile's slow task calls
+// within the shortest deadline a task call gets (service/wiring.go: the
+// task lease is ttl − ¼ heartbeat, the margin ½ heartbeat, renewals a
+// heartbeat apart). A slow call that does not fit fails and backs off, and
+// the suite then waits at a fault for a task that is not due: 400 ms calls
+// under a 312 ms deadline failed five times in a row and the task waited
+// 9 s, past the PostgreSQL restart's bound.
+func TestChaosProfilesFitTheirSlowCalls(t *testing.T) {
+	for name, p := range map[string]chaosProfile{"fast": fastChaos, "sqlserver": sqlServerChaos} {
+		shortest := p.ttl() - p.heartbeat/4 - p.heartbeat/2 - p.heartbeat
+		require.Greater(t, p.slowCall, p.heartbeat, "%s: a slow call must span a renewal", name)
+		require.Less(t, p.slowCall, shortest, "%s: a slow call must fit the shortest task call deadline", name)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -33,27 +34,53 @@ func TestFarmSpreadsABurstByCapacity(t *testing.T) {
 		}
 		waitSettled(t, s, 3)
 
-		// All due at one database instant a little ahead, written in a
-		// few statements so that the burst does not trickle in.
+		c, err := client.New(s.DB(), driver, client.WithSchema(db.Schema))
+		require.NoError(t, err)
+		// burst enqueues n jobs due at one database instant a little
+		// ahead, written in a few statements so that it does not trickle
+		// in, and waits until each was called.
+		burst := func(name string, n int) map[string]bool {
+			js := make([]client.Job, n)
+			for i := range js {
+				js[i] = client.Job{Endpoint: fmt.Sprintf("/jobs/%s?n=%d", name, i), MaxAttempts: 3, Delay: 2 * time.Second}
+			}
+			ids, err := c.EnqueueMany(ctx, js)
+			require.NoError(t, err)
+			want := map[string]bool{}
+			for _, id := range ids {
+				want[strconv.FormatInt(id, 10)] = true
+			}
+			waitFor(t, 180*time.Second, name+": all jobs called", func() bool {
+				seen := map[string]bool{}
+				for _, c := range rec.snapshot() {
+					if want[c.job] {
+						seen[c.job] = true
+					}
+				}
+				return len(seen) == n
+			})
+			return want
+		}
 		total := 1500
 		if driver == "sqlserver" {
 			total = 600 // the T-SQL test server is slow at every statement
+			// Babelfish compiles each statement on each new connection,
+			// for seconds under load (real SQL Server caches plans for the
+			// server): a node whose claims compile during the burst sits
+			// it out. A first burst warms every node's connections; the
+			// spread is judged on the second (node-a ran 88 of 600, cold).
+			burst("warmup", 300)
 		}
-		c, err := client.New(s.DB(), driver, client.WithSchema(db.Schema))
-		require.NoError(t, err)
-		js := make([]client.Job, total)
-		for i := range js {
-			js[i] = client.Job{Endpoint: fmt.Sprintf("/jobs/burst?n=%d", i), MaxAttempts: 3, Delay: 2 * time.Second}
-		}
-		_, err = c.EnqueueMany(ctx, js)
-		require.NoError(t, err)
-		waitFor(t, 180*time.Second, "all jobs called", func() bool { return len(rec.snapshot()) >= total })
+		want := burst("burst", total)
 		for _, n := range nodes {
 			n.stop(t)
 		}
 		perNode := map[string]int{}
 		perJob := map[string]int{}
 		for _, c := range rec.snapshot() {
+			if !want[c.job] {
+				continue
+			}
 			perNode[c.node]++
 			perJob[c.job]++
 		}

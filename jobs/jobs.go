@@ -220,6 +220,9 @@ type PollResult struct {
 	Due       int // due when counted
 	Claimed   int
 	Left      int // due jobs this poll left to others
+	// Signalled: Turn.Backlog was called (with BacklogErr its answer).
+	Signalled  bool
+	BacklogErr error
 }
 
 // Turn describes the poll a node is about to make.
@@ -242,6 +245,17 @@ type Turn struct {
 	// that the next poll would reach later than that is taken now, whatever
 	// the fair share says.
 	StartWindow time.Duration
+	// Widened is a turn other than the slot owner's, in a slot widened by a
+	// backlog. It does not reclaim expired leases: the owner's turn did,
+	// this slot, and a node woken by the backlog starts its calls a round
+	// trip sooner.
+	Widened bool
+	// Backlog, if set, tells the farm that this poll leaves due work
+	// behind. It is called as soon as the count shows it, alongside the
+	// claim rather than after it: the other nodes then hear of the
+	// backlog while this one claims, not after it has started its calls
+	// (1,000 call goroutines starting delayed the note by 100 ms).
+	Backlog func(ctx context.Context, left int) error
 }
 
 // Poll is the node's work in its turn: reclaim, count, claim, start calls.
@@ -250,13 +264,15 @@ type Turn struct {
 func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	r.polls.Add(1)
 	var res PollResult
-	n, err := bounded(ctx, r.statementTimeout(), r.store.JobsReclaimExpired)
-	if err != nil {
-		return res, err
-	}
-	res.Reclaimed = n
-	if n > 0 {
-		r.opts.Logger.Info("reclaimed jobs whose lease expired", "count", n)
+	if !turn.Widened {
+		n, err := bounded(ctx, r.statementTimeout(), r.store.JobsReclaimExpired)
+		if err != nil {
+			return res, err
+		}
+		res.Reclaimed = n
+		if n > 0 {
+			r.opts.Logger.Info("reclaimed jobs whose lease expired", "count", n)
+		}
 	}
 	load, err := bounded(ctx, r.statementTimeout(), func(ctx context.Context) (store.QueueLoad, error) {
 		return r.store.JobsLoad(ctx, turn.NextPoll, turn.StartWindow)
@@ -281,7 +297,16 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 		r.learned(load.Due > 0, share)
 		return res, nil
 	}
+	var signalled chan error
+	if turn.Backlog != nil && load.Due > want {
+		signalled = make(chan error, 1)
+		go func() { signalled <- turn.Backlog(ctx, load.Due-want) }()
+	}
 	started, err := r.claim(ctx, want)
+	if signalled != nil {
+		res.BacklogErr = <-signalled
+		res.Signalled = true
+	}
 	if err != nil {
 		return res, err
 	}

@@ -223,8 +223,8 @@ func TestWidenedRotationGivesEveryNodeATurnPerSlot(t *testing.T) {
 		require.False(t, dup, "%s polled slot %d twice", p.node, p.turn.Slot)
 		perSlot[p.turn.Slot][p.node] = p.turn
 		require.Equal(t, Rank(p.turn.Slot, p.node, members), p.turn.Rank)
-		// Turns are spread through the slot by rank.
-		want := Start(p.turn.Slot, L).Add(time.Duration(p.turn.Rank) * L / 4)
+		// Turns come in rank order, WidenedGap apart.
+		want := Start(p.turn.Slot, L).Add(time.Duration(p.turn.Rank) * WidenedGap(L, 4))
 		require.False(t, p.at.Before(want))
 		require.Less(t, p.at.Sub(want), 20*time.Millisecond)
 	}
@@ -289,4 +289,24 @@ func TestHugeOffsetErrorStillPolls(t *testing.T) {
 	turn, err := w.Wait(ctx)
 	require.NoError(t, err, "a node with a large offset error never got a turn")
 	require.Equal(t, "a", Owner(turn.Slot, []string{"a", "b"}))
+}
+
+func TestNextPollFollowsTheWidenedRanksThenTheNextSlot(t *testing.T) {
+	k := int64(100)
+	start := Start(k, L)
+	require.Equal(t, 20*time.Millisecond, WidenedGap(L, 4), "a fiftieth of the slot")
+	require.Equal(t, 10*time.Millisecond, WidenedGap(L, 100), "slot/n when shorter: all turns fit the slot")
+	for _, tc := range []struct {
+		rank    int
+		widened bool
+		want    time.Time
+	}{
+		{0, false, Start(k+1, L)},
+		{0, true, start.Add(WidenedGap(L, 4))},
+		{2, true, start.Add(3 * WidenedGap(L, 4))},
+		{3, true, Start(k+1, L)}, // the last rank: the next slot's owner polls next
+	} {
+		turn := Turn{Slot: k, Rank: tc.rank, Start: start.Add(time.Duration(tc.rank) * WidenedGap(L, 4))}
+		require.Equal(t, tc.want, NextPoll(turn, L, 4, tc.widened), "rank %d widened %v", tc.rank, tc.widened)
+	}
 }

@@ -317,10 +317,7 @@ func (w *wiring) pollLoop(ctx context.Context) error {
 		}
 		// When does the farm poll next? At the next slot, or, while the
 		// rotation is widened, at the next node's turn in this one.
-		next := rotation.Start(turn.Slot+1, slot)
-		if m.Backlog() && len(m.Members) > 0 {
-			next = turn.Start.Add(slot / time.Duration(len(m.Members)))
-		}
+		next := rotation.NextPoll(turn, slot, len(m.Members), m.Backlog())
 		nextPoll := slot
 		if now, _, ok := est.Now(); ok {
 			nextPoll = next.Sub(now)
@@ -330,7 +327,8 @@ func (w *wiring) pollLoop(ctx context.Context) error {
 		// is that a due job starts within a slot of its run time.
 		var res jobs.PollResult
 		if hints.Jobs {
-			res, err = r.Poll(ctx, jobs.Turn{FarmCapacity: farm, AheadCapacity: ahead, NextPoll: nextPoll, StartWindow: slot})
+			res, err = r.Poll(ctx, jobs.Turn{FarmCapacity: farm, AheadCapacity: ahead, NextPoll: nextPoll, StartWindow: slot,
+				Widened: turn.Rank > 0, Backlog: func(ctx context.Context, _ int) error { return reg.SignalBacklog(ctx, hold) }})
 		} else {
 			r.Idle()
 			err = nil
@@ -352,10 +350,11 @@ func (w *wiring) pollLoop(ctx context.Context) error {
 		if res.Claimed > 0 || res.Reclaimed > 0 {
 			log.Debug("polled", "slot", turn.Slot, "rank", turn.Rank, "due", res.Due, "claimed", res.Claimed, "left", res.Left)
 		}
-		if res.Left > 0 {
-			if err := reg.SignalBacklog(ctx, hold); err != nil && ctx.Err() == nil {
-				log.Warn("could not signal backlog", "err", err)
-			}
+		if res.Left > 0 && !res.Signalled {
+			res.BacklogErr = reg.SignalBacklog(ctx, hold)
+		}
+		if res.BacklogErr != nil && ctx.Err() == nil {
+			log.Warn("could not signal backlog", "err", res.BacklogErr)
 		}
 		if turn.Rank != 0 {
 			continue // tasks are balanced and rows pruned once per slot, by its owner

@@ -1,0 +1,99 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/clock"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// A poll that leaves due work behind tells the farm while it claims, not
+// after it has started its calls: the claim statement here waits for the
+// signal, which a signal sent after the claim would never give it.
+func TestPollSignalsABacklogAlongsideItsClaim(t *testing.T) {
+	s, f := openFaulty(t)
+	ctx := context.Background()
+	rec := &seen{}
+	r := newRunner(t, s, endpoint(t, rec), clock.NewFake(t0), 4)
+	for range 10 {
+		enqueue(t, s, "/ok", 1)
+	}
+	heard := make(chan int, 1)
+	var claimWaitedInVain atomic.Bool
+	f.set(func(ctx context.Context, query string) fault {
+		if isClaim(query) {
+			select {
+			case left := <-heard:
+				heard <- left
+			case <-time.After(5 * time.Second):
+				claimWaitedInVain.Store(true)
+			}
+		}
+		return fault{}
+	})
+	errRegistry := errors.New("registry away")
+	turn := alone(4)
+	turn.Backlog = func(ctx context.Context, left int) error {
+		heard <- left
+		return errRegistry
+	}
+	res, err := r.Poll(ctx, turn)
+	require.NoError(t, err, "a failed signal does not fail the poll")
+	require.False(t, claimWaitedInVain.Load(), "the backlog was signalled only after the claim")
+	require.Equal(t, 4, res.Claimed)
+	require.Equal(t, 6, res.Left)
+	require.Equal(t, 6, <-heard, "the signal says how much the poll leaves")
+	require.True(t, res.Signalled)
+	require.ErrorIs(t, res.BacklogErr, errRegistry)
+	r.Wait()
+	f.set(nil)
+
+	// A poll that takes all that is due (the other 6) signals nothing.
+	big := newRunner(t, s, endpoint(t, rec), clock.NewFake(t0), 16)
+	turn = alone(16)
+	turn.Backlog = func(context.Context, int) error {
+		t.Error("signalled a backlog with nothing left behind")
+		return nil
+	}
+	res, err = big.Poll(ctx, turn)
+	require.NoError(t, err)
+	require.Equal(t, 6, res.Claimed)
+	require.Equal(t, 0, res.Left)
+	require.False(t, res.Signalled)
+	big.Wait()
+}
+
+// A widened turn leaves expired leases to the slot owner's turn, which
+// reclaims them once a slot: a node woken by a backlog claims a round trip
+// sooner.
+func TestOnlyTheOwnersTurnReclaimsExpiredLeases(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx := context.Background()
+	rec := &seen{}
+	r := newRunner(t, s, endpoint(t, rec), clock.NewFake(t0), 4)
+	id := enqueue(t, s, "/ok", 3)
+	cs, err := s.JobsClaim(ctx, "inc-b", "node-b", 1, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, cs, 1)
+	_, err = s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {jobs} SET lease_until = {now+?} WHERE id = ?`), -1000, id)
+	require.NoError(t, err)
+
+	widened := alone(4)
+	widened.Widened = true
+	res, err := r.Poll(ctx, widened)
+	require.NoError(t, err)
+	require.Zero(t, res.Reclaimed)
+	require.Equal(t, store.StateRunning, get(t, s, id).State, "a widened turn reclaimed an expired lease")
+
+	res, err = r.Poll(ctx, alone(4))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Reclaimed)
+	require.Equal(t, 1, res.Claimed, "the owner's turn reclaims the job and claims it")
+	r.Wait()
+}

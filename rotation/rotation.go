@@ -7,8 +7,10 @@
 // polls only then, so the farm polls about once per L whatever N is.
 //
 // Under backlog the rotation widens: every node gets a turn in every slot,
-// in rank order close behind the slot's owner (WidenedGap apart), until the
-// backlog drains. Rotation only shapes load; the conditional claim keeps it safe
+// spread through it by rank (the slot's owner first), until the backlog
+// drains. A node that has just heard of the backlog takes its turn of the
+// current slot at once, so that a burst found by the slot's owner has every
+// node claiming within milliseconds. Rotation only shapes load; the conditional claim keeps it safe
 // when two nodes briefly disagree about membership.
 package rotation
 
@@ -73,6 +75,11 @@ type Waiter struct {
 	Nudge   <-chan struct{} // wakes a sleeping Wait to re-read membership; may be nil
 	last    int64
 	started bool
+	// widened is whether the last look at the rotation found it widened;
+	// prompt, that it widened in slot promptSlot and this node has not
+	// taken a turn since: its turn of that slot is due at once.
+	widened, prompt bool
+	promptSlot      int64
 }
 
 // Wait blocks until this node's next turn and returns it. It skips turns it
@@ -96,7 +103,7 @@ func (w *Waiter) Wait(ctx context.Context) (Turn, error) {
 			w.forgetFutureTurn(db.Add(-errBound))
 			turn, wait, now := w.next(db, errBound, w.Members())
 			if now {
-				w.last, w.started = turn.Slot, true
+				w.last, w.started, w.prompt = turn.Slot, true, false
 				return turn, nil
 			}
 			if wait > 0 && wait < sleep {
@@ -135,6 +142,13 @@ func (w *Waiter) next(db time.Time, errBound time.Duration, members []string) (T
 		return Turn{}, 0, false
 	}
 	widen := w.Widen != nil && w.Widen()
+	if widen && !w.widened {
+		w.prompt, w.promptSlot = true, k
+	}
+	w.widened = widen
+	if !widen {
+		w.prompt = false
+	}
 	for kk := k; kk <= k+int64(n); kk++ {
 		if w.started && kk <= w.last {
 			continue
@@ -144,6 +158,9 @@ func (w *Waiter) next(db time.Time, errBound time.Duration, members []string) (T
 			continue
 		}
 		at := Start(kk, w.Slot).Add(time.Duration(r) * WidenedGap(w.Slot, n))
+		if w.prompt && kk == w.promptSlot && r != 0 {
+			at = Start(kk, w.Slot) // just heard of the backlog: now, within the slot
+		}
 		if safe.Before(at) {
 			return Turn{}, at.Sub(safe), false
 		}
@@ -156,17 +173,12 @@ func (w *Waiter) next(db time.Time, errBound time.Duration, members []string) (T
 }
 
 // WidenedGap is how far apart the turns of a widened slot of n nodes come,
-// by rank: a fiftieth of the slot (20 ms at 1 s), or slot/n if shorter.
-// Close behind each other, so that a burst found by the slot's owner has
-// every node claiming within tens of milliseconds (spread through the
-// whole slot, the last node joined 750 ms after the first in a burst of
-// 20,000 jobs at 4 nodes); apart, so that each poll's count mostly sees
-// the claims before it, which keeps the shares even.
+// by rank: spread through the slot, so that work that keeps arriving
+// during a backlog waits a fraction of a slot, not a whole one. (Bunched
+// 20 ms apart, the steady load's start delay p99 went from 473 to 934 ms
+// at 4 nodes.)
 func WidenedGap(slot time.Duration, n int) time.Duration {
-	if n <= 0 {
-		return slot / 50
-	}
-	return min(slot/time.Duration(n), slot/50)
+	return slot / time.Duration(max(1, n))
 }
 
 // NextPoll is when, in database time, the farm's next poll after turn

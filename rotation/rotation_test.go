@@ -60,7 +60,23 @@ type farm struct {
 	widen   bool
 	polls   []poll
 	running map[string]context.CancelFunc
+	nudges  []chan struct{}
 	wg      sync.WaitGroup
+}
+
+// setWiden switches backlog mode and nudges every node, as a membership
+// reading that saw the backlog flag does.
+func (f *farm) setWiden(on bool) {
+	f.mu.Lock()
+	f.widen = on
+	nudges := f.nudges
+	f.mu.Unlock()
+	for _, n := range nudges {
+		select {
+		case n <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func newFarm(t *testing.T, members ...string) *farm {
@@ -85,8 +101,12 @@ func (f *farm) setMembers(m ...string) {
 func (f *farm) start(name string, estError, bound time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	f.running[name] = cancel
+	nudge := make(chan struct{}, 1)
+	f.mu.Lock()
+	f.nudges = append(f.nudges, nudge)
+	f.mu.Unlock()
 	w := &Waiter{Clock: f.c, DB: fakeDB{f.c, estError, bound}, Slot: L, Me: name, Members: f.Members,
-		Widen: func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.widen }}
+		Widen: func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.widen }, Nudge: nudge}
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -294,8 +314,7 @@ func TestHugeOffsetErrorStillPolls(t *testing.T) {
 func TestNextPollFollowsTheWidenedRanksThenTheNextSlot(t *testing.T) {
 	k := int64(100)
 	start := Start(k, L)
-	require.Equal(t, 20*time.Millisecond, WidenedGap(L, 4), "a fiftieth of the slot")
-	require.Equal(t, 10*time.Millisecond, WidenedGap(L, 100), "slot/n when shorter: all turns fit the slot")
+	require.Equal(t, L/4, WidenedGap(L, 4))
 	for _, tc := range []struct {
 		rank    int
 		widened bool
@@ -309,4 +328,39 @@ func TestNextPollFollowsTheWidenedRanksThenTheNextSlot(t *testing.T) {
 		turn := Turn{Slot: k, Rank: tc.rank, Start: start.Add(time.Duration(tc.rank) * WidenedGap(L, 4))}
 		require.Equal(t, tc.want, NextPoll(turn, L, 4, tc.widened), "rank %d widened %v", tc.rank, tc.widened)
 	}
+}
+
+// A node that hears of a backlog mid-slot takes its turn of that slot at
+// once, not at its rank's place in it (up to a slot later); the slots after
+// are spread by rank again, so that work arriving during the backlog waits
+// a fraction of a slot.
+func TestANodeThatHearsOfABacklogTakesItsTurnAtOnce(t *testing.T) {
+	members := []string{"a", "b", "c", "d"}
+	f := newFarm(t, members...)
+	for _, n := range members {
+		f.start(n, 0, time.Millisecond)
+	}
+	f.run(L, 5*time.Millisecond) // settle: each polls only its own slots
+	k := Slot(f.c.Now(), L)
+	f.run(300*time.Millisecond, 5*time.Millisecond)
+	heard := f.c.Now()
+	require.Equal(t, k, Slot(heard, L))
+	f.setWiden(true)
+	f.run(2*L, 5*time.Millisecond)
+	f.close()
+
+	inK := map[string]time.Time{}
+	for _, p := range f.snapshot() {
+		switch {
+		case p.turn.Slot == k && p.turn.Rank > 0:
+			inK[p.node] = p.at
+			require.False(t, p.at.Before(heard), "%s took a widened turn before the backlog", p.node)
+			require.Less(t, p.at.Sub(heard), 20*time.Millisecond, "%s took its turn %v after hearing of the backlog", p.node, p.at.Sub(heard))
+		case p.turn.Slot == k+1:
+			want := Start(k+1, L).Add(time.Duration(p.turn.Rank) * WidenedGap(L, 4))
+			require.False(t, p.at.Before(want), "%s rank %d in the next slot", p.node, p.turn.Rank)
+			require.Less(t, p.at.Sub(want), 20*time.Millisecond, "%s rank %d in the next slot", p.node, p.turn.Rank)
+		}
+	}
+	require.Len(t, inK, 3, "every node but the slot's owner takes a turn in the slot it heard of the backlog: %v", inK)
 }

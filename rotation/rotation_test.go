@@ -346,6 +346,25 @@ func TestANodeThatHearsOfABacklogTakesItsTurnAtOnce(t *testing.T) {
 	heard := f.c.Now()
 	require.Equal(t, k, Slot(heard, L))
 	f.setWiden(true)
+	// The turns are due at once: they come with the clock standing still
+	// (advancing it here would race the nudged nodes, whose old timers
+	// still count as sleeping until they wake).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := 0
+		for _, p := range f.snapshot() {
+			if p.turn.Slot == k && p.turn.Rank > 0 {
+				n++
+			}
+		}
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 3 nodes took a turn in the slot they heard of the backlog in, the clock standing still", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	f.run(2*L, 5*time.Millisecond)
 	f.close()
 

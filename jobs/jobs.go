@@ -254,7 +254,10 @@ type Turn struct {
 	// behind. It is called as soon as the count shows it, alongside the
 	// claim rather than after it: the other nodes then hear of the
 	// backlog while this one claims, not after it has started its calls
-	// (1,000 call goroutines starting delayed the note by 100 ms).
+	// (1,000 call goroutines starting delayed the note by 100 ms). A claim
+	// that then comes back short (another node took the rows) made it a
+	// false alarm: the farm widens for a while for nothing, which costs a
+	// few polls, never a job.
 	Backlog func(ctx context.Context, left int) error
 }
 

@@ -10,8 +10,9 @@
 // spread through it by rank (the slot's owner first), until the backlog
 // drains. A node that has just heard of the backlog takes its turn of the
 // current slot at once, so that a burst found by the slot's owner has every
-// node claiming within milliseconds. Rotation only shapes load; the conditional claim keeps it safe
-// when two nodes briefly disagree about membership.
+// node claiming within milliseconds. Rotation only shapes load; the
+// conditional claim keeps it safe when two nodes briefly disagree about
+// membership.
 package rotation
 
 import (
@@ -175,7 +176,7 @@ func (w *Waiter) next(db time.Time, errBound time.Duration, members []string) (T
 // WidenedGap is how far apart the turns of a widened slot of n nodes come,
 // by rank: spread through the slot, so that work that keeps arriving
 // during a backlog waits a fraction of a slot, not a whole one. (Bunched
-// 20 ms apart, the steady load's start delay p99 went from 473 to 934 ms
+// 20 ms apart, the steady load's start delay p50 went from 153 to 479 ms
 // at 4 nodes.)
 func WidenedGap(slot time.Duration, n int) time.Duration {
 	return slot / time.Duration(max(1, n))

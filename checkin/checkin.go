@@ -2,23 +2,22 @@
 // fresh incarnation id, keeps its row live, reads who else is live (judged
 // by the database clock), and marks itself left on a graceful stop.
 //
-// How a row stays live depends on the database. On a database server the
-// farm shares (PostgreSQL, SQL Server) the node writes its row only in its
-// own turn, once per rotation, promising to stay live until a little after
-// its next turn (live_until): an idle farm's registry costs one write and
-// one read per slot, whatever its size. Where the database has session
-// locks (PostgreSQL) the node also holds an advisory lock on a connection
-// of its own, which the database releases when the process or the
-// connection dies, so a dead node is out at once rather than when its
-// promise ends; the lock's session also listens for notes (a backlog
-// flagged, a task given) that make a node read the registry before its
-// turn. SQL Server has neither that a test server survives (DESIGN, README
-// "Where Babelfish differs"): a dead node is out when its promise ends, and
-// nodes learn of a backlog or a given task at their turns. On SQLite, one
-// host's file, the node heartbeats: a write and a reading every heartbeat,
-// out of phase with the other nodes, live while the last heartbeat is
-// younger than the TTL. Either way each turn also writes and reads (Turn),
-// with the hints of what the turn has to do.
+// A node with a slot (Options.Slot, every node the service runs) writes its
+// row only in its own turn, once per rotation, promising to stay live until
+// a little after its next turn (live_until): an idle farm's registry costs
+// one write and one read per slot, whatever its size, on every database.
+// Where the database has session locks (PostgreSQL) the node also holds an
+// advisory lock on a connection of its own, which the database releases
+// when the process or the connection dies, so a dead node is out at once
+// rather than when its promise ends; the lock's session also listens for
+// notes (a backlog flagged, a task given) that make a node read the
+// registry before its turn. SQL Server and SQLite have neither here
+// (README "Where Babelfish differs"): a dead node is out when its promise
+// ends, and nodes learn of a backlog or a given task at their turns.
+// Without a slot (tests of the registry alone) a node heartbeats: a write
+// and a reading every heartbeat, out of phase with the other nodes, live
+// while the last heartbeat is younger than the TTL. Each turn writes and
+// reads once (Turn), with the hints of what the turn has to do.
 package checkin
 
 import (

@@ -97,3 +97,28 @@ func TestOnlyTheOwnersTurnReclaimsExpiredLeases(t *testing.T) {
 	require.Equal(t, 1, res.Claimed, "the owner's turn reclaims the job and claims it")
 	r.Wait()
 }
+
+// A node with no room leaves all that is due, and says so: the poll is
+// the one place that tells the farm of a backlog.
+func TestAFullNodesPollSignalsTheBacklogItLeaves(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx := context.Background()
+	rec := &seen{}
+	r := newRunner(t, s, endpoint(t, rec), clock.NewFake(t0), 1)
+	enqueue(t, s, "/block", 1)
+	res, err := r.Poll(ctx, alone(1))
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Claimed)
+	enqueue(t, s, "/ok", 1)
+	enqueue(t, s, "/ok", 1)
+	var left []int
+	turn := alone(1)
+	turn.Backlog = func(_ context.Context, n int) error { left = append(left, n); return nil }
+	res, err = r.Poll(ctx, turn)
+	require.NoError(t, err)
+	require.Equal(t, 0, res.Claimed)
+	require.Equal(t, 2, res.Left)
+	require.True(t, res.Signalled)
+	require.Equal(t, []int{2}, left)
+	r.Drain(0)
+}

@@ -251,7 +251,8 @@ type Turn struct {
 	// trip sooner.
 	Widened bool
 	// Backlog, if set, tells the farm that this poll leaves due work
-	// behind. It is called as soon as the count shows it, alongside the
+	// behind; the poll reports its answer in PollResult.BacklogErr. It is
+	// called as soon as the count shows it, alongside the
 	// claim rather than after it: the other nodes then hear of the
 	// backlog while this one claims, not after it has started its calls
 	// (1,000 call goroutines starting delayed the note by 100 ms). A claim
@@ -297,6 +298,9 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	share := capacityShare(load, mine, r.opts.Capacity, turn.FarmCapacity)
 	if want == 0 {
 		res.Left = load.Due
+		if turn.Backlog != nil && load.Due > 0 {
+			res.BacklogErr, res.Signalled = turn.Backlog(ctx, load.Due), true
+		}
 		r.learned(load.Due > 0, share)
 		return res, nil
 	}

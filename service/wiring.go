@@ -222,7 +222,7 @@ func signal(c chan<- struct{}) {
 // statement), and at once when a task was just given to this node (by its
 // own poll loop, or as the membership read shows). A node that works no
 // task and holds none by the last membership read sends nothing (a note,
-// on PostgreSQL, or its next heartbeat's reading elsewhere, tells it of a
+// on PostgreSQL, or its next turn's reading elsewhere, tells it of a
 // task given to it). The first renewal falls a phase into the heartbeat,
 // so that nodes started together do not renew in step.
 func (w *wiring) taskLoop(ctx context.Context) {
@@ -333,6 +333,9 @@ func (w *wiring) pollLoop(ctx context.Context) error {
 			r.Idle()
 			err = nil
 		}
+		if res.BacklogErr != nil && ctx.Err() == nil {
+			log.Warn("could not signal backlog", "err", res.BacklogErr)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -349,12 +352,6 @@ func (w *wiring) pollLoop(ctx context.Context) error {
 		}
 		if res.Claimed > 0 || res.Reclaimed > 0 {
 			log.Debug("polled", "slot", turn.Slot, "rank", turn.Rank, "due", res.Due, "claimed", res.Claimed, "left", res.Left)
-		}
-		if res.Left > 0 && !res.Signalled {
-			res.BacklogErr = reg.SignalBacklog(ctx, hold)
-		}
-		if res.BacklogErr != nil && ctx.Err() == nil {
-			log.Warn("could not signal backlog", "err", res.BacklogErr)
 		}
 		if turn.Rank != 0 {
 			continue // tasks are balanced and rows pruned once per slot, by its owner

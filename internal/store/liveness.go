@@ -165,8 +165,8 @@ func (l *NodeLock) listen(ctx context.Context, ready chan<- error) {
 const notesChannel = `'slotpoller:' || current_schema()`
 
 // NodeNotify sends a note to every node of the farm that listens (on
-// PostgreSQL; elsewhere it sends nothing: nodes read the registry at every
-// heartbeat there).
+// PostgreSQL; elsewhere it sends nothing: nodes find out at their turns
+// there).
 func (s *Store) NodeNotify(ctx context.Context, payload string) error {
 	if !s.SessionLocks() {
 		return nil

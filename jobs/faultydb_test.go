@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 
@@ -25,6 +26,9 @@ type faultyDB struct {
 type fault struct {
 	err  error // the statement fails with err, unrun...
 	lost bool  // ...or, with lost, after it ran and committed
+	// hold, if set, runs after the statement ran and committed and before
+	// its answer is returned: a slow network between a commit and the node.
+	hold func()
 }
 
 // openFaulty returns a store on a faultyDB. Its pool has several
@@ -102,6 +106,9 @@ func (c *faultyConn) ExecContext(ctx context.Context, query string, args []drive
 		return nil, ft.err
 	}
 	res, err := c.sqliteConn.ExecContext(ctx, query, args)
+	if ft.hold != nil {
+		ft.hold()
+	}
 	if err != nil || ft.err == nil {
 		return res, err
 	}
@@ -114,14 +121,42 @@ func (c *faultyConn) QueryContext(ctx context.Context, query string, args []driv
 		return nil, ft.err
 	}
 	rows, err := c.sqliteConn.QueryContext(ctx, query, args)
-	if err != nil || ft.err == nil {
+	if err != nil || (ft.err == nil && ft.hold == nil) {
 		return rows, err
 	}
 	// Step through every row, so that the statement completes and
-	// commits, then lose the answer.
-	dest := make([]driver.Value, len(rows.Columns()))
-	for rows.Next(dest) == nil {
+	// commits, then hold or lose the answer.
+	kept := &keptRows{cols: rows.Columns()}
+	for {
+		dest := make([]driver.Value, len(kept.cols))
+		if rows.Next(dest) != nil {
+			break
+		}
+		kept.rows = append(kept.rows, dest)
 	}
 	rows.Close()
-	return nil, ft.err
+	if ft.hold != nil {
+		ft.hold()
+	}
+	if ft.err != nil {
+		return nil, ft.err
+	}
+	return kept, nil
+}
+
+// keptRows replays the answer of a statement that has completed.
+type keptRows struct {
+	cols []string
+	rows [][]driver.Value
+}
+
+func (r *keptRows) Columns() []string { return r.cols }
+func (r *keptRows) Close() error      { return nil }
+func (r *keptRows) Next(dest []driver.Value) error {
+	if len(r.rows) == 0 {
+		return io.EOF
+	}
+	copy(dest, r.rows[0])
+	r.rows = r.rows[1:]
+	return nil
 }

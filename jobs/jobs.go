@@ -145,10 +145,14 @@ type inflight struct {
 	cancel    context.CancelCauseFunc
 	claimedAt time.Time // local, after the claim statement returned
 	// Guarded by Runner.mu:
-	leaseUntil time.Time   // local, conservative: send time of the last confirmation + lease
-	calling    bool        // the endpoint call is under way
-	watchdog   clock.Timer // fires when leaseUntil is a margin away
-	armed      int         // counts arm calls: a watchdog that fires after a rearm is stale
+	leaseUntil time.Time // local, conservative: send time of the last confirmation + lease
+	calling    bool      // the endpoint call is under way
+	// ended is set once the call is over (or was never made): its result
+	// is then the judge of the lease, not a renewal, which may read the
+	// leases after the result's commit and before its answer.
+	ended    bool
+	watchdog clock.Timer // fires when leaseUntil is a margin away
+	armed    int         // counts arm calls: a watchdog that fires after a rearm is stale
 }
 
 // NewRunner returns a runner; Drain stops it.
@@ -599,7 +603,7 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 	// the farm may already have given the job to another node.
 	r.mu.Lock()
 	calling := r.opts.Clock.Now().Add(r.margin()).Before(f.leaseUntil)
-	f.calling = calling
+	f.calling, f.ended = calling, !calling
 	r.mu.Unlock()
 	if !calling {
 		wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -618,7 +622,7 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 		IdempotencyKey: c.IdempotencyKey, Method: c.Method, Endpoint: c.Endpoint, Payload: c.Payload, Timeout: timeout,
 		Headers: headers})
 	r.mu.Lock()
-	f.calling = false
+	f.calling, f.ended = false, true
 	r.mu.Unlock()
 	if r.opts.OnCall != nil {
 		r.opts.OnCall(res.Verdict, res.Duration)
@@ -776,8 +780,10 @@ func (r *Runner) RenewOnce(ctx context.Context) error {
 		r.doubt = false
 	}
 	for key, f := range r.inflight {
-		if !f.claimedAt.Before(sent) {
-			continue // claimed after the renewal was sent: not judged by it
+		if !f.claimedAt.Before(sent) || f.ended {
+			// Claimed after the renewal was sent, or its call is over and
+			// its result on the way: not judged by this renewal.
+			continue
 		}
 		if still[key] {
 			if until := sent.Add(r.opts.Lease); until.After(f.leaseUntil) {

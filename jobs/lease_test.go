@@ -320,3 +320,46 @@ func TestPollLeftCountsOnlyWorkLeftOnPurpose(t *testing.T) {
 	require.Equal(t, 2, res.Left)
 	full.Drain(0)
 }
+
+// isFinish tells the statement that records results.
+func isFinish(query string) bool {
+	return strings.Contains(query, "state = v.v_state")
+}
+
+// A renewal that reads the leases after a call's result was committed but
+// before its answer reached the node finds the job no longer running: the
+// call is over and its result is the judge (a result fenced off by a new
+// token counts as a lease lost). Such a renewal once took every call whose
+// result was on its way for a lost lease: hundreds of false warnings a
+// second on a busy node, each counted as a cancelled call.
+func TestARenewalWhileResultsAreWrittenCancelsNothing(t *testing.T) {
+	s, f := openFaulty(t)
+	ctx := context.Background()
+	c := clock.NewFake(t0)
+	rec := &seen{}
+	r := newRunner(t, s, endpoint(t, rec), c, 4)
+	id := enqueue(t, s, "/ok", 1)
+
+	written, answer := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.set(func(_ context.Context, query string) fault {
+		if !isFinish(query) {
+			return fault{}
+		}
+		return fault{hold: func() { once.Do(func() { close(written); <-answer }) }}
+	})
+	res, err := r.Poll(ctx, alone(4))
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Claimed)
+	within(t, written, "the result was never written")
+
+	c.Advance(time.Second)
+	require.NoError(t, r.RenewOnce(ctx)) // reads the leases between the commit and its answer
+	close(answer)
+	within(t, waitAll(r), "the call did not end")
+	st := r.Stats()
+	require.Equal(t, int64(0), st.Cancelled, "a call whose result was being written was taken for one whose lease was lost")
+	require.Equal(t, int64(0), st.LeasesLost)
+	require.Equal(t, int64(1), st.Succeeded)
+	require.Equal(t, store.StateDone, get(t, s, id).State)
+}

@@ -42,6 +42,11 @@ const (
 	// with milliseconds, e.g. 2024-05-01T12:00:30.000Z.
 	DeadlineFormat = "2006-01-02T15:04:05.000Z07:00"
 
+	// callHeaders is how many of the headers above every call carries
+	// (User-Agent aside): job or task, node, token, attempt, idempotency
+	// key, deadline and timeout.
+	callHeaders = 7
+
 	// maxResponseBody is how much of a response body the invoker reads.
 	maxResponseBody = 64 << 10
 	// maxErrBody is how much of the body goes into Result.Err.
@@ -450,7 +455,17 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 	if err != nil {
 		return Result{Verdict: Fail, Err: fmt.Sprintf("building request to %s: %v", target.Redacted(), err)}
 	}
-	req.Header.Set("User-Agent", UserAgent)
+	// The protocol's headers share one backing array and a map sized for
+	// them: a busy node makes thousands of calls a second, and a Set per
+	// header is an allocation per header.
+	req.Header = make(http.Header, len(c.Headers)+callHeaders+2)
+	fixed := make([]string, callHeaders+1)
+	set := func(name, value string) { // name is canonical
+		fixed[0] = value
+		req.Header[name] = fixed[:1:1]
+		fixed = fixed[1:]
+	}
+	set("User-Agent", UserAgent)
 	switch {
 	case len(c.Payload) == 0:
 	case json.Valid(c.Payload):
@@ -466,16 +481,16 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 		key = "slotpoller-job-" + strconv.FormatInt(c.JobID, 10)
 	}
 	if c.Task != "" {
-		req.Header.Set(HeaderTask, c.Task)
+		set(HeaderTask, c.Task)
 	} else {
-		req.Header.Set(HeaderJob, strconv.FormatInt(c.JobID, 10))
+		set(HeaderJob, strconv.FormatInt(c.JobID, 10))
 	}
-	req.Header.Set(HeaderNode, c.Node)
-	req.Header.Set(HeaderToken, strconv.FormatInt(c.Token, 10))
-	req.Header.Set(HeaderAttempt, strconv.Itoa(c.Attempt))
-	req.Header.Set(HeaderIdempotencyKey, key)
-	req.Header.Set(HeaderDeadline, start.Add(c.Timeout).UTC().Format(DeadlineFormat))
-	req.Header.Set(HeaderTimeoutMs, strconv.FormatInt(c.Timeout.Milliseconds(), 10))
+	set(HeaderNode, c.Node)
+	set(HeaderToken, strconv.FormatInt(c.Token, 10))
+	set(HeaderAttempt, strconv.Itoa(c.Attempt))
+	set(HeaderIdempotencyKey, key)
+	set(HeaderDeadline, start.Add(c.Timeout).UTC().Format(DeadlineFormat))
+	set(HeaderTimeoutMs, strconv.FormatInt(c.Timeout.Milliseconds(), 10))
 	if len(inv.SigningKey) > 0 {
 		// Signed last, over exactly what is sent: the method and request
 		// line target of req, the headers set above, and the payload as
@@ -491,7 +506,10 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 		return classifyError(ctx, callCtx, c.Timeout, target, resp, err)
 	}
 	// Read (up to the limit) so the connection can be reused, then close.
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	var data []byte
+	if resp.Body != http.NoBody { // a 204, or a 200 that says Content-Length: 0
+		data, _ = io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	}
 	resp.Body.Close()
 	return classifyStatus(resp.StatusCode, data)
 }

@@ -1,0 +1,48 @@
+package jobs
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// BenchmarkInvoke is one job call to an endpoint on the same machine that
+// answers 204 at once, as in the burn-down bench: what a call costs the
+// node beyond the endpoint's own work. Its allocations are the figure to
+// watch (go test -bench Invoke -benchmem ./jobs).
+func BenchmarkInvoke(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	base, err := url.Parse(srv.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	inv := &Invoker{Base: base, Client: NewClient(16)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		res := inv.Invoke(ctx, Call{JobID: int64(i), Node: "node-1", Token: 1, Attempt: 1,
+			Endpoint: "/job/b" + strconv.Itoa(i), Payload: []byte(`{"key":"b"}`), Timeout: 30 * time.Second})
+		if res.Verdict != Succeeded {
+			b.Fatalf("call %d: %+v", i, res)
+		}
+	}
+}
+
+// BenchmarkResolveEndpoint is the check and join every call makes.
+func BenchmarkResolveEndpoint(b *testing.B) {
+	base, _ := url.Parse("http://127.0.0.1:8080")
+	b.ReportAllocs()
+	for range b.N {
+		if _, err := ResolveEndpoint(base, "/job/b12345?x=1"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -296,6 +296,7 @@ func (r *runner) burn(ctx context.Context, b Burn) error {
 		if err := r.srv.ResetStatements(ctx); err != nil {
 			return err
 		}
+		cpu0, cpuErr := ReadCPU()
 		if err := release(ctx); err != nil {
 			return fmt.Errorf("release the jobs: %w", err)
 		}
@@ -303,9 +304,19 @@ func (r *runner) burn(ctx context.Context, b Burn) error {
 		if err != nil {
 			return err
 		}
+		cpu1, err := ReadCPU()
 		first, last := span(calls)
 		r.result(table, "jobs/s, first start to last finish", float64(b.Jobs)/last.Sub(first).Seconds(), Higher)
 		r.result(table, "statements per job", float64(stmts)/float64(b.Jobs), Lower)
+		// From the release until the database records every job done: the
+		// whole work of the burst, on whichever side of the wire it falls.
+		if cpuErr == nil && err == nil {
+			perK := func(d time.Duration) float64 { return ms(d) * 1000 / float64(b.Jobs) }
+			r.result(table, "CPU ms per 1,000 jobs: the side's process (nodes, endpoint)", perK(cpu1.Side-cpu0.Side), Lower)
+			r.result(table, "CPU ms per 1,000 jobs: PostgreSQL", perK(cpu1.Database-cpu0.Database), Lower)
+		} else {
+			r.logf("%s: no CPU times: %v", r.side.Name(), errors.Join(cpuErr, err))
+		}
 		lo, hi := spread(calls, b.Nodes)
 		r.result(table, "fewest jobs on a node ÷ fair share (≥ 0.5 wanted)", lo, Higher)
 		r.result(table, "most jobs on a node ÷ fair share", hi, Lower)

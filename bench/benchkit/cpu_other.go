@@ -1,0 +1,10 @@
+//go:build !linux
+
+package benchkit
+
+import "errors"
+
+// ReadCPU is Linux's only (getrusage and /proc).
+func ReadCPU() (CPU, error) {
+	return CPU{}, errors.New("CPU times are read on Linux only")
+}

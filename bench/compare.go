@@ -102,6 +102,10 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 	}
+	var intervals map[[2]string]benchkit.Interval
+	if *rounds >= 3 {
+		intervals = benchkit.RatioIntervals(results, riverName, side.name, 0.9, 10000, 1)
+	}
 	results = benchkit.Medians(results)
 
 	fmt.Fprintf(stdout, "## River side by side\n\n")
@@ -114,8 +118,11 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *rounds > 1 {
 		fmt.Fprintf(stdout, "- rounds: %d, the sides alternately (River first); each figure is the median of its %d values\n", *rounds, *rounds)
 	}
+	if intervals != nil {
+		fmt.Fprintf(stdout, "- 90%% interval: where the ratio of the medians falls in 90%% of 10,000 resamplings of the rounds (each round's pair kept together); an interval above 1× means slotpoller did better beyond the rounds' spread\n")
+	}
 	fmt.Fprintf(stdout, "- ratio: better-is-higher (slotpoller ÷ River where higher is better, River ÷ slotpoller where lower is better): above 1× slotpoller does better\n\n")
-	benchkit.Tables(stdout, []string{riverName, side.name}, results)
+	benchkit.Tables(stdout, []string{riverName, side.name}, results, intervals)
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"sort"
 	"strings"
 )
@@ -74,11 +75,87 @@ func Medians(results []Result) []Result {
 	return out
 }
 
+// Interval is the range a ratio of medians falls in (see RatioIntervals).
+type Interval struct{ Lo, Hi float64 }
+
+// RatioIntervals says how far the ratio of two sides' medians can be
+// trusted over rounds run alternately: for each table and row measured in
+// the same number (≥ 3) of rounds by both, the central level (0.9: the
+// 5th to the 95th percentile) of the ratio, in Tables' orientation, over
+// draws resamplings of the rounds with replacement, each round's two
+// values kept together (a paired bootstrap: the machine's drift over a
+// run moves both). The seed makes it repeatable.
+func RatioIntervals(results []Result, a, b string, level float64, draws int, seed uint64) map[[2]string]Interval {
+	type key = [2]string
+	vals := map[string]map[key][]float64{a: {}, b: {}}
+	better := map[key]string{}
+	for _, r := range results {
+		if m, ok := vals[r.Side]; ok {
+			k := key{r.Table, r.Row}
+			m[k] = append(m[k], r.Value)
+			better[k] = r.Better
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x5107))
+	out := map[[2]string]Interval{}
+	for k, av := range vals[a] {
+		bv := vals[b][k]
+		n := len(av)
+		if n < 3 || len(bv) != n {
+			continue
+		}
+		ratios := make([]float64, 0, draws)
+		ra, rb := make([]float64, n), make([]float64, n)
+		for range draws {
+			for i := range n {
+				j := rng.IntN(n)
+				ra[i], rb[i] = av[j], bv[j]
+			}
+			if x, ok := oriented(better[k], median(ra), median(rb)); ok {
+				ratios = append(ratios, x)
+			}
+		}
+		if len(ratios) < draws/2 {
+			continue // mostly zeros: no ratio to speak of
+		}
+		sort.Float64s(ratios)
+		tail := (1 - level) / 2
+		out[k] = Interval{Lo: quantile(ratios, tail), Hi: quantile(ratios, 1-tail)}
+	}
+	return out
+}
+
+// median sorts v and returns its middle value (the lower one for an even
+// count), as Medians does.
+func median(v []float64) float64 {
+	sort.Float64s(v)
+	return v[(len(v)-1)/2]
+}
+
+func quantile(sorted []float64, q float64) float64 {
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+// oriented is side b against side a in the better-is-higher orientation;
+// false when it is undefined (a zero to divide by).
+func oriented(better string, a, b float64) (float64, bool) {
+	x, y := b, a
+	if better == Lower {
+		x, y = a, b
+	}
+	if y == 0 {
+		return 0, false
+	}
+	return x / y, true
+}
+
 // Tables prints one markdown table per scenario, one column per side in
 // the order given and, with two sides, the ratio in the better-is-higher
 // orientation: side 2 ÷ side 1 where higher is better, side 1 ÷ side 2
 // where lower is better, so that a ratio above 1 means side 2 did better.
-func Tables(w io.Writer, sides []string, results []Result) {
+// With intervals (RatioIntervals) for two sides, a last column gives each
+// ratio's interval.
+func Tables(w io.Writer, sides []string, results []Result, intervals map[[2]string]Interval) {
 	type key struct{ table, row string }
 	var tables []string
 	rows := map[string][]string{}
@@ -96,10 +173,14 @@ func Tables(w io.Writer, sides []string, results []Result) {
 	}
 	for _, t := range tables {
 		fmt.Fprintf(w, "### %s\n\n| | %s |", t, strings.Join(sides, " | "))
+		withIntervals := len(sides) == 2 && len(intervals) > 0
 		if len(sides) == 2 {
 			fmt.Fprint(w, " ratio |")
 		}
-		fmt.Fprintf(w, "\n|---|%s\n", strings.Repeat("---:|", len(sides)+btoi(len(sides) == 2)))
+		if withIntervals {
+			fmt.Fprint(w, " ratio, 90% interval |")
+		}
+		fmt.Fprintf(w, "\n|---|%s\n", strings.Repeat("---:|", len(sides)+btoi(len(sides) == 2)+btoi(withIntervals)))
 		for _, row := range rows[t] {
 			v := val[key{t, row}]
 			fmt.Fprintf(w, "| %s |", row)
@@ -112,6 +193,13 @@ func Tables(w io.Writer, sides []string, results []Result) {
 			}
 			if len(sides) == 2 {
 				fmt.Fprintf(w, " %s |", ratio(v[sides[0]], v[sides[1]]))
+			}
+			if withIntervals {
+				if iv, ok := intervals[[2]string{t, row}]; ok {
+					fmt.Fprintf(w, " %.2f–%.2f× |", iv.Lo, iv.Hi)
+				} else {
+					fmt.Fprint(w, " — |")
+				}
 			}
 			fmt.Fprintln(w)
 		}

@@ -68,7 +68,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		results = append(results, r)
 		emit(r)
 	}, func(f string, a ...any) { fmt.Fprintf(stderr, "bench/river: "+f+"\n", a...) })
-	benchkit.Tables(stderr, []string{side.name}, results)
+	benchkit.Tables(stderr, []string{side.name}, results, nil)
 	return err
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,14 +35,26 @@ type Endpoint struct {
 	finished int
 	repeats  int
 	changed  chan struct{} // closed and replaced on every finish
+	conns    atomic.Int64
 }
 
 // NewEndpoint starts the endpoint.
 func NewEndpoint(work time.Duration) *Endpoint {
 	e := &Endpoint{work: work, calls: map[string]*Call{}, changed: make(chan struct{})}
-	e.srv = httptest.NewServer(http.HandlerFunc(e.serve))
+	e.srv = httptest.NewUnstartedServer(http.HandlerFunc(e.serve))
+	e.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			e.conns.Add(1)
+		}
+	}
+	e.srv.Start()
 	return e
 }
+
+// Connections is how many connections the endpoint has accepted so far: a
+// side that opens one per call it runs at once opens Concurrency per node
+// in a first burst; more means it closed some and dialled again.
+func (e *Endpoint) Connections() int64 { return e.conns.Load() }
 
 // URL is the base URL; a job's endpoint is URL()+"/job/"+key.
 func (e *Endpoint) URL() string { return e.srv.URL }

@@ -296,10 +296,11 @@ func (r *runner) burn(ctx context.Context, b Burn) error {
 		if err := r.srv.ResetStatements(ctx); err != nil {
 			return err
 		}
-		cpu0, cpuErr := ReadCPU()
+		conns0 := r.ep.Connections()
 		if err := release(ctx); err != nil {
 			return fmt.Errorf("release the jobs: %w", err)
 		}
+		cpu0, cpuErr := ReadCPU()
 		calls, repeats, stmts, err := r.drain(ctx, db, f, b.Jobs, 5*time.Minute)
 		if err != nil {
 			return err
@@ -308,8 +309,11 @@ func (r *runner) burn(ctx context.Context, b Burn) error {
 		first, last := span(calls)
 		r.result(table, "jobs/s, first start to last finish", float64(b.Jobs)/last.Sub(first).Seconds(), Higher)
 		r.result(table, "statements per job", float64(stmts)/float64(b.Jobs), Lower)
-		// From the release until the database records every job done: the
-		// whole work of the burst, on whichever side of the wire it falls.
+		r.result(table, "connections opened to the endpoint", float64(r.ep.Connections()-conns0), Lower)
+		// From the release's commit (River's inserts the jobs, slotpoller's
+		// makes them due: not the same work, so left out) until the
+		// database records every job done: the work of running the burst,
+		// on whichever side of the wire it falls.
 		if cpuErr == nil && err == nil {
 			perK := func(d time.Duration) float64 { return ms(d) * 1000 / float64(b.Jobs) }
 			r.result(table, "CPU ms per 1,000 jobs: the side's process (nodes, endpoint)", perK(cpu1.Side-cpu0.Side), Lower)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -116,4 +117,29 @@ func TestNodeRestartedAfterACrashStartsAfterTheTTL(t *testing.T) {
 	require.Contains(t, logs.String(), "node name is held by another process")
 	stop()
 	require.NoError(t, <-done)
+}
+
+// How long a node keeps to its share of a burst before it claims as fast
+// as its calls end (jobs.Options.BacklogSpread). It must cover the time
+// for every node to hear of the backlog and take its turn, or an early
+// node drains a burst before a late one polled; and it should be no
+// longer, because the shares the nodes count miss the jobs done between
+// their turns, and the last jobs of a burst wait for the spread (a 2,000
+// job burst on PostgreSQL ran 0.3 s and then waited a second for its last
+// four jobs, in one round in five).
+func TestBacklogSpreadIsAsLongAsHearingTakes(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		cfg := DefaultConfig()
+		slot := time.Duration(cfg.Rotation.Slot)
+		spread := backlogSpread(s, cfg)
+		if s.SessionLocks() {
+			// A note reaches every node at once; each takes its turn then.
+			require.LessOrEqual(t, spread, slot/4, "nodes that hear notes wait longer than hearing takes")
+			require.Positive(t, spread)
+		} else {
+			// A node hears at its turn of the widened slot, within a slot.
+			require.GreaterOrEqual(t, spread, slot, "nodes that hear only at their turns would lose their share")
+		}
+	})
 }

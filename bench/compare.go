@@ -91,10 +91,14 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 		riverName = riverResults[0].Side
-		results = append(results, riverResults...)
+		for _, r := range riverResults {
+			r.Round = round
+			results = append(results, r)
+		}
 
 		emit := benchkit.JSONLines(stderr)
 		err = benchkit.Run(ctx, srv, side, p, func(r benchkit.Result) {
+			r.Round = round
 			results = append(results, r)
 			emit(r)
 		}, func(f string, a ...any) { fmt.Fprintf(stderr, "bench: "+f+"\n", a...) })

@@ -461,6 +461,9 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 	req.Header = make(http.Header, len(c.Headers)+callHeaders+2)
 	fixed := make([]string, callHeaders+1)
 	set := func(name, value string) { // name is canonical
+		if len(fixed) == 0 { // a header added above without counting it
+			fixed = make([]string, 1)
+		}
 		fixed[0] = value
 		req.Header[name] = fixed[:1:1]
 		fixed = fixed[1:]

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -90,6 +91,39 @@ func TestInvokeSendsHeaders(t *testing.T) {
 	require.Equal(t, "slotpoller", h.Get("User-Agent"))
 	require.Equal(t, "application/json", h.Get("Content-Type"))
 	require.Equal(t, "feed-1", h.Get("X-Slotpoller-Task"))
+}
+
+// Every reserved header carries the call's own value whatever the job's
+// extra headers say, however they spell its name: the invoker sets the
+// reserved ones by their canonical names, after the extra ones.
+func TestInvokeReservedHeadersWinInAnySpelling(t *testing.T) {
+	reserved := []string{HeaderJob, HeaderNode, HeaderToken, HeaderAttempt, HeaderIdempotencyKey, HeaderDeadline, HeaderTimeoutMs}
+	for _, name := range append(reserved, HeaderTask, HeaderTimestamp, HeaderSignature) {
+		require.Equal(t, textproto.CanonicalMIMEHeaderKey(name), name, "the invoker sets %s without canonicalizing it", name)
+	}
+	seen := make(chan http.Header, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+	}))
+	t.Cleanup(srv.Close)
+	fixed := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	inv := &Invoker{Base: mustURL(t, srv.URL), Now: func() time.Time { return fixed }}
+	for _, spell := range []func(string) string{strings.ToLower, strings.ToUpper} {
+		c := baseCall()
+		c.Headers = map[string]string{}
+		for _, name := range reserved {
+			c.Headers[spell(name)] = "forged"
+		}
+		res := inv.Invoke(context.Background(), c)
+		require.Equal(t, Succeeded, res.Verdict, res.Err)
+		h := <-seen
+		for _, name := range reserved {
+			require.Len(t, h.Values(name), 1, name)
+			require.NotEqual(t, "forged", h.Get(name), name)
+		}
+		require.Equal(t, "42", h.Get(HeaderJob))
+		require.Equal(t, "run-42", h.Get(HeaderIdempotencyKey))
+	}
 }
 
 func TestInvokeContentTypeAndMethod(t *testing.T) {

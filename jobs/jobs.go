@@ -59,10 +59,12 @@ type Options struct {
 	// claimed for together. Zero means DefaultRefillCooldown.
 	RefillCooldown time.Duration
 	// BacklogSpread is how long after this node first sees the farm's
-	// backlog flag every other live node has seen it too: the period of
-	// the membership reads that carry it (zero when the flag reaches
-	// every node at once). Until then the node refills only up to its
-	// capacity share of what its turn saw.
+	// backlog flag every other live node has heard of it too and taken its
+	// turn (a note and a poll away where notes reach every node, a
+	// widened slot where nodes hear at their turns). Until then the node
+	// refills only up to its capacity share of what its turn saw; the
+	// shares miss the jobs done between the turns, so the last few jobs of
+	// a burst wait for the spread to run out.
 	BacklogSpread time.Duration
 	// FinishWindow is how long the completer collects results before it
 	// writes a batch; zero writes at once whatever has come in while the

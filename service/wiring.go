@@ -60,7 +60,7 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 		Lease: time.Duration(cfg.Jobs.Lease), Timeout: time.Duration(cfg.Jobs.Timeout),
 		Backoff: time.Duration(cfg.Jobs.Backoff), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
 		Clock: n.clock, Logger: log, OnCall: n.metrics.observeCall,
-		BacklogSpread: backlogSpread(s, cfg),
+		BacklogSpread: backlogSpread(cfg, s.SessionLocks()),
 		FinishWindow:  jobs.DefaultFinishWindow,
 	})
 	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)
@@ -108,19 +108,21 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 
 // backlogSpread is how long after a node hears of a backlog every node
 // has heard of it and taken its turn, so that a node may then claim as
-// fast as its calls end rather than only its share: on PostgreSQL, a note
-// (pg_notify) reaches every node at once and each takes its turn of the
-// slot then, a few round trips; where there are no notes, a node hears at
-// its turn of the widened slot, within a slot (the heartbeat, which is at
-// least the slot). Until then a node takes only its share of the burst
-// its turn counted; the shares counted by later turns miss the jobs done
-// in between, so the last few jobs of a burst wait for this spread (they
-// waited a second on PostgreSQL before the spread shortened there).
-func backlogSpread(s *store.Store, cfg Config) time.Duration {
-	if s.SessionLocks() {
-		return time.Duration(cfg.Rotation.Slot) / 8
+// fast as its calls end rather than only its share. Where nodes hear notes
+// (PostgreSQL's pg_notify), a note reaches every node at once and each
+// takes its turn of the slot then, a few round trips: an eighth of a slot.
+// Elsewhere a node hears at its turn of the widened slot, within a slot
+// (or at its next registry read, a heartbeat). Until then a node takes
+// only its share of the burst its turn counted; the shares counted by
+// later turns miss the jobs done in between, so the last few jobs of a
+// burst wait for this spread (they waited a second on PostgreSQL before
+// the spread shortened there).
+func backlogSpread(cfg Config, hearsNotes bool) time.Duration {
+	slot := time.Duration(cfg.Rotation.Slot)
+	if hearsNotes {
+		return slot / 8
 	}
-	return time.Duration(cfg.Checkin.Heartbeat)
+	return max(slot, time.Duration(cfg.Checkin.Heartbeat))
 }
 
 // loops are the node's long-lived parts, in the order they start; they

@@ -3,7 +3,20 @@ package benchkit
 import "time"
 
 // CPU is processor time spent so far: by this process (the side's nodes,
-// the endpoint and the feeder) and by the database server's processes.
+// the endpoint and the feeder) and by each of the database server's
+// processes.
 type CPU struct {
-	Side, Database time.Duration
+	Side     time.Duration
+	Database map[int]time.Duration // by process id
+}
+
+// Since is the CPU time spent between earlier and c: this process's, and
+// the database's over the processes alive at c (a backend that started in
+// between counts whole; one that ended in between is lost: both sides keep
+// their pools open through a burst).
+func (c CPU) Since(earlier CPU) (side, database time.Duration) {
+	for pid, t := range c.Database {
+		database += t - earlier.Database[pid]
+	}
+	return c.Side - earlier.Side, database
 }

@@ -16,17 +16,16 @@ const clockTick = 10 * time.Millisecond
 
 // ReadCPU reads the CPU time of this process (getrusage) and of every
 // process named postgres (/proc): on a machine whose only busy PostgreSQL
-// is the bench's, the second is the database's work. Backends that exit
-// within a window are not counted; both sides keep their pools open.
+// is the bench's, those are the database's.
 func ReadCPU() (CPU, error) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return CPU{}, err
 	}
-	c := CPU{Side: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+	c := CPU{Side: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), Database: map[int]time.Duration{}}
 	stats, err := filepath.Glob("/proc/[0-9]*/stat")
-	if err != nil || len(stats) == 0 {
-		return c, errors.New("no /proc to read the database's CPU time from")
+	if err != nil {
+		return c, err
 	}
 	for _, p := range stats {
 		b, err := os.ReadFile(p)
@@ -43,11 +42,15 @@ func ReadCPU() (CPU, error) {
 		if len(f) < 13 {
 			continue
 		}
+		pid, err0 := strconv.Atoi(string(bytes.TrimSpace(b[:open])))
 		ut, err1 := strconv.ParseInt(string(f[11]), 10, 64)
 		st, err2 := strconv.ParseInt(string(f[12]), 10, 64)
-		if err1 == nil && err2 == nil {
-			c.Database += time.Duration(ut+st) * clockTick
+		if err0 == nil && err1 == nil && err2 == nil {
+			c.Database[pid] = time.Duration(ut+st) * clockTick
 		}
+	}
+	if len(c.Database) == 0 {
+		return c, errors.New("no process named postgres in /proc: the database's CPU time cannot be read here")
 	}
 	return c, nil
 }

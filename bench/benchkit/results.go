@@ -24,6 +24,9 @@ type Result struct {
 	Row    string  `json:"row"`
 	Value  float64 `json:"value"`
 	Better string  `json:"better"`
+	// Round is the round of a run of several (bench compare -rounds), from
+	// 1; zero when the run has one.
+	Round int `json:"round,omitempty"`
 }
 
 // JSONLines writes each result as one line of JSON.
@@ -79,29 +82,54 @@ func Medians(results []Result) []Result {
 type Interval struct{ Lo, Hi float64 }
 
 // RatioIntervals says how far the ratio of two sides' medians can be
-// trusted over rounds run alternately: for each table and row measured in
-// the same number (≥ 3) of rounds by both, the central level (0.9: the
-// 5th to the 95th percentile) of the ratio, in Tables' orientation, over
-// draws resamplings of the rounds with replacement, each round's two
-// values kept together (a paired bootstrap: the machine's drift over a
-// run moves both). The seed makes it repeatable.
+// trusted over rounds run alternately: for each table and row that both
+// measured in the same (≥ 3) rounds, the central level (0.9: the 5th to
+// the 95th percentile) of the ratio, in Tables' orientation, over draws
+// resamplings of those rounds with replacement, each round's two values
+// kept together (a paired bootstrap: the machine's drift over a run moves
+// both). Rows are drawn in a fixed order from one generator, so the seed
+// makes the result repeatable. A row whose ratio is undefined in some
+// draw (a zero to divide by) gets no interval.
 func RatioIntervals(results []Result, a, b string, level float64, draws int, seed uint64) map[[2]string]Interval {
 	type key = [2]string
-	vals := map[string]map[key][]float64{a: {}, b: {}}
+	vals := map[string]map[key]map[int]float64{a: {}, b: {}}
 	better := map[key]string{}
 	for _, r := range results {
-		if m, ok := vals[r.Side]; ok {
-			k := key{r.Table, r.Row}
-			m[k] = append(m[k], r.Value)
-			better[k] = r.Better
+		m, ok := vals[r.Side]
+		if !ok {
+			continue
 		}
+		k := key{r.Table, r.Row}
+		if m[k] == nil {
+			m[k] = map[int]float64{}
+		}
+		m[k][r.Round] = r.Value
+		better[k] = r.Better
 	}
+	keys := make([]key, 0, len(vals[a]))
+	for k := range vals[a] {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1]
+	})
 	rng := rand.New(rand.NewPCG(seed, 0x5107))
 	out := map[[2]string]Interval{}
-	for k, av := range vals[a] {
-		bv := vals[b][k]
+rows:
+	for _, k := range keys {
+		var rounds []int
+		for round := range vals[a][k] {
+			if _, ok := vals[b][k][round]; ok {
+				rounds = append(rounds, round)
+			}
+		}
+		sort.Ints(rounds)
+		var av, bv []float64
+		for _, round := range rounds {
+			av, bv = append(av, vals[a][k][round]), append(bv, vals[b][k][round])
+		}
 		n := len(av)
-		if n < 3 || len(bv) != n {
+		if n < 3 {
 			continue
 		}
 		ratios := make([]float64, 0, draws)
@@ -111,12 +139,11 @@ func RatioIntervals(results []Result, a, b string, level float64, draws int, see
 				j := rng.IntN(n)
 				ra[i], rb[i] = av[j], bv[j]
 			}
-			if x, ok := oriented(better[k], median(ra), median(rb)); ok {
-				ratios = append(ratios, x)
+			x, ok := oriented(better[k], median(ra), median(rb))
+			if !ok {
+				continue rows
 			}
-		}
-		if len(ratios) < draws/2 {
-			continue // mostly zeros: no ratio to speak of
+			ratios = append(ratios, x)
 		}
 		sort.Float64s(ratios)
 		tail := (1 - level) / 2

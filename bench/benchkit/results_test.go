@@ -1,6 +1,8 @@
 package benchkit
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,8 +12,8 @@ func rounds(table, row, better string, a, b []float64) []Result {
 	var out []Result
 	for i := range a {
 		out = append(out,
-			Result{Side: "A", Table: table, Row: row, Value: a[i], Better: better},
-			Result{Side: "B", Table: table, Row: row, Value: b[i], Better: better})
+			Result{Side: "A", Table: table, Row: row, Value: a[i], Better: better, Round: i + 1},
+			Result{Side: "B", Table: table, Row: row, Value: b[i], Better: better, Round: i + 1})
 	}
 	return out
 }
@@ -44,5 +46,28 @@ func TestRatioIntervals(t *testing.T) {
 	_, ok := iv[[2]string{"burn", "short"}]
 	require.False(t, ok)
 
-	require.Equal(t, iv, RatioIntervals(rs, "A", "B", 0.9, 2000, 1), "the same seed gives the same intervals")
+	// A zero to divide by in some draws: no interval rather than one from
+	// the draws that happened to avoid it.
+	zero := rounds("burn", "zeros", Higher, []float64{0, 5, 6, 7}, []float64{1, 5, 6, 7})
+	_, ok = RatioIntervals(zero, "A", "B", 0.9, 2000, 1)[[2]string{"burn", "zeros"}]
+	require.False(t, ok)
+
+	// Rounds pair by their number: a round one side lacks is left out,
+	// not paired with the other side's next.
+	gap := rounds("burn", "gap", Higher, []float64{100, 1, 100, 100, 100}, []float64{150, 150, 1, 150, 150})
+	gap = slices.DeleteFunc(gap, func(r Result) bool { return r.Side == "A" && r.Round == 3 || r.Side == "B" && r.Round == 2 })
+	gap = append(gap, Result{Side: "A", Table: "burn", Row: "gap", Value: 1, Better: Higher, Round: 6})
+	require.Equal(t, Interval{1.5, 1.5}, RatioIntervals(gap, "A", "B", 0.9, 2000, 1)[[2]string{"burn", "gap"}])
+
+	// Repeatable for noisy rows too, whatever the order the rows come in.
+	var noisy []Result
+	for i, row := range []string{"a", "b", "c", "d", "e", "f"} {
+		noisy = append(noisy, rounds("t", row, Higher,
+			[]float64{100, 93, 107, 88, 112, 97, 104}, []float64{101 + float64(i), 90, 115, 92, 105, 99, 111})...)
+	}
+	want := RatioIntervals(noisy, "A", "B", 0.9, 2000, 7)
+	for range 20 {
+		rand.Shuffle(len(noisy), func(i, j int) { noisy[i], noisy[j] = noisy[j], noisy[i] })
+		require.Equal(t, want, RatioIntervals(noisy, "A", "B", 0.9, 2000, 7), "the same seed gives the same intervals")
+	}
 }

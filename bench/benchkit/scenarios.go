@@ -316,8 +316,9 @@ func (r *runner) burn(ctx context.Context, b Burn) error {
 		// on whichever side of the wire it falls.
 		if cpuErr == nil && err == nil {
 			perK := func(d time.Duration) float64 { return ms(d) * 1000 / float64(b.Jobs) }
-			r.result(table, "CPU ms per 1,000 jobs: the side's process (nodes, endpoint)", perK(cpu1.Side-cpu0.Side), Lower)
-			r.result(table, "CPU ms per 1,000 jobs: PostgreSQL", perK(cpu1.Database-cpu0.Database), Lower)
+			side, database := cpu1.Since(cpu0)
+			r.result(table, "CPU ms per 1,000 jobs: the side's process (nodes, endpoint)", perK(side), Lower)
+			r.result(table, "CPU ms per 1,000 jobs: PostgreSQL", perK(database), Lower)
 		} else {
 			r.logf("%s: no CPU times: %v", r.side.Name(), errors.Join(cpuErr, err))
 		}

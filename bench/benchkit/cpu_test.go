@@ -1,0 +1,19 @@
+package benchkit
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The database's CPU is the sum over its processes alive at the end: a
+// backend that ended in between must not take its earlier time out of the
+// total, and one that started in between counts whole.
+func TestCPUSince(t *testing.T) {
+	earlier := CPU{Side: time.Second, Database: map[int]time.Duration{10: 500 * time.Millisecond, 11: 300 * time.Millisecond}}
+	later := CPU{Side: 1500 * time.Millisecond, Database: map[int]time.Duration{10: 700 * time.Millisecond, 12: 40 * time.Millisecond}}
+	side, database := later.Since(earlier)
+	require.Equal(t, 500*time.Millisecond, side)
+	require.Equal(t, 240*time.Millisecond, database)
+}

@@ -2,14 +2,19 @@ package service
 
 import (
 	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -154,4 +159,51 @@ func TestBacklogSpreadIsAsLongAsHearingTakes(t *testing.T) {
 		s, _ := storetest.Open(t, driver)
 		require.Equal(t, driver == "postgres", s.SessionLocks())
 	})
+}
+
+// A node that stops closes its connections to the endpoints: in a process
+// that goes on (a program that embeds the node, the bench, a test), they
+// and their goroutines stayed open for the transport's idle timeout, 90 s,
+// up to the node's capacity of them, and the application's server kept as
+// many idle connections.
+func TestAStoppedNodeClosesItsConnectionsToTheEndpoints(t *testing.T) {
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	endpoint := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	endpoint.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch st {
+		case http.StateNew:
+			open[c] = true
+		case http.StateClosed, http.StateHijacked:
+			delete(open, c)
+		}
+	}
+	endpoint.Start()
+	t.Cleanup(endpoint.Close)
+	openConns := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(open)
+	}
+
+	s, db := storetest.OpenDB(t, "sqlite")
+	cfg := testConfig(t, db, "closer", endpoint.URL)
+	rn := runNode(t, cfg)
+	for range 8 {
+		_, err := jobs.Enqueue(context.Background(), s, store.NewJob{Endpoint: "/jobs/x", MaxAttempts: 1})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		counts, err := s.JobCounts(context.Background())
+		return err == nil && counts[store.StateDone] == 8
+	}, 30*time.Second, 20*time.Millisecond, "the node should run the jobs")
+	require.Positive(t, openConns(), "the calls' connections stay open between calls")
+
+	rn.stop(t)
+	require.Eventually(t, func() bool { return openConns() == 0 }, 5*time.Second, 10*time.Millisecond,
+		"the stopped node left %d connections to the endpoint open", openConns())
 }

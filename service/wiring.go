@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"time"
 
@@ -35,6 +36,7 @@ type wiring struct {
 	keeper *jobs.Keeper
 	pruner *jobs.Pruner
 	waiter *rotation.Waiter
+	client *http.Client // calls the endpoints, for the jobs and the tasks
 
 	nudge      chan struct{} // wakes the turn loop to re-read the membership
 	renewTasks chan struct{} // renews task leases now: a task was just given to this node
@@ -55,6 +57,7 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 	}
 	// One client for the jobs and the tasks, keeping a connection per call.
 	client := jobs.NewClient(cfg.Node.Capacity)
+	w.client = client
 	w.runner = jobs.NewRunner(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.Options{
 		Node: cfg.Node.Name, Incarnation: incarnation, Capacity: cfg.Node.Capacity,
 		Lease: time.Duration(cfg.Jobs.Lease), Timeout: time.Duration(cfg.Jobs.Timeout),
@@ -201,6 +204,12 @@ func (w *wiring) gracefulStop(hurry context.Context) {
 	}
 	log.Info("stopping: draining calls in flight", "running", w.runner.Running(), "drain_timeout", cfg.Jobs.DrainTimeout)
 	w.runner.DrainContext(hurry, time.Duration(cfg.Jobs.DrainTimeout))
+	// The client keeps a connection per call slot open to the endpoints,
+	// each with two goroutines, until the transport's idle timeout (90 s):
+	// a node stopped in a process that goes on (a program that embeds it,
+	// the bench, a test) would otherwise leave up to its capacity of them
+	// behind, and the application's server as many idle connections.
+	w.client.CloseIdleConnections()
 }
 
 // status is what the node reports about itself in its registry row.

@@ -15,6 +15,7 @@ import (
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -204,6 +205,7 @@ func TestAStoppedNodeClosesItsConnectionsToTheEndpoints(t *testing.T) {
 	require.Positive(t, openConns(), "the calls' connections stay open between calls")
 
 	rn.stop(t)
-	require.Eventually(t, func() bool { return openConns() == 0 }, 5*time.Second, 10*time.Millisecond,
-		"the stopped node left %d connections to the endpoint open", openConns())
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Zero(c, openConns(), "connections to the endpoint the stopped node left open")
+	}, 5*time.Second, 10*time.Millisecond)
 }

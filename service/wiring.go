@@ -112,8 +112,11 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 // backlogSpread is how long after a node hears of a backlog every node
 // has heard of it and taken its turn, so that a node may then claim as
 // fast as its calls end rather than only its share. Where nodes hear notes
-// (PostgreSQL's pg_notify), a note reaches every node at once and each
-// takes its turn of the slot then, a few round trips: an eighth of a slot.
+// (PostgreSQL's pg_notify), a note reaches every node within a round trip
+// and each takes its turn of the slot then: an eighth of a slot covers
+// that. (A node that read the registry within the last slot reads it again
+// only a slot after that read, so it may come later; it then takes its
+// share of what is left, which costs it part of its share, never a job.)
 // Elsewhere a node hears at its turn of the widened slot, within a slot
 // (or at its next registry read, a heartbeat). Until then a node takes
 // only its share of the burst its turn counted; the shares counted by

@@ -12,11 +12,15 @@ type CPU struct {
 
 // Since is the CPU time spent between earlier and c: this process's, and
 // the database's over the processes alive at c (a backend that started in
-// between counts whole; one that ended in between is lost: both sides keep
-// their pools open through a burst).
+// between counts whole, also under a process id that an ended one had;
+// one that ended in between is lost: both sides keep their pools open
+// through a burst).
 func (c CPU) Since(earlier CPU) (side, database time.Duration) {
 	for pid, t := range c.Database {
-		database += t - earlier.Database[pid]
+		if before := earlier.Database[pid]; before <= t {
+			t -= before
+		}
+		database += t
 	}
 	return c.Side - earlier.Side, database
 }

@@ -16,4 +16,9 @@ func TestCPUSince(t *testing.T) {
 	side, database := later.Since(earlier)
 	require.Equal(t, 500*time.Millisecond, side)
 	require.Equal(t, 240*time.Millisecond, database)
+
+	// Process 11 ended and a new backend took its id: it counts whole.
+	later.Database[11] = 20 * time.Millisecond
+	_, database = later.Since(earlier)
+	require.Equal(t, 260*time.Millisecond, database)
 }

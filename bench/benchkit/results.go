@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -87,8 +88,8 @@ type Interval struct{ Lo, Hi float64 }
 // the 95th percentile) of the ratio, in Tables' orientation, over draws
 // resamplings of those rounds with replacement, each round's two values
 // kept together (a paired bootstrap: the machine's drift over a run moves
-// both). Rows are drawn in a fixed order from one generator, so the seed
-// makes the result repeatable. A row whose ratio is undefined in some
+// both). Each row draws from a generator of its own, seeded by seed and
+// the row's name, so the result is repeatable. A row whose ratio is undefined in some
 // draw (a zero to divide by) gets no interval.
 func RatioIntervals(results []Result, a, b string, level float64, draws int, seed uint64) map[[2]string]Interval {
 	type key = [2]string
@@ -113,7 +114,6 @@ func RatioIntervals(results []Result, a, b string, level float64, draws int, see
 	sort.Slice(keys, func(i, j int) bool {
 		return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1]
 	})
-	rng := rand.New(rand.NewPCG(seed, 0x5107))
 	out := map[[2]string]Interval{}
 rows:
 	for _, k := range keys {
@@ -132,6 +132,11 @@ rows:
 		if n < 3 {
 			continue
 		}
+		// A generator of the row's own: its interval does not depend on
+		// which other rows the run measured.
+		h := fnv.New64a()
+		h.Write([]byte(k[0] + "\x00" + k[1]))
+		rng := rand.New(rand.NewPCG(seed, h.Sum64()))
 		ratios := make([]float64, 0, draws)
 		ra, rb := make([]float64, n), make([]float64, n)
 		for range draws {

@@ -30,7 +30,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	riverDir := fs.String("river-dir", filepath.Join("bench", "river"), "folder of the River module")
 	logLevel := fs.String("log", "warn", "slotpoller node log level on stderr: debug, info, warn, error or off")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the slotpoller side's run (nodes, endpoint and feeder, one process) to this file")
-	rounds := fs.Int("rounds", 1, "run the two sides this many times, alternately, and report each figure's median (a 2-core machine's figures move by 10% from one run to the next)")
+	rounds := fs.Int("rounds", 1, "run the two sides this many times, one after the other (River first in odd rounds), and report each figure's median (a 2-core machine's figures move by 10% from one run to the next)")
 	var p benchkit.Params
 	p.Flags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -85,24 +85,37 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *rounds > 1 {
 			fmt.Fprintf(stderr, "bench: round %d of %d\n", round, *rounds)
 		}
-		// River first, in its own process and module.
-		riverResults, err := runRiver(ctx, *riverDir, admin, p, stderr)
-		if err != nil {
+		// River in its own process and module. The sides take turns to go
+		// first (River in odd rounds): what one side leaves on the machine
+		// (sockets in TIME_WAIT, a warm or cold cache) falls on each alike.
+		river := func() error {
+			riverResults, err := runRiver(ctx, *riverDir, admin, p, stderr)
+			if err != nil {
+				return err
+			}
+			riverName = riverResults[0].Side
+			for _, r := range riverResults {
+				r.Round = round
+				results = append(results, r)
+			}
+			return nil
+		}
+		slot := func() error {
+			emit := benchkit.JSONLines(stderr)
+			return benchkit.Run(ctx, srv, side, p, func(r benchkit.Result) {
+				r.Round = round
+				results = append(results, r)
+				emit(r)
+			}, func(f string, a ...any) { fmt.Fprintf(stderr, "bench: "+f+"\n", a...) })
+		}
+		first, second := river, slot
+		if round%2 == 0 {
+			first, second = slot, river
+		}
+		if err := first(); err != nil {
 			return err
 		}
-		riverName = riverResults[0].Side
-		for _, r := range riverResults {
-			r.Round = round
-			results = append(results, r)
-		}
-
-		emit := benchkit.JSONLines(stderr)
-		err = benchkit.Run(ctx, srv, side, p, func(r benchkit.Result) {
-			r.Round = round
-			results = append(results, r)
-			emit(r)
-		}, func(f string, a ...any) { fmt.Fprintf(stderr, "bench: "+f+"\n", a...) })
-		if err != nil {
+		if err := second(); err != nil {
 			return err
 		}
 	}
@@ -120,7 +133,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "- database: PostgreSQL %s (%s), one fresh database per farm, statements counted by pg_stat_statements\n",
 		srv.Version, map[bool]string{true: "private cluster, fsync off", false: "given by -dsn"}[*dsn == ""])
 	if *rounds > 1 {
-		fmt.Fprintf(stdout, "- rounds: %d, the sides alternately (River first); each figure is the median of its %d values\n", *rounds, *rounds)
+		fmt.Fprintf(stdout, "- rounds: %d, the sides one after the other, River first in odd rounds and slotpoller in even ones; each figure is the median of its %d values\n", *rounds, *rounds)
 	}
 	if intervals != nil {
 		fmt.Fprintf(stdout, "- 90%% interval: where the ratio of the medians falls in 90%% of 10,000 resamplings of the rounds (each round's pair kept together); an interval above 1× means slotpoller did better beyond the rounds' spread\n")

@@ -459,14 +459,11 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 	// them: a busy node makes thousands of calls a second, and a Set per
 	// header is an allocation per header.
 	req.Header = make(http.Header, len(c.Headers)+callHeaders+2)
-	fixed := make([]string, callHeaders+1)
+	values := make([]string, 0, callHeaders+1)
 	set := func(name, value string) { // name is canonical
-		if len(fixed) == 0 { // a header added above without counting it
-			fixed = make([]string, 1)
-		}
-		fixed[0] = value
-		req.Header[name] = fixed[:1:1]
-		fixed = fixed[1:]
+		values = append(values, value)
+		n := len(values)
+		req.Header[name] = values[n-1 : n : n]
 	}
 	set("User-Agent", UserAgent)
 	switch {

@@ -29,7 +29,8 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	dsn := fs.String("dsn", "", "administrator DSN of a PostgreSQL server that loads pg_stat_statements (default: start a private server)")
 	riverDir := fs.String("river-dir", filepath.Join("bench", "river"), "folder of the River module")
 	logLevel := fs.String("log", "warn", "slotpoller node log level on stderr: debug, info, warn, error or off")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the slotpoller side's run (nodes, endpoint and feeder, one process) to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the slotpoller side's run (nodes, endpoint and feeder, one process) to this file, and one of each River round's process to this file with .river<round> appended")
+	memProfile := fs.String("memprofile", "", "write a profile of the slotpoller side's allocations (nodes, endpoint and feeder, one process) to this file at the end")
 	rounds := fs.Int("rounds", 1, "run the two sides this many times, one after the other (River first in odd rounds), and report each figure's median (a 2-core machine's figures move by 10% from one run to the next)")
 	var p benchkit.Params
 	p.Flags(fs)
@@ -68,16 +69,22 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	side := slotSide{name: "slotpoller " + gitCommit(ctx), logger: logger}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	stopProfile, err := benchkit.CPUProfile(*cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
 		if err != nil {
-			return fmt.Errorf("-cpuprofile: %w", err)
+			return fmt.Errorf("-memprofile: %w", err)
 		}
 		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("-cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		defer func() {
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fmt.Fprintf(stderr, "bench: -memprofile: %v\n", err)
+			}
+		}()
 	}
 	var results []benchkit.Result
 	riverName := ""
@@ -89,7 +96,15 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		// first (River in odd rounds): what one side leaves on the machine
 		// (sockets in TIME_WAIT, a warm or cold cache) falls on each alike.
 		river := func() error {
-			riverResults, err := runRiver(ctx, *riverDir, admin, p, stderr)
+			var extra []string
+			if *cpuProfile != "" {
+				abs, err := filepath.Abs(fmt.Sprintf("%s.river%d", *cpuProfile, round))
+				if err != nil {
+					return err
+				}
+				extra = []string{"-cpuprofile", abs}
+			}
+			riverResults, err := runRiver(ctx, *riverDir, admin, p, extra, stderr)
 			if err != nil {
 				return err
 			}
@@ -145,8 +160,8 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // runRiver runs the River side once, in its own module and process, and
 // returns its results.
-func runRiver(ctx context.Context, dir, admin string, p benchkit.Params, stderr io.Writer) ([]benchkit.Result, error) {
-	args := append([]string{"run", ".", "-dsn", admin}, p.Args()...)
+func runRiver(ctx context.Context, dir, admin string, p benchkit.Params, extra []string, stderr io.Writer) ([]benchkit.Result, error) {
+	args := append(append([]string{"run", ".", "-dsn", admin}, extra...), p.Args()...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
 	var out bytes.Buffer

@@ -301,11 +301,13 @@ func (r *runner) burn(ctx context.Context, b Burn) error {
 			return fmt.Errorf("release the jobs: %w", err)
 		}
 		cpu0, cpuErr := ReadCPU()
+		heap0 := ReadHeap()
 		calls, repeats, stmts, err := r.drain(ctx, db, f, b.Jobs, 5*time.Minute)
 		if err != nil {
 			return err
 		}
 		cpu1, err := ReadCPU()
+		heap1 := ReadHeap()
 		first, last := span(calls)
 		r.result(table, "jobs/s, first start to last finish", float64(b.Jobs)/last.Sub(first).Seconds(), Higher)
 		r.result(table, "statements per job", float64(stmts)/float64(b.Jobs), Lower)
@@ -322,6 +324,9 @@ func (r *runner) burn(ctx context.Context, b Burn) error {
 		} else {
 			r.logf("%s: no CPU times: %v", r.side.Name(), errors.Join(cpuErr, err))
 		}
+		r.result(table, "heap objects allocated per job: the side's process", float64(heap1.Objects-heap0.Objects)/float64(b.Jobs), Lower)
+		r.result(table, "heap KB allocated per job: the side's process", float64(heap1.Bytes-heap0.Bytes)/1024/float64(b.Jobs), Lower)
+		r.result(table, "garbage collections per 10,000 jobs", float64(heap1.Cycles-heap0.Cycles)*10000/float64(b.Jobs), Lower)
 		lo, hi := spread(calls, b.Nodes)
 		r.result(table, "fewest jobs on a node ÷ fair share (≥ 0.5 wanted)", lo, Higher)
 		r.result(table, "most jobs on a node ÷ fair share", hi, Lower)

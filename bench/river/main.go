@@ -47,6 +47,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("river", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dsn := fs.String("dsn", "", "administrator DSN of a PostgreSQL server that loads pg_stat_statements")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this side's run (clients, endpoint and feeder, one process) to this file")
 	var p benchkit.Params
 	p.Flags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -57,6 +58,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	stopProfile, err := benchkit.CPUProfile(*cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	srv, err := benchkit.OpenServer(ctx, *dsn)
 	if err != nil {
 		return err

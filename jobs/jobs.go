@@ -220,10 +220,25 @@ func capacityShare(load store.QueueLoad, mine, capacity, farmCapacity int) int {
 	return max(0, min(target, load.Due))
 }
 
+// LoadLimit is the most due jobs a turn counts (store.JobsLoad), so that a
+// turn costs the same whatever the depth of the queue. At the limit every
+// node's capacity share is four times its capacity: FairShare is then all
+// it has free, as it would be for any deeper queue, and what it may refill
+// before the whole farm has heard of the backlog is three rounds of its
+// calls more. A burst of up to MinLoadCount jobs is still counted, and so
+// spread, exactly.
+func LoadLimit(farmCapacity, capacity int) int {
+	return max(MinLoadCount, 4*max(farmCapacity, capacity))
+}
+
+// MinLoadCount is the least LoadLimit: counting ten thousand rows of an
+// index is a few milliseconds of the database's time in a turn.
+const MinLoadCount = 10_000
+
 // PollResult says what one poll did.
 type PollResult struct {
 	Reclaimed int64
-	Due       int // due when counted
+	Due       int // due when counted, at most LoadLimit
 	Claimed   int
 	Left      int // due jobs this poll left to others
 	// Signalled: Turn.Backlog was called (with BacklogErr its answer).
@@ -285,7 +300,7 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 		}
 	}
 	load, err := bounded(ctx, r.statementTimeout(), func(ctx context.Context) (store.QueueLoad, error) {
-		return r.store.JobsLoad(ctx, turn.NextPoll, turn.StartWindow)
+		return r.store.JobsLoad(ctx, turn.NextPoll, turn.StartWindow, LoadLimit(turn.FarmCapacity, r.opts.Capacity))
 	})
 	if err != nil {
 		return res, err

@@ -176,6 +176,36 @@ func TestFairShare(t *testing.T) {
 	}
 }
 
+// A turn counts due jobs only up to LoadLimit. A count at the limit must
+// leave every node what any deeper queue would: all it has free now, and
+// at least three rounds of its calls more to refill with before the farm
+// has heard of the backlog. A limit below the farm's capacity would leave
+// nodes idle in a deep backlog; this fails if it is ever lowered so.
+func TestACountAtTheLoadLimitFillsEveryNode(t *testing.T) {
+	for _, capacity := range []int{1, 16, 1000} {
+		for _, nodes := range []int{1, 4, 64, 1000} {
+			farm := capacity * nodes
+			limit := jobs.LoadLimit(farm, capacity)
+			require.GreaterOrEqual(t, limit, jobs.MinLoadCount)
+			for _, running := range []int{0, farm / 2, farm} {
+				for _, mine := range []int{0, capacity / 2, capacity} {
+					load := store.QueueLoad{Due: limit, Running: running}
+					for _, ahead := range []int{capacity, farm} {
+						require.Equal(t, capacity-mine, jobs.FairShare(load, mine, capacity, ahead, capacity-mine),
+							"capacity %d, %d nodes, %d running, %d mine, %d ahead", capacity, nodes, running, mine, ahead)
+					}
+					// The refill budget: the share against the whole farm
+					// beyond what the node runs and claims now.
+					share := (limit*capacity+farm-1)/farm - mine
+					require.GreaterOrEqual(t, share-(capacity-mine), 3*capacity,
+						"capacity %d, %d nodes, %d mine", capacity, nodes, mine)
+				}
+			}
+		}
+	}
+	require.Equal(t, jobs.MinLoadCount, jobs.LoadLimit(64, 16), "a small farm's burst of up to MinLoadCount is counted exactly")
+}
+
 // alone is a turn of a node that is the whole farm; its next poll is a
 // slot away, so every due job is urgent.
 func alone(capacity int) jobs.Turn {

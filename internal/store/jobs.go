@@ -246,23 +246,32 @@ type QueueLoad struct {
 // now. A job's start window ends at its start_by (a schedule's tolerance),
 // or, for a one-off job, window after its run time.
 //
+// Due counts at most limit jobs, so that a turn costs the same whatever
+// the backlog: counting a queue of a million due rows took every turn
+// longer the deeper the queue, while a poller needs the exact number only
+// while it is smaller than what the farm can take in a few rounds (see
+// jobs.LoadLimit). Urgent counts among those limit jobs. Running is not
+// bounded: it is at most what the farm holds.
+//
 // Due and urgent count only what a claim could take now (claimable): an
 // overlap-forbid occurrence waiting behind a running or earlier occurrence
 // of its schedule is work no poller can do, and counting it would keep the
-// rotation widened for nothing. The claim test is read in a derived table
-// because SQL Server allows no subquery inside an aggregate; it needs no
-// lock hint, as a count decides nothing about which rows are taken.
-func (s *Store) JobsLoad(ctx context.Context, nextPoll, window time.Duration) (QueueLoad, error) {
-	q := expand(s.d, `SELECT
-  COALESCE(SUM(CASE WHEN claimable = 1 THEN 1 ELSE 0 END), 0),
-  COALESCE(SUM(CASE WHEN claimable = 1 AND ((start_by IS NULL AND run_at <= {now+?}) OR start_by <= {now+?}) THEN 1 ELSE 0 END), 0),
-  COALESCE(SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END), 0)
-FROM (SELECT j.state, j.run_at, j.start_by,
-    CASE WHEN j.state = 'ready' AND `+claimable("j", "")+` THEN 1 ELSE 0 END AS claimable
-  FROM {jobs} j WHERE (j.state = 'ready' AND j.run_at <= {now}) OR j.state = 'running') AS pending`)
+// rotation widened for nothing. It needs no lock hint, as a count decides
+// nothing about which rows are taken.
+func (s *Store) JobsLoad(ctx context.Context, nextPoll, window time.Duration, limit int) (QueueLoad, error) {
+	if limit <= 0 {
+		return QueueLoad{}, fmt.Errorf("count due jobs: a limit of %d counts nothing", limit)
+	}
+	q, args := rowLimit(s.d, `SELECT j.run_at, j.start_by FROM {jobs} j
+    WHERE j.state = 'ready' AND j.run_at <= {now} AND `+claimable("j", ""), nil, limit)
+	q = expand(s.d, `SELECT COUNT(*),
+  COALESCE(SUM(CASE WHEN (start_by IS NULL AND run_at <= {now+?}) OR start_by <= {now+?} THEN 1 ELSE 0 END), 0),
+  (SELECT COUNT(*) FROM {jobs} held WHERE held.state = 'running')
+FROM (`+q+`) AS pending`)
+	args = append([]any{millis(nextPoll - window), millis(nextPoll)}, args...)
 	var l QueueLoad
 	err := s.retry(ctx, func() error {
-		return s.queryRow(ctx, q, millis(nextPoll-window), millis(nextPoll)).Scan(&l.Due, &l.Urgent, &l.Running)
+		return s.queryRow(ctx, q, args...).Scan(&l.Due, &l.Urgent, &l.Running)
 	})
 	if err != nil {
 		return l, fmt.Errorf("count due jobs: %w", err)

@@ -105,7 +105,7 @@ func sqlServerOps() []op {
 			run: func(ctx context.Context, s *store.Store) error { _, err := s.JobInsert(ctx, mJob); return err }},
 		{name: "JobsReclaimExpired", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobsReclaimExpired(ctx); return err }},
 		{name: "JobsLoad", sends: 1, run: func(ctx context.Context, s *store.Store) error {
-			_, err := s.JobsLoad(ctx, 0, 500*time.Millisecond)
+			_, err := s.JobsLoad(ctx, 0, 500*time.Millisecond, 100)
 			return err
 		}},
 		{name: "JobsClaim", sends: 1, run: func(ctx context.Context, s *store.Store) error {

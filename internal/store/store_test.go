@@ -140,10 +140,10 @@ func TestClaimLifecycle(t *testing.T) {
 		due := enqueue(t, s, "/due", 0)
 		enqueue(t, s, "/later", time.Hour)
 
-		load, err := s.JobsLoad(ctx, time.Hour, 0)
+		load, err := s.JobsLoad(ctx, time.Hour, 0, 100)
 		require.NoError(t, err)
 		require.Equal(t, store.QueueLoad{Due: 1, Urgent: 1, Running: 0}, load)
-		load, err = s.JobsLoad(ctx, 0, time.Hour)
+		load, err = s.JobsLoad(ctx, 0, time.Hour, 100)
 		require.NoError(t, err)
 		require.Equal(t, store.QueueLoad{Due: 1, Urgent: 0, Running: 0}, load, "not due an hour ago: not urgent")
 
@@ -212,20 +212,20 @@ func TestLoadCountsOnlyClaimableWork(t *testing.T) {
 		occurrence("serial", 3*time.Second)
 		occurrence("serial", 2*time.Second)
 		occurrence("serial", time.Second)
-		load, err := s.JobsLoad(ctx, time.Hour, 0)
+		load, err := s.JobsLoad(ctx, time.Hour, 0, 100)
 		require.NoError(t, err)
 		require.Equal(t, store.QueueLoad{Due: 1, Urgent: 1}, load, "only the earliest waiting occurrence can be claimed")
 
 		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 10, time.Minute)
 		require.NoError(t, err)
 		require.Len(t, claims, 1)
-		load, err = s.JobsLoad(ctx, time.Hour, 0)
+		load, err = s.JobsLoad(ctx, time.Hour, 0, 100)
 		require.NoError(t, err)
 		require.Equal(t, store.QueueLoad{Due: 0, Urgent: 0, Running: 1}, load, "nothing claimable while an occurrence runs")
 
 		occurrence("other", time.Second)
 		enqueue(t, s, "/one-off", 0)
-		load, err = s.JobsLoad(ctx, time.Hour, 0)
+		load, err = s.JobsLoad(ctx, time.Hour, 0, 100)
 		require.NoError(t, err)
 		require.Equal(t, store.QueueLoad{Due: 2, Urgent: 2, Running: 1}, load, "other work still counts")
 
@@ -233,9 +233,41 @@ func TestLoadCountsOnlyClaimableWork(t *testing.T) {
 		// counted (removing a schedule cancels its waiting occurrences;
 		// this one slipped past as a stray row would).
 		occurrence("gone", time.Second)
-		load, err = s.JobsLoad(ctx, time.Hour, 0)
+		load, err = s.JobsLoad(ctx, time.Hour, 0, 100)
 		require.NoError(t, err)
 		require.Equal(t, store.QueueLoad{Due: 2, Urgent: 2, Running: 1}, load, "a stray occurrence is not due work")
+	})
+}
+
+// A turn counts at most its limit of due jobs, so that its cost does not
+// grow with the depth of the queue; what runs is counted whole.
+func TestLoadCountsAtMostItsLimit(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		for i := range 7 {
+			enqueue(t, s, fmt.Sprintf("/due-%d", i), 0)
+		}
+		enqueue(t, s, "/later", time.Hour)
+		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 2, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, claims, 2)
+
+		load, err := s.JobsLoad(ctx, time.Hour, 0, 3)
+		require.NoError(t, err)
+		require.Equal(t, store.QueueLoad{Due: 3, Urgent: 3, Running: 2}, load, "5 due, counted up to 3; urgency among those")
+		load, err = s.JobsLoad(ctx, 0, time.Hour, 3)
+		require.NoError(t, err)
+		require.Equal(t, store.QueueLoad{Due: 3, Urgent: 0, Running: 2}, load)
+		load, err = s.JobsLoad(ctx, time.Hour, 0, 5)
+		require.NoError(t, err)
+		require.Equal(t, store.QueueLoad{Due: 5, Urgent: 5, Running: 2}, load, "at the limit exactly")
+		load, err = s.JobsLoad(ctx, time.Hour, 0, 1000)
+		require.NoError(t, err)
+		require.Equal(t, store.QueueLoad{Due: 5, Urgent: 5, Running: 2}, load, "below the limit: the exact count")
+
+		_, err = s.JobsLoad(ctx, time.Hour, 0, 0)
+		require.ErrorContains(t, err, "a limit of 0 counts nothing")
 	})
 }
 

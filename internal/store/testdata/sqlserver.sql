@@ -122,18 +122,16 @@ UPDATE [sp_unit].[jobs] SET
 WHERE (state = 'running' AND lease_until < SYSUTCDATETIME()) OR (state = 'ready' AND start_by < SYSUTCDATETIME());
 
 -- JobsLoad
--- @p1 int64, @p2 int64
-SELECT
-  COALESCE(SUM(CASE WHEN claimable = 1 THEN 1 ELSE 0 END), 0),
-  COALESCE(SUM(CASE WHEN claimable = 1 AND ((start_by IS NULL AND run_at <= DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))) OR start_by <= DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END), 0),
-  COALESCE(SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END), 0)
-FROM (SELECT j.state, j.run_at, j.start_by,
-    CASE WHEN j.state = 'ready' AND (j.exclusive = 0 OR (
+-- @p1 int64, @p2 int64, @p3 int
+SELECT COUNT(*),
+  COALESCE(SUM(CASE WHEN (start_by IS NULL AND run_at <= DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))) OR start_by <= DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END), 0),
+  (SELECT COUNT(*) FROM [sp_unit].[jobs] held WHERE held.state = 'running')
+FROM (SELECT TOP (@p3) j.run_at, j.start_by FROM [sp_unit].[jobs] j
+    WHERE j.state = 'ready' AND j.run_at <= SYSUTCDATETIME() AND (j.exclusive = 0 OR (
     EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WHERE s.name = j.schedule)
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = j.schedule AND r.state = 'running')
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = j.schedule AND e.state = 'ready'
-      AND e.scheduled_for < j.scheduled_for))) THEN 1 ELSE 0 END AS claimable
-  FROM [sp_unit].[jobs] j WHERE (j.state = 'ready' AND j.run_at <= SYSUTCDATETIME()) OR j.state = 'running') AS pending;
+      AND e.scheduled_for < j.scheduled_for)))) AS pending;
 
 -- JobsClaim
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int64, @p4 int

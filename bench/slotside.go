@@ -81,16 +81,22 @@ func (s slotSide) Start(ctx context.Context, db *benchkit.Database, spec benchki
 	return sf, nil
 }
 
-// PrepareBurst enqueues the jobs an hour ahead, through jobs.Enqueue from 8
-// connections; release moves them all to now in one statement.
+// PrepareBurst checks the jobs; release enqueues them all due now in one
+// transaction (store.JobInsertMany, as River's side inserts its burst in
+// one statement), so that both sides start from rows freshly written. (The
+// burst used to be enqueued an hour ahead and released by an UPDATE of
+// every row, which left a dead version of each in the table and its
+// indexes for slotpoller's side alone to step over.)
 func (f *slotFarm) PrepareBurst(ctx context.Context, keys []string) (func(context.Context) error, error) {
-	err := parallel(len(keys), func(i int) error { return f.enqueue(ctx, keys[i], time.Hour) })
-	if err != nil {
-		return nil, err
+	burst := make([]store.NewJob, len(keys))
+	for i, key := range keys {
+		burst[i] = store.NewJob{Endpoint: "/job/" + key, Method: "POST", MaxAttempts: 1}
+		if err := jobs.CheckNewJob(&burst[i]); err != nil {
+			return nil, err
+		}
 	}
 	return func(ctx context.Context) error {
-		_, err := f.feeder.DB().ExecContext(ctx,
-			`UPDATE slotpoller_jobs SET run_at = run_at - interval '1 hour' WHERE state = 'ready'`)
+		_, err := f.feeder.JobInsertMany(ctx, burst)
 		return err
 	}, nil
 }

@@ -468,26 +468,18 @@ func (s *Store) JobsFinish(ctx context.Context, given []Finish) ([]bool, error) 
 	// that two of them lock shared rows in the same order.
 	fs = slices.Clone(fs)
 	slices.SortFunc(fs, func(a, b Finish) int { return cmp.Compare(a.ID, b.ID) })
-	var args []any
-	if !finishRowsFirst(s.d) {
-		args = historySeps()
-	}
-	for _, f := range fs {
+	rows := make([]finishRow, len(fs))
+	for i, f := range fs {
 		o := f.Outcome
-		retry := int64(0)
+		rows[i] = finishRow{id: f.ID, token: f.Token, state: o.State, status: o.Status, err: o.Error,
+			suffix: historySuffix(o.State, o.Status, o.Error)}
 		if o.State == StateReady {
-			retry = millis(o.RetryAfter)
+			rows[i].retry = millis(o.RetryAfter)
+			rows[i].suffix = historySuffix(OutcomeRetry, o.Status, o.Error)
 		}
-		suffix := historySuffix(o.State, o.Status, o.Error)
-		if o.State == StateReady {
-			suffix = historySuffix(OutcomeRetry, o.Status, o.Error)
-		}
-		args = append(args, f.ID, f.Token, o.State, retry, nullInt(o.Status), nullString(o.Error), suffix)
 	}
-	if finishRowsFirst(s.d) {
-		args = append(args, historySeps()...)
-	}
-	ids, err := queryAll(ctx, s, fmt.Sprintf("record results of %d jobs", len(fs)), s.finishStatement(len(fs)), args, func(r rowScanner) (int64, error) {
+	q, args := s.finishStatement(rows)
+	ids, err := queryAll(ctx, s, fmt.Sprintf("record results of %d jobs", len(fs)), q, args, func(r rowScanner) (int64, error) {
 		var id int64
 		return id, r.Scan(&id)
 	})
@@ -505,19 +497,80 @@ func (s *Store) JobsFinish(ctx context.Context, given []Finish) ([]bool, error) 
 	return out, nil
 }
 
-// finishStatement is JobsFinish's statement for n rows.
-func (s *Store) finishStatement(n int) string {
+// finishRow is one result as JobsFinish writes it.
+type finishRow struct {
+	id, token   int64
+	state       string
+	retry       int64 // ms until a retry is due
+	status      int
+	err, suffix string
+}
+
+// finishStatement is JobsFinish's statement and its arguments: the
+// dialect's arrays where it takes them, else its VALUES rows, the
+// statement for n rows built once (a busy node writes a batch every few
+// milliseconds).
+func (s *Store) finishStatement(rows []finishRow) (string, []any) {
+	if fa, ok := s.d.(finishArrays); ok {
+		c := finishColumnsOf(rows)
+		args := append(historySeps(), c.ids, c.tokens, c.states, c.retries, c.statuses, c.errs, c.suffixes)
+		return s.expanded(-1, func() string { return fa.finishArrayJobs() }), args
+	}
+	var args []any
+	if !finishRowsFirst(s.d) {
+		args = historySeps()
+	}
+	for _, r := range rows {
+		args = append(args, r.id, r.token, r.state, r.retry, nullInt(r.status), nullString(r.err), r.suffix)
+	}
+	if finishRowsFirst(s.d) {
+		args = append(args, historySeps()...)
+	}
+	fv := s.d.(finishValues)
+	return s.expanded(len(rows), func() string {
+		values := make([]string, len(rows))
+		for i := range values {
+			values[i] = fv.finishRow()
+		}
+		return fv.finishJobs(values)
+	}), args
+}
+
+// expanded is the expanded statement that build writes for a batch of n
+// rows (-1: any number), built once per store.
+func (s *Store) expanded(n int, build func() string) string {
 	if q, ok := s.finishSQL.Load(n); ok {
 		return q.(string)
 	}
-	fv := s.d.(finishValues)
-	rows := make([]string, n)
-	for i := range rows {
-		rows[i] = fv.finishRow()
-	}
-	q := expand(s.d, fv.finishJobs(rows))
+	q := expand(s.d, build())
 	s.finishSQL.Store(n, q)
 	return q
+}
+
+// finishColumnArrays is a batch of results column by column, for a dialect
+// that takes them as arrays; a zero status or an empty error is NULL.
+type finishColumnArrays struct {
+	ids, tokens, retries []int64
+	states, suffixes     []string
+	statuses             []*int32
+	errs                 []*string
+}
+
+func finishColumnsOf(rows []finishRow) finishColumnArrays {
+	n := len(rows)
+	c := finishColumnArrays{ids: make([]int64, n), tokens: make([]int64, n), retries: make([]int64, n),
+		states: make([]string, n), suffixes: make([]string, n), statuses: make([]*int32, n), errs: make([]*string, n)}
+	for i, r := range rows {
+		c.ids[i], c.tokens[i], c.retries[i], c.states[i], c.suffixes[i] = r.id, r.token, r.retry, r.state, r.suffix
+		if r.status != 0 {
+			status := int32(r.status)
+			c.statuses[i] = &status
+		}
+		if r.err != "" {
+			c.errs[i] = &rows[i].err
+		}
+	}
+	return c
 }
 
 // finishValues is how a dialect writes JobsFinish: a row of its VALUES
@@ -542,19 +595,35 @@ func finishSet(d Dialect, t, retryAt string) string {
 
 const finishColumns = "v_id, v_token, v_state, v_retry, v_status, v_err, v_suffix"
 
-// PostgreSQL and SQLite join the rows in UPDATE ... FROM, a VALUES list
-// whose columns (column1, column2... on both) are named in a derived
-// table; PostgreSQL needs the parameters' types, given on every row alike.
-func (Postgres) finishRow() string {
-	return "(CAST(? AS bigint), CAST(? AS bigint), CAST(? AS text), CAST(? AS bigint), CAST(? AS integer), CAST(? AS text), CAST(? AS text))"
+// finishArrays is a dialect that takes a batch of results as one array
+// per column: one statement for every size of batch, prepared once per
+// connection, with seven parameters for the rows however many there are.
+type finishArrays interface {
+	finishArrayJobs() string
 }
-func (d Postgres) finishJobs(rows []string) string { return joinFinish(d, rows) }
-func (SQLite) finishRow() string                   { return "(?, ?, ?, ?, ?, ?, ?)" }
-func (d SQLite) finishJobs(rows []string) string   { return joinFinish(d, rows) }
 
-func joinFinish(d Dialect, rows []string) string {
-	retryAt := strings.NewReplacer("?", "v.v_retry", againMarker, "v.v_retry").Replace(d.NowPlusMillis())
-	return `UPDATE {jobs} SET ` + finishSet(d, "{jobs}", retryAt) + `
+// PostgreSQL unnests the columns' arrays in UPDATE ... FROM. (A VALUES list
+// of 250 rows was 1,750 parameters to bind and a statement per batch size
+// to parse and plan.)
+func (d Postgres) finishArrayJobs() string {
+	return `UPDATE {jobs} SET ` + finishSet(d, "{jobs}", retryAtOf(d)) + `
+FROM unnest(CAST(? AS bigint[]), CAST(? AS bigint[]), CAST(? AS text[]), CAST(? AS bigint[]), CAST(? AS integer[]),
+    CAST(? AS text[]), CAST(? AS text[])) AS v(` + finishColumns + `)
+WHERE {jobs}.id = v.v_id AND {jobs}.token = v.v_token AND {jobs}.state = 'running'
+RETURNING {jobs}.id`
+}
+
+// retryAtOf is when a batch row's retry is due: the database clock plus
+// the row's v_retry milliseconds.
+func retryAtOf(d Dialect) string {
+	return strings.NewReplacer("?", "v.v_retry", againMarker, "v.v_retry").Replace(d.NowPlusMillis())
+}
+
+// SQLite joins the rows in UPDATE ... FROM, a VALUES list
+// whose columns (column1, column2...) are named in a derived table.
+func (SQLite) finishRow() string { return "(?, ?, ?, ?, ?, ?, ?)" }
+func (d SQLite) finishJobs(rows []string) string {
+	return `UPDATE {jobs} SET ` + finishSet(d, "{jobs}", retryAtOf(d)) + `
 FROM (SELECT column1 AS v_id, column2 AS v_token, column3 AS v_state, column4 AS v_retry, column5 AS v_status,
     column6 AS v_err, column7 AS v_suffix
   FROM (VALUES

@@ -32,7 +32,7 @@ type Store struct {
 	callerTx bool
 	stmts    atomic.Int64
 	file     *sqliteFile // the SQLite file opened; nil for the others
-	// finishSQL is JobsFinish's statement by its number of rows, built
+	// finishSQL is JobsFinish's statement by its number of rows (-1: any), built
 	// once: a busy node writes a batch of results every few milliseconds.
 	finishSQL sync.Map // int → string
 }

@@ -30,7 +30,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	riverDir := fs.String("river-dir", filepath.Join("bench", "river"), "folder of the River module")
 	logLevel := fs.String("log", "warn", "slotpoller node log level on stderr: debug, info, warn, error or off")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the slotpoller side's run (nodes, endpoint and feeder, one process) to this file, and one of each River round's process to this file with .river<round> appended")
-	memProfile := fs.String("memprofile", "", "write a profile of the slotpoller side's allocations (nodes, endpoint and feeder, one process) to this file at the end")
+	memProfile := fs.String("memprofile", "", "write a profile of the slotpoller side's allocations over the whole run (every scenario, nodes, endpoint and feeder's inserts: a wider window than the heap rows') to this file at the end")
 	rounds := fs.Int("rounds", 1, "run the two sides this many times, one after the other (River first in odd rounds), and report each figure's median (a 2-core machine's figures move by 10% from one run to the next)")
 	var p benchkit.Params
 	p.Flags(fs)
@@ -81,6 +81,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		defer f.Close()
 		defer func() {
+			runtime.GC() // the profile is as of the last collection
 			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
 				fmt.Fprintf(stderr, "bench: -memprofile: %v\n", err)
 			}

@@ -10,3 +10,7 @@ func (r *Runner) Pending() int {
 	defer r.fmu.Unlock()
 	return len(r.pending)
 }
+
+// CapacityShare is a node's share of a turn's count, before free capacity
+// and urgency: what it may refill up to while a backlog spreads.
+var CapacityShare = capacityShare

@@ -225,8 +225,10 @@ func capacityShare(load store.QueueLoad, mine, capacity, farmCapacity int) int {
 // node's capacity share is four times its capacity: FairShare is then all
 // it has free, as it would be for any deeper queue, and what it may refill
 // before the whole farm has heard of the backlog is three rounds of its
-// calls more. A burst of up to MinLoadCount jobs is still counted, and so
-// spread, exactly.
+// calls more (an exact count of a deeper queue gave more: a node whose
+// calls end faster than the backlog spreads may wait out the spread once
+// per backlog, BacklogSpread, slot/8 on PostgreSQL). A burst of up to
+// MinLoadCount jobs is still counted, and so spread, exactly.
 func LoadLimit(farmCapacity, capacity int) int {
 	return max(MinLoadCount, 4*max(farmCapacity, capacity))
 }

@@ -177,10 +177,11 @@ func TestFairShare(t *testing.T) {
 }
 
 // A turn counts due jobs only up to LoadLimit. A count at the limit must
-// leave every node what any deeper queue would: all it has free now, and
-// at least three rounds of its calls more to refill with before the farm
-// has heard of the backlog. A limit below the farm's capacity would leave
-// nodes idle in a deep backlog; this fails if it is ever lowered so.
+// leave every node all it has free now, as any deeper queue would, and at
+// least three rounds of its calls more to refill with before the farm has
+// heard of the backlog (a deeper count gave more). A limit below the
+// farm's capacity would leave nodes idle in a deep backlog; this fails if
+// it is ever lowered so.
 func TestACountAtTheLoadLimitFillsEveryNode(t *testing.T) {
 	for _, capacity := range []int{1, 16, 1000} {
 		for _, nodes := range []int{1, 4, 64, 1000} {
@@ -196,7 +197,7 @@ func TestACountAtTheLoadLimitFillsEveryNode(t *testing.T) {
 					}
 					// The refill budget: the share against the whole farm
 					// beyond what the node runs and claims now.
-					share := (limit*capacity+farm-1)/farm - mine
+					share := jobs.CapacityShare(load, mine, capacity, farm)
 					require.GreaterOrEqual(t, share-(capacity-mine), 3*capacity,
 						"capacity %d, %d nodes, %d mine", capacity, nodes, mine)
 				}

@@ -13,17 +13,20 @@ type Heap struct {
 
 // ReadHeap reads Heap from the runtime's metrics.
 func ReadHeap() Heap {
+	// allocs:objects leaves out the tiny allocator's objects (under 16
+	// bytes, no pointers), which tiny/allocs:objects counts.
 	s := []metrics.Sample{
 		{Name: "/gc/heap/allocs:objects"},
+		{Name: "/gc/heap/tiny/allocs:objects"},
 		{Name: "/gc/heap/allocs:bytes"},
 		{Name: "/gc/cycles/total:gc-cycles"},
 	}
 	metrics.Read(s)
-	var h Heap
-	for i, p := range []*uint64{&h.Objects, &h.Bytes, &h.Cycles} {
+	var v [4]uint64
+	for i := range s {
 		if s[i].Value.Kind() == metrics.KindUint64 {
-			*p = s[i].Value.Uint64()
+			v[i] = s[i].Value.Uint64()
 		}
 	}
-	return h
+	return Heap{Objects: v[0] + v[1], Bytes: v[2], Cycles: v[3]}
 }

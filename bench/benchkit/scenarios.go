@@ -35,8 +35,10 @@ type Spec struct {
 // Farm is a running farm plus its feeder, which enqueues as FeederRole so
 // that the enqueues are not counted.
 type Farm interface {
-	// PrepareBurst enqueues jobs with these keys, not yet due; release
-	// makes all of them due (or visible) at once.
+	// PrepareBurst gets a burst of jobs with these keys ready; release
+	// enqueues all of them, due now, in one transaction whose commit makes
+	// them visible at once (both sides insert there, so that both run on
+	// rows freshly written).
 	PrepareBurst(ctx context.Context, keys []string) (release func(context.Context) error, err error)
 	// Enqueue enqueues jobs due now, in as few statements as the side's API
 	// allows. One job alone goes the way an application enqueues one for
@@ -312,10 +314,9 @@ func (r *runner) burn(ctx context.Context, b Burn) error {
 		r.result(table, "jobs/s, first start to last finish", float64(b.Jobs)/last.Sub(first).Seconds(), Higher)
 		r.result(table, "statements per job", float64(stmts)/float64(b.Jobs), Lower)
 		r.result(table, "connections opened to the endpoint", float64(r.ep.Connections()-conns0), Lower)
-		// From the release's commit (River's inserts the jobs, slotpoller's
-		// makes them due: not the same work, so left out) until the
-		// database records every job done: the work of running the burst,
-		// on whichever side of the wire it falls.
+		// From the release's commit (its inserts are the feeder's, not the
+		// farm's) until the database records every job done: the work of
+		// running the burst, on whichever side of the wire it falls.
 		if cpuErr == nil && err == nil {
 			perK := func(d time.Duration) float64 { return ms(d) * 1000 / float64(b.Jobs) }
 			side, database := cpu1.Since(cpu0)

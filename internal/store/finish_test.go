@@ -82,6 +82,19 @@ func TestJobsFinishWritesEachHeldRowAndNoStaleOne(t *testing.T) {
 		require.Equal(t, "not found", failed.LastError)
 		require.Equal(t, store.StateFailed, failed.History[0].Outcome)
 
+		// A zero status and an empty error are NULL in the table, not 0
+		// and '': the batch's arrays (PostgreSQL) and its VALUES rows
+		// (SQLite, SQL Server) write them alike.
+		nulls := func(id int64) []int {
+			var status, errText int
+			require.NoError(t, s.DB().QueryRowContext(ctx, store.Expand(s.Dialect(),
+				`SELECT CASE WHEN last_status IS NULL THEN 1 ELSE 0 END, CASE WHEN last_error IS NULL THEN 1 ELSE 0 END FROM {jobs} WHERE id = ?`),
+				id).Scan(&status, &errText))
+			return []int{status, errText}
+		}
+		require.Equal(t, []int{0, 1}, nulls(ids[0]), "done with status 204 and no error")
+		require.Equal(t, []int{1, 0}, nulls(ids[3]), "dead with no status and an error")
+
 		dead, err := s.JobGet(ctx, ids[3])
 		require.NoError(t, err)
 		require.Equal(t, store.StateDead, dead.State)

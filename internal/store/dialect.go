@@ -18,6 +18,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -153,6 +155,37 @@ func rebind(d Dialect, q string) string {
 }
 
 const againMarker = "{again}"
+
+// statement is q expanded for the store's dialect (expand), from a cache:
+// expanding builds a replacer and runs a regular expression, which cost an
+// enqueue more than the rest of its work in the process.
+func (s *Store) statement(q string) string {
+	return s.statements.get(s.d, q)
+}
+
+// expandedStatements caches expand's results by statement text. Most
+// statements are constants; the few built from a request (a filter, an IN
+// list of n keys) have a handful of shapes, and maxExpanded bounds the
+// cache should any ever vary without end.
+type expandedStatements struct {
+	byText sync.Map // string → string
+	count  atomic.Int64
+}
+
+const maxExpanded = 1000
+
+func (c *expandedStatements) get(d Dialect, q string) string {
+	if e, ok := c.byText.Load(q); ok {
+		return e.(string)
+	}
+	e := expand(d, q)
+	if c.count.Load() < maxExpanded {
+		if _, loaded := c.byText.LoadOrStore(q, e); !loaded {
+			c.count.Add(1)
+		}
+	}
+	return e
+}
 
 // Expand exposes the statement expansion for the migrator and for tests of
 // generated SQL.

@@ -142,8 +142,8 @@ func (s *Store) jobValues(j NewJob) (string, []any) {
 // ErrDuplicate along with the id of the job that holds it.
 func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
 	values, args := s.jobValues(j)
-	q := expand(s.d, `INSERT INTO {jobs} (`+jobInsertColumns+`) {output id}
-VALUES (`+values+`) {returning id}`)
+	q := s.statement(`INSERT INTO {jobs} (` + jobInsertColumns + `) {output id}
+VALUES (` + values + `) {returning id}`)
 	var id int64
 	err := s.retry(ctx, func() error {
 		return s.queryRow(ctx, q, args...).Scan(&id)
@@ -161,7 +161,7 @@ VALUES (`+values+`) {returning id}`)
 // ErrDuplicate with the id of the job that holds the key.
 func (s *Store) duplicate(ctx context.Context, key string) (int64, error) {
 	var existing int64
-	if e := s.queryRow(ctx, expand(s.d, `SELECT id FROM {jobs} WHERE unique_key = ?`), key).Scan(&existing); e == nil {
+	if e := s.queryRow(ctx, s.statement(`SELECT id FROM {jobs} WHERE unique_key = ?`), key).Scan(&existing); e == nil {
 		return existing, fmt.Errorf("enqueue: a job with unique key %q exists (id %d): %w", key, existing, ErrDuplicate)
 	}
 	return 0, fmt.Errorf("enqueue: a job with unique key %q exists: %w", key, ErrDuplicate)
@@ -178,10 +178,10 @@ func (s *Store) JobInsertClaimed(ctx context.Context, j NewJob, owner, ownerNode
 	if j.Exclusive {
 		exclusive = 1
 	}
-	q := expand(s.d, `INSERT INTO {jobs} (`+jobInsertColumns+`, owner, owner_node, lease_until, started_at)
-{output `+claimedColumns+`}
+	q := s.statement(`INSERT INTO {jobs} (` + jobInsertColumns + `, owner, owner_node, lease_until, started_at)
+{output ` + claimedColumns + `}
 VALUES (?, ?, ?, 'running', {now}, 1, ?, ?, ?, ?, 1, {now}, ?, ?, ?, ?, ?, ?, {now+?}, {now})
-{returning `+claimedColumns+`}`)
+{returning ` + claimedColumns + `}`)
 	args := []any{j.Endpoint, j.Method, j.Payload, j.MaxAttempts, millis(j.Timeout), nullString(j.UniqueKey), j.IdempotencyKey,
 		nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive, owner, ownerNode, millis(lease)}
 	var c Claim
@@ -217,13 +217,13 @@ func scanClaim(r rowScanner) (Claim, error) {
 // was not started by its start_by (run time plus tolerance) becomes missed.
 // It returns how many rows it changed.
 func (s *Store) JobsReclaimExpired(ctx context.Context) (int64, error) {
-	q := expand(s.d, `UPDATE {jobs} SET
+	q := s.statement(`UPDATE {jobs} SET
   state = CASE WHEN state = 'ready' THEN 'missed' WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
   finished_at = CASE WHEN state = 'ready' OR attempt >= max_attempts THEN {now} ELSE NULL END,
   run_at = CASE WHEN state = 'ready' THEN run_at ELSE {now} END,
   last_error = CASE WHEN state = 'ready' THEN ? ELSE ? END,
-  history = CASE WHEN state = 'ready' THEN history ELSE `+historyLine(s.d, "owner_node", "started_at",
-		"CASE WHEN attempt >= max_attempts THEN "+s.d.TextParam()+" ELSE "+s.d.TextParam()+" END")+` END,
+  history = CASE WHEN state = 'ready' THEN history ELSE ` + historyLine(s.d, "owner_node", "started_at",
+		"CASE WHEN attempt >= max_attempts THEN "+s.d.TextParam()+" ELSE "+s.d.TextParam()+" END") + ` END,
   owner = NULL, lease_until = NULL
 WHERE (state = 'running' AND lease_until < {now}) OR (state = 'ready' AND start_by < {now})`)
 	// A missed occurrence was never attempted: only an expired lease adds a
@@ -264,10 +264,10 @@ func (s *Store) JobsLoad(ctx context.Context, nextPoll, window time.Duration, li
 	}
 	q, args := rowLimit(s.d, `SELECT j.run_at, j.start_by FROM {jobs} j
     WHERE j.state = 'ready' AND j.run_at <= {now} AND `+claimable("j", ""), nil, limit)
-	q = expand(s.d, `SELECT COUNT(*),
+	q = s.statement(`SELECT COUNT(*),
   COALESCE(SUM(CASE WHEN (start_by IS NULL AND run_at <= {now+?}) OR start_by <= {now+?} THEN 1 ELSE 0 END), 0),
   (SELECT COUNT(*) FROM {jobs} held WHERE held.state = 'running')
-FROM (`+q+`) AS pending`)
+FROM (` + q + `) AS pending`)
 	args = append([]any{millis(nextPoll - window), millis(nextPoll)}, args...)
 	var l QueueLoad
 	err := s.retry(ctx, func() error {
@@ -291,7 +291,7 @@ func (s *Store) JobsClaim(ctx context.Context, owner, ownerNode string, limit in
 // JobRenewLeaseIfRunning extends the lease of a job this node holds. It
 // reports false when the claim is no longer ours (the token moved on).
 func (s *Store) JobRenewLeaseIfRunning(ctx context.Context, id, token int64, lease time.Duration) (bool, error) {
-	q := expand(s.d, `UPDATE {jobs} SET lease_until = {now+?} WHERE id = ? AND token = ? AND state = 'running'`)
+	q := s.statement(`UPDATE {jobs} SET lease_until = {now+?} WHERE id = ? AND token = ? AND state = 'running'`)
 	return s.fenced(ctx, fmt.Sprintf("renew lease of job %d", id), q, millis(lease), id, token)
 }
 
@@ -308,15 +308,15 @@ type Outcome struct {
 func (s *Store) JobFinishIfRunning(ctx context.Context, id, token int64, o Outcome) (bool, error) {
 	status, errText := nullInt(o.Status), nullString(o.Error)
 	if o.State == StateReady {
-		q := expand(s.d, `UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now+?},
-  last_status = ?, last_error = ?, history = `+s.attemptLine()+`
+		q := s.statement(`UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now+?},
+  last_status = ?, last_error = ?, history = ` + s.attemptLine() + `
 WHERE id = ? AND token = ? AND state = 'running'`)
 		args := append([]any{millis(o.RetryAfter), status, errText}, historySeps()...)
 		args = append(args, historySuffix(OutcomeRetry, o.Status, o.Error), id, token)
 		return s.fenced(ctx, fmt.Sprintf("schedule retry of job %d", id), q, args...)
 	}
-	q := expand(s.d, `UPDATE {jobs} SET state = ?, owner = NULL, lease_until = NULL, finished_at = {now},
-  last_status = ?, last_error = ?, history = `+s.attemptLine()+`
+	q := s.statement(`UPDATE {jobs} SET state = ?, owner = NULL, lease_until = NULL, finished_at = {now},
+  last_status = ?, last_error = ?, history = ` + s.attemptLine() + `
 WHERE id = ? AND token = ? AND state = 'running'`)
 	args := append([]any{o.State, status, errText}, historySeps()...)
 	args = append(args, historySuffix(o.State, o.Status, o.Error), id, token)
@@ -334,8 +334,8 @@ func (s *Store) attemptLine() string {
 // could not wait for it): ready at once, and the interrupted attempt not
 // counted.
 func (s *Store) JobReleaseIfRunning(ctx context.Context, id, token int64, reason string) (bool, error) {
-	q := expand(s.d, `UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now},
-  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?, history = `+s.attemptLine()+`
+	q := s.statement(`UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now},
+  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?, history = ` + s.attemptLine() + `
 WHERE id = ? AND token = ? AND state = 'running'`)
 	args := append(append([]any{reason}, historySeps()...), historySuffix(OutcomeReleased, 0, reason), id, token)
 	return s.fenced(ctx, fmt.Sprintf("release job %d", id), q, args...)
@@ -389,7 +389,7 @@ func scanJob(sc rowScanner) (Job, error) {
 
 // JobCounts counts jobs by state.
 func (s *Store) JobCounts(ctx context.Context) (map[string]int, error) {
-	rows, err := s.query(ctx, expand(s.d, `SELECT state, COUNT(*) FROM {jobs} GROUP BY state`))
+	rows, err := s.query(ctx, s.statement(`SELECT state, COUNT(*) FROM {jobs} GROUP BY state`))
 	if err != nil {
 		return nil, fmt.Errorf("count jobs by state: %w", err)
 	}
@@ -421,7 +421,7 @@ WHERE owner = ? AND state = 'running' {returning id, token}`
 	if r, ok := s.d.(interface{ renewJobLeases() string }); ok {
 		q = r.renewJobLeases()
 	}
-	q = expand(s.d, q)
+	q = s.statement(q)
 	return queryAll(ctx, s, "renew job leases", q, []any{millis(lease), owner}, func(r rowScanner) (Held, error) {
 		var h Held
 		return h, r.Scan(&h.ID, &h.Token)
@@ -432,8 +432,8 @@ WHERE owner = ? AND state = 'running' {returning id, token}`
 // the end of a graceful stop, when no call of the owner is left, anything
 // still held is a claim whose answer was lost.
 func (s *Store) JobsReleaseOwned(ctx context.Context, owner, reason string) (int64, error) {
-	q := expand(s.d, `UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now},
-  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?, history = `+s.attemptLine()+`
+	q := s.statement(`UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now},
+  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?, history = ` + s.attemptLine() + `
 WHERE owner = ? AND state = 'running'`)
 	args := append(append([]any{reason}, historySeps()...), historySuffix(OutcomeReleased, 0, reason), owner)
 	return s.execCount(ctx, "release jobs of a stopping node", q, args...)
@@ -542,7 +542,7 @@ func (s *Store) expanded(n int, build func() string) string {
 	if q, ok := s.finishSQL.Load(n); ok {
 		return q.(string)
 	}
-	q := expand(s.d, build())
+	q := s.statement(build())
 	s.finishSQL.Store(n, q)
 	return q
 }

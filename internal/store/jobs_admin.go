@@ -14,7 +14,7 @@ import (
 // JobGet reads one job with its history.
 func (s *Store) JobGet(ctx context.Context, id int64) (Job, error) {
 	var history sql.NullString
-	row := s.queryRow(ctx, expand(s.d, `SELECT `+jobColumns+`, history FROM {jobs} WHERE id = ?`), id)
+	row := s.queryRow(ctx, s.statement(`SELECT `+jobColumns+`, history FROM {jobs} WHERE id = ?`), id)
 	j, err := scanJob(scanExtra{row, []any{&history}})
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, fmt.Errorf("job %d: %w", id, ErrNotFound)
@@ -104,7 +104,7 @@ func (s *Store) JobsList(ctx context.Context, f JobFilter) ([]Job, error) {
 	}
 	where, args := f.where()
 	q, args := rowLimit(s.d, `SELECT `+jobColumns+` FROM {jobs} WHERE `+where+` ORDER BY id DESC`, args, f.Limit)
-	return queryAll(ctx, s, "list jobs", expand(s.d, q), args, scanJob)
+	return queryAll(ctx, s, "list jobs", s.statement(q), args, scanJob)
 }
 
 // noTime is a NULL of a time column's type, for the start of an operator's
@@ -118,8 +118,8 @@ const maxActor = 200
 // JobCancelIfWaiting cancels a job that waits (ready, backing off after a
 // failure included). It reports false when the job is not ready.
 func (s *Store) JobCancelIfWaiting(ctx context.Context, id int64, actor string) (bool, error) {
-	q := expand(s.d, `UPDATE {jobs} SET state = 'cancelled', finished_at = {now}, start_by = NULL,
-  history = `+historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam())+`
+	q := s.statement(`UPDATE {jobs} SET state = 'cancelled', finished_at = {now}, start_by = NULL,
+  history = ` + historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam()) + `
 WHERE id = ? AND state = 'ready'`)
 	args := append([]any{"\t", cut(actor, maxActor)}, historySeps()[1:]...)
 	args = append(args, historySuffix(StateCancelled, 0, ""), id)
@@ -149,10 +149,10 @@ func (s *Store) JobsRetry(ctx context.Context, f JobFilter, actor string) (int64
 	f.States = states
 	where, wargs := f.where()
 	pick, wargs := rowLimit(s.d, `SELECT id FROM {jobs} WHERE `+where+` ORDER BY id DESC`, wargs, f.Limit)
-	q := expand(s.d, `UPDATE {jobs} SET state = 'ready', run_at = {now}, attempt = 0, finished_at = NULL,
+	q := s.statement(`UPDATE {jobs} SET state = 'ready', run_at = {now}, attempt = 0, finished_at = NULL,
   start_by = NULL, owner = NULL, lease_until = NULL,
-  history = `+historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam())+`
-WHERE id IN (`+pick+`) AND state IN (?`+strings.Repeat(", ?", len(states)-1)+`)`)
+  history = ` + historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam()) + `
+WHERE id IN (` + pick + `) AND state IN (?` + strings.Repeat(", ?", len(states)-1) + `)`)
 	args := append([]any{"\t", cut(actor, maxActor)}, historySeps()[1:]...)
 	args = append(args, historySuffix(OutcomeRetried, 0, ""))
 	args = append(args, wargs...)
@@ -178,7 +178,7 @@ func (s *Store) JobsByUniqueKey(ctx context.Context, keys []string) (map[string]
 		for i, k := range chunk {
 			args[i] = k
 		}
-		q := expand(s.d, `SELECT unique_key, id FROM {jobs} WHERE unique_key IN (?`+strings.Repeat(", ?", len(chunk)-1)+`)`)
+		q := s.statement(`SELECT unique_key, id FROM {jobs} WHERE unique_key IN (?` + strings.Repeat(", ?", len(chunk)-1) + `)`)
 		type held struct {
 			key string
 			id  int64
@@ -240,8 +240,8 @@ func (s *Store) insertChunk(ctx context.Context, jobs []NewJob) ([]int64, error)
 		v, a := s.jobValues(j)
 		values, args = append(values, "("+v+")"), append(args, a...)
 	}
-	q := expand(s.d, `INSERT INTO {jobs} (`+jobInsertColumns+`) {output id, idem_key}
-VALUES `+strings.Join(values, ",\n  ")+` {returning id, idem_key}`)
+	q := s.statement(`INSERT INTO {jobs} (` + jobInsertColumns + `) {output id, idem_key}
+VALUES ` + strings.Join(values, ",\n  ") + ` {returning id, idem_key}`)
 	type written struct {
 		id  int64
 		key string

@@ -97,7 +97,7 @@ func (s *Store) NodeLockTake(ctx context.Context, key int64) (*NodeLock, bool, e
 	}
 	var got bool
 	s.stmts.Add(1)
-	if err := conn.QueryRowContext(ctx, expand(s.d, d.TryLock()), key).Scan(&got); err != nil {
+	if err := conn.QueryRowContext(ctx, s.statement(d.TryLock()), key).Scan(&got); err != nil {
 		discard(conn)
 		return nil, false, fmt.Errorf("take node lock: %w", err)
 	}
@@ -172,7 +172,7 @@ func (s *Store) NodeNotify(ctx context.Context, payload string) error {
 		return nil
 	}
 	return s.retry(ctx, func() error {
-		_, err := s.exec(ctx, expand(s.d, `SELECT pg_notify(`+notesChannel+`, ?)`), payload)
+		_, err := s.exec(ctx, s.statement(`SELECT pg_notify(`+notesChannel+`, ?)`), payload)
 		return err
 	})
 }

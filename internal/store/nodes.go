@@ -75,14 +75,14 @@ func (e *NodeNameInUse) Error() string {
 // than a dialect upsert: it is the same SQL everywhere, and a duplicate-key
 // error from a racing insert just sends it round again.
 func (s *Store) NodeCheckIn(ctx context.Context, n NodeState, ttl time.Duration) error {
-	upd := expand(s.d, `UPDATE {nodes} SET incarnation = ?, state = 'up', capacity = ?, free = ?,
+	upd := s.statement(`UPDATE {nodes} SET incarnation = ?, state = 'up', capacity = ?, free = ?,
   offset_us = ?, offset_error_us = ?, started_at = {now}, last_seen = {now}, live_until = {now+?}, lock_key = ?,
   left_at = NULL, backlog_until = NULL
-WHERE name = ? AND (incarnation = ? OR CASE WHEN `+s.live("")+` THEN 1 ELSE 0 END = 0)`)
-	holder := expand(s.d, `SELECT incarnation, last_seen, {now}, CASE WHEN `+s.live("")+` THEN 1 ELSE 0 END,
-  CASE WHEN live_until > {now} THEN `+s.d.MillisBetween(s.d.Now(), "live_until")+` ELSE 0 END
+WHERE name = ? AND (incarnation = ? OR CASE WHEN ` + s.live("") + ` THEN 1 ELSE 0 END = 0)`)
+	holder := s.statement(`SELECT incarnation, last_seen, {now}, CASE WHEN ` + s.live("") + ` THEN 1 ELSE 0 END,
+  CASE WHEN live_until > {now} THEN ` + s.d.MillisBetween(s.d.Now(), "live_until") + ` ELSE 0 END
 FROM {nodes} WHERE name = ?`)
-	ins := expand(s.d, `INSERT INTO {nodes} (name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen,
+	ins := s.statement(`INSERT INTO {nodes} (name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen,
   live_until, lock_key)
 VALUES (?, ?, 'up', ?, ?, ?, ?, {now}, {now}, {now+?}, ?)`)
 	for range 5 {
@@ -134,7 +134,7 @@ VALUES (?, ?, 'up', ?, ?, ?, ?, {now}, {now}, {now+?}, ?)`)
 // incarnation (another process checked in under the same name, or the
 // node was marked left).
 func (s *Store) NodeHeartbeat(ctx context.Context, n NodeState) (bool, error) {
-	q := expand(s.d, `UPDATE {nodes} SET free = ?, offset_us = ?, offset_error_us = ?, turns = ?, last_seen = {now},
+	q := s.statement(`UPDATE {nodes} SET free = ?, offset_us = ?, offset_error_us = ?, turns = ?, last_seen = {now},
   live_until = {now+?}, lock_key = ?
 WHERE name = ? AND incarnation = ? AND state = 'up'`)
 	var res sql.Result
@@ -153,7 +153,7 @@ WHERE name = ? AND incarnation = ? AND state = 'up'`)
 // NodeSignalBacklog marks that the node left due work behind in its slot, so
 // that other nodes widen the rotation until it drains.
 func (s *Store) NodeSignalBacklog(ctx context.Context, name, incarnation string, hold time.Duration) error {
-	q := expand(s.d, `UPDATE {nodes} SET backlog_until = {now+?} WHERE name = ? AND incarnation = ?`)
+	q := s.statement(`UPDATE {nodes} SET backlog_until = {now+?} WHERE name = ? AND incarnation = ?`)
 	return s.retry(ctx, func() error {
 		_, err := s.exec(ctx, q, millis(hold), name, incarnation)
 		return err
@@ -163,7 +163,7 @@ func (s *Store) NodeSignalBacklog(ctx context.Context, name, incarnation string,
 // NodeLeave marks the node as gone, so that it drops out of the rotation at
 // once instead of after its TTL.
 func (s *Store) NodeLeave(ctx context.Context, name, incarnation string) error {
-	q := expand(s.d, `UPDATE {nodes} SET state = 'left', free = 0, left_at = {now}, backlog_until = NULL
+	q := s.statement(`UPDATE {nodes} SET state = 'left', free = 0, left_at = {now}, backlog_until = NULL
 WHERE name = ? AND incarnation = ?`)
 	err := s.retry(ctx, func() error {
 		_, err := s.exec(ctx, q, name, incarnation)
@@ -187,11 +187,11 @@ func (s *Store) Nodes(ctx context.Context, ttl time.Duration) ([]Node, time.Time
 // the same on every row, read into extra from the first row).
 func (s *Store) readNodes(ctx context.Context, what, extraCols string, extraArgs []any, ttl time.Duration,
 	extra ...any) ([]Node, time.Time, bool, error) {
-	q := expand(s.d, `SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen,
-  CASE WHEN `+s.live("")+` THEN 1 ELSE 0 END,
+	q := s.statement(`SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen,
+  CASE WHEN ` + s.live("") + ` THEN 1 ELSE 0 END,
   CASE WHEN backlog_until > {now} THEN 1 ELSE 0 END,
   (SELECT COUNT(*) FROM {tasks} t WHERE t.owner = {nodes}.incarnation AND t.state IN ('running', 'deleting')),
-  {now}, turns`+extraCols+`
+  {now}, turns` + extraCols + `
 FROM {nodes}`)
 	var now dbTime
 	got := false

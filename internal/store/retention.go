@@ -54,7 +54,7 @@ func (s *Store) JobsPrune(ctx context.Context, state string, age time.Duration, 
 		return 0, fmt.Errorf("prune jobs: %q is not a finished state", state)
 	}
 	pick, args := s.firstRows("id", "FROM {jobs} WHERE "+finishedState(state)+" ORDER BY finished_at", []any{-millis(age)}, limit)
-	q := expand(s.d, `DELETE FROM {jobs} WHERE `+finishedState(state)+` AND id IN (`+pick+`)`)
+	q := s.statement(`DELETE FROM {jobs} WHERE ` + finishedState(state) + ` AND id IN (` + pick + `)`)
 	return s.execCount(ctx, "delete "+state+" jobs past their retention", q, append([]any{-millis(age)}, args...)...)
 }
 
@@ -72,7 +72,7 @@ func isFinished(state string) bool {
 // age is more than any TTL, so no live node's row goes; a node that comes
 // back after it checks in again as a new row.
 func (s *Store) NodesPrune(ctx context.Context, age time.Duration) (int64, error) {
-	q := expand(s.d, `DELETE FROM {nodes} WHERE last_seen < {now+?}`)
+	q := s.statement(`DELETE FROM {nodes} WHERE last_seen < {now+?}`)
 	return s.execCount(ctx, "delete nodes not seen for "+age.String(), q, -millis(age))
 }
 
@@ -113,7 +113,7 @@ func (s *Store) JobCountsCapped(ctx context.Context, limit int) (JobTally, error
 		parts = append(parts, fmt.Sprintf("SELECT %d AS k, COUNT(*) AS n FROM (%s) c%d", i, pick, i))
 		args = append(args, a...)
 	}
-	q := expand(s.d, strings.Join(parts, "\nUNION ALL "))
+	q := s.statement(strings.Join(parts, "\nUNION ALL "))
 	t := JobTally{Counts: map[string]int{}, Cap: limit}
 	err := s.retry(ctx, func() error {
 		rows, err := s.query(ctx, q, args...)

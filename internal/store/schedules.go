@@ -58,7 +58,7 @@ func boolInt(b bool) int {
 
 // ScheduleInsert adds a schedule whose first occurrence is next.
 func (s *Store) ScheduleInsert(ctx context.Context, sc Schedule, next time.Time) error {
-	q := expand(s.d, `INSERT INTO {schedules} (name, `+scheduleFields+`, enabled, next_fire_at, missed, version, source, created_at, updated_at)
+	q := s.statement(`INSERT INTO {schedules} (name, ` + scheduleFields + `, enabled, next_fire_at, missed, version, source, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, {now}, {now})`)
 	args := append([]any{sc.Name}, s.scheduleArgs(sc)...)
 	args = append(args, boolInt(sc.Enabled), s.d.TimeArg(next), sc.Source)
@@ -84,7 +84,7 @@ func (s *Store) ScheduleUpdate(ctx context.Context, sc Schedule, next *time.Time
 		args = append(args, s.d.TimeArg(*next))
 	}
 	args = append(args, sc.Name)
-	return s.fenced(ctx, "update schedule "+strconv.Quote(sc.Name), expand(s.d, q+` WHERE name = ?`), args...)
+	return s.fenced(ctx, "update schedule "+strconv.Quote(sc.Name), s.statement(q+` WHERE name = ?`), args...)
 }
 
 const scheduleColumns = `name, ` + scheduleFields + `, enabled, source, next_fire_at, missed, last_fire_at, version`
@@ -105,7 +105,7 @@ func scanSchedule(sc rowScanner, extra ...any) (Schedule, error) {
 
 // ScheduleGet reads one schedule.
 func (s *Store) ScheduleGet(ctx context.Context, name string) (Schedule, error) {
-	r, err := scanSchedule(s.queryRow(ctx, expand(s.d, `SELECT `+scheduleColumns+` FROM {schedules} WHERE name = ?`), name))
+	r, err := scanSchedule(s.queryRow(ctx, s.statement(`SELECT `+scheduleColumns+` FROM {schedules} WHERE name = ?`), name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("schedule %q: %w", name, ErrNotFound)
 	}
@@ -116,7 +116,7 @@ func (s *Store) ScheduleGet(ctx context.Context, name string) (Schedule, error) 
 }
 
 func (s *Store) schedules(ctx context.Context, what, where string, args ...any) ([]Schedule, time.Time, error) {
-	q := expand(s.d, `SELECT `+scheduleColumns+`, {now} FROM {schedules} `+where+` ORDER BY name`)
+	q := s.statement(`SELECT ` + scheduleColumns + `, {now} FROM {schedules} ` + where + ` ORDER BY name`)
 	var now dbTime
 	out, err := queryAll(ctx, s, what, q, args, func(r rowScanner) (Schedule, error) { return scanSchedule(r, &now) })
 	if err != nil {
@@ -163,7 +163,7 @@ func (s *Store) ScheduleMaterialize(ctx context.Context, name string, version in
 		advance += `, last_fire_at = ?`
 		args = append(args, s.d.TimeArg(*lastFire))
 	}
-	advance = expand(s.d, advance+` WHERE name = ? AND version = ? AND enabled = 1`)
+	advance = s.statement(advance + ` WHERE name = ? AND version = ? AND enabled = 1`)
 	args = append(args, name, version)
 	created, advanced := 0, false
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -175,8 +175,8 @@ func (s *Store) ScheduleMaterialize(ctx context.Context, name string, version in
 		advanced = true
 		for _, j := range occurrences {
 			values, args := s.jobValues(j)
-			ins := expand(s.d, `INSERT INTO {jobs} (`+jobInsertColumns+`)
-SELECT `+values+` WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE unique_key = ?)`)
+			ins := s.statement(`INSERT INTO {jobs} (` + jobInsertColumns + `)
+SELECT ` + values + ` WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE unique_key = ?)`)
 			n, err := s.txExec(ctx, tx, ins, append(args, j.UniqueKey)...)
 			if err != nil {
 				return err
@@ -226,7 +226,7 @@ func (s *Store) ScheduleSetEnabled(ctx context.Context, name string, enabled boo
 		args = append(args, s.d.TimeArg(*next))
 	}
 	args = append(args, name)
-	return s.fenced(ctx, "pause or resume schedule "+strconv.Quote(name), expand(s.d, q+` WHERE name = ?`), args...)
+	return s.fenced(ctx, "pause or resume schedule "+strconv.Quote(name), s.statement(q+` WHERE name = ?`), args...)
 }
 
 // ScheduleTrigger writes one extra occurrence of a schedule (j, under its
@@ -236,7 +236,7 @@ func (s *Store) ScheduleSetEnabled(ctx context.Context, name string, enabled boo
 // update of updated_at alone, so a materializer's fenced advance (by
 // version) is not disturbed.
 func (s *Store) ScheduleTrigger(ctx context.Context, name string, j NewJob) (int64, error) {
-	lock := expand(s.d, `UPDATE {schedules} SET updated_at = {now} WHERE name = ?`)
+	lock := s.statement(`UPDATE {schedules} SET updated_at = {now} WHERE name = ?`)
 	var id int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		n, err := s.txExec(ctx, tx, lock, name)
@@ -263,8 +263,8 @@ func (s *Store) ScheduleTrigger(ctx context.Context, name string, j NewJob) (int
 // up its unique key: the same schedule added again must get its own
 // occurrence at that fire time.
 func (s *Store) ScheduleDelete(ctx context.Context, name string) (bool, error) {
-	del := expand(s.d, `DELETE FROM {schedules} WHERE name = ?`)
-	cancel := expand(s.d, `UPDATE {jobs} SET state = 'cancelled', finished_at = {now}, last_error = ?, unique_key = NULL
+	del := s.statement(`DELETE FROM {schedules} WHERE name = ?`)
+	cancel := s.statement(`UPDATE {jobs} SET state = 'cancelled', finished_at = {now}, last_error = ?, unique_key = NULL
 WHERE schedule = ? AND state = 'ready'`)
 	deleted := false
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -300,7 +300,7 @@ func (s *Store) ScheduleOutcomes(ctx context.Context) (map[string]ScheduleOutcom
 		name           string
 		missed, occurs int64
 	}
-	counts := expand(s.d, `SELECT schedule, SUM(CASE WHEN state = 'missed' THEN 1 ELSE 0 END), COUNT(*)
+	counts := s.statement(`SELECT schedule, SUM(CASE WHEN state = 'missed' THEN 1 ELSE 0 END), COUNT(*)
 FROM {jobs} WHERE schedule IS NOT NULL GROUP BY schedule`)
 	tallies, err := queryAll(ctx, s, "read the occurrences of the schedules", counts, nil, func(r rowScanner) (tally, error) {
 		var t tally
@@ -315,7 +315,7 @@ FROM {jobs} WHERE schedule IS NOT NULL GROUP BY schedule`)
 	}
 	// The latest occurrence no longer waiting, per schedule; of two with
 	// the same fire time (a trigger beside a regular one), the newer job.
-	last := expand(s.d, `SELECT j.schedule, j.state, j.last_status, j.last_error FROM {jobs} j
+	last := s.statement(`SELECT j.schedule, j.state, j.last_status, j.last_error FROM {jobs} j
 JOIN (SELECT schedule, MAX(scheduled_for) AS fire FROM {jobs}
   WHERE schedule IS NOT NULL AND state NOT IN ('ready', 'running') GROUP BY schedule) m
   ON j.schedule = m.schedule AND j.scheduled_for = m.fire

@@ -35,6 +35,9 @@ type Store struct {
 	// finishSQL is JobsFinish's statement by its number of rows (-1: any), built
 	// once: a busy node writes a batch of results every few milliseconds.
 	finishSQL sync.Map // int → string
+	// statements holds the statements expanded so far, shared with the
+	// stores WithTx makes.
+	statements *expandedStatements
 }
 
 // conn is what a statement is sent through: a *sql.DB or a *sql.Tx.
@@ -48,7 +51,7 @@ type conn interface {
 // transaction: what it writes commits or rolls back with the caller's own
 // writes. It does not retry transient conflicts (see Store.callerTx).
 func (s *Store) WithTx(tx *sql.Tx) *Store {
-	return &Store{pool: s.pool, db: tx, d: s.d, callerTx: true}
+	return &Store{pool: s.pool, db: tx, d: s.d, callerTx: true, statements: s.statements}
 }
 
 // InTx reports whether the store sends its statements in a caller's
@@ -203,7 +206,9 @@ func retryTransient(ctx context.Context, d Dialect, attempts int, op func() erro
 // New wraps a connection pool the caller opened (a go-mssqldb connector
 // with Azure AD authentication, say, or a test's recording driver) as a
 // store of dialect d.
-func New(db *sql.DB, d Dialect) *Store { return &Store{pool: db, db: db, d: d} }
+func New(db *sql.DB, d Dialect) *Store {
+	return &Store{pool: db, db: db, d: d, statements: &expandedStatements{}}
+}
 
 // scrub removes the DSN's password from an error message: drivers quote
 // connection strings in their errors, or pieces of a password they
@@ -345,7 +350,7 @@ func queryAll[T any](ctx context.Context, s *Store, what, q string, args []any, 
 // Now reads the database clock.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	var t dbTime
-	if err := s.queryRow(ctx, expand(s.d, "SELECT {now}")).Scan(&t); err != nil {
+	if err := s.queryRow(ctx, s.statement("SELECT {now}")).Scan(&t); err != nil {
 		return time.Time{}, fmt.Errorf("read database clock: %w", err)
 	}
 	return t.T, nil

@@ -66,7 +66,7 @@ type Task struct {
 // ErrDuplicate; a deleted task's name can be used again (its token keeps
 // counting up, so fencing stays monotonic).
 func (s *Store) TaskInsert(ctx context.Context, t NewTask) error {
-	ins := expand(s.d, `INSERT INTO {tasks} (name, endpoint, method, payload, every_ms, timeout_ms, state, token, created_at)
+	ins := s.statement(`INSERT INTO {tasks} (name, endpoint, method, payload, every_ms, timeout_ms, state, token, created_at)
 VALUES (?, ?, ?, ?, ?, ?, 'created', 0, {now})`)
 	err := s.retry(ctx, func() error {
 		_, err := s.exec(ctx, ins, t.Name, t.Endpoint, t.Method, t.Payload, millis(t.Every), millis(t.Timeout))
@@ -78,7 +78,7 @@ VALUES (?, ?, ?, ?, ?, ?, 'created', 0, {now})`)
 	if !s.d.UniqueViolation(err) {
 		return fmt.Errorf("add task %q: %w", t.Name, err)
 	}
-	reuse := expand(s.d, `UPDATE {tasks} SET endpoint = ?, method = ?, payload = ?, every_ms = ?, timeout_ms = ?,
+	reuse := s.statement(`UPDATE {tasks} SET endpoint = ?, method = ?, payload = ?, every_ms = ?, timeout_ms = ?,
   state = 'created', owner = NULL, owner_node = NULL, lease_until = NULL, since = NULL, handoff = 0, calls = 0,
   failures = 0, last_call_at = NULL, last_status = NULL, last_error = NULL, created_at = {now}, deleted_at = NULL
 WHERE name = ? AND state = 'deleted'`)
@@ -97,7 +97,7 @@ WHERE name = ? AND state = 'deleted'`)
 // were assigned to it, which it must stop (deleting, handoff), and which it
 // lost (missing from the answer).
 func (s *Store) TasksRenew(ctx context.Context, owner string, lease time.Duration) ([]HeldTask, error) {
-	q := expand(s.d, `UPDATE {tasks} SET lease_until = {now+?}
+	q := s.statement(`UPDATE {tasks} SET lease_until = {now+?}
   {output name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures}
 WHERE owner = ? AND state IN ('running', 'deleting')
 {returning name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures}`)
@@ -139,13 +139,13 @@ func scanTask(sc rowScanner) (Task, error) {
 // Tasks reads every task that is not deleted (all of them with
 // includeDeleted), sorted by name.
 func (s *Store) Tasks(ctx context.Context, includeDeleted bool) ([]Task, error) {
-	q := expand(s.d, `SELECT `+taskColumns+` FROM {tasks} WHERE (state <> 'deleted' OR ? = 1) ORDER BY name`)
+	q := s.statement(`SELECT ` + taskColumns + ` FROM {tasks} WHERE (state <> 'deleted' OR ? = 1) ORDER BY name`)
 	return queryAll(ctx, s, "read tasks", q, []any{boolInt(includeDeleted)}, func(r rowScanner) (Task, error) { return scanTask(r) })
 }
 
 // TaskGet reads one task.
 func (s *Store) TaskGet(ctx context.Context, name string) (Task, error) {
-	t, err := scanTask(s.queryRow(ctx, expand(s.d, `SELECT `+taskColumns+` FROM {tasks} WHERE name = ?`), name))
+	t, err := scanTask(s.queryRow(ctx, s.statement(`SELECT `+taskColumns+` FROM {tasks} WHERE name = ?`), name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, fmt.Errorf("task %q: %w", name, ErrNotFound)
 	}
@@ -160,23 +160,23 @@ func (s *Store) TaskGet(ctx context.Context, name string) (Task, error) {
 // starting now. The target must be live by the database clock at that
 // moment, so a node that just left is never given work.
 func (s *Store) TaskAssignIfUnowned(ctx context.Context, name, owner, ownerNode string, lease, ttl time.Duration) (bool, error) {
-	q := expand(s.d, `UPDATE {tasks} SET state = 'running', owner = ?, owner_node = ?, token = token + 1,
+	q := s.statement(`UPDATE {tasks} SET state = 'running', owner = ?, owner_node = ?, token = token + 1,
   lease_until = {now+?}, since = {now}, handoff = 0
 WHERE name = ? AND (state = 'created' OR (state = 'running' AND (lease_until IS NULL OR lease_until < {now})))
-  AND EXISTS (SELECT 1 FROM {nodes} WHERE incarnation = ? AND `+s.live("")+`)`)
+  AND EXISTS (SELECT 1 FROM {nodes} WHERE incarnation = ? AND ` + s.live("") + `)`)
 	return s.fenced(ctx, "assign task "+strconv.Quote(name), q, owner, ownerNode, millis(lease), name, owner, -millis(ttl))
 }
 
 // TaskRequestHandoff asks a task's owner to release it (rebalancing). The
 // owner does the releasing: a task is never taken from a live owner.
 func (s *Store) TaskRequestHandoff(ctx context.Context, name string, token int64) (bool, error) {
-	q := expand(s.d, `UPDATE {tasks} SET handoff = 1 WHERE name = ? AND token = ? AND state = 'running'`)
+	q := s.statement(`UPDATE {tasks} SET handoff = 1 WHERE name = ? AND token = ? AND state = 'running'`)
 	return s.fenced(ctx, "request handoff of task "+strconv.Quote(name), q, name, token)
 }
 
 // TaskReleaseIfHeld gives a held task back to the farm, unowned.
 func (s *Store) TaskReleaseIfHeld(ctx context.Context, name string, token int64) (bool, error) {
-	q := expand(s.d, `UPDATE {tasks} SET state = 'created', owner = NULL, lease_until = NULL, handoff = 0
+	q := s.statement(`UPDATE {tasks} SET state = 'created', owner = NULL, lease_until = NULL, handoff = 0
 WHERE name = ? AND token = ? AND state = 'running'`)
 	return s.fenced(ctx, "release task "+strconv.Quote(name), q, name, token)
 }
@@ -184,7 +184,7 @@ WHERE name = ? AND token = ? AND state = 'running'`)
 // TasksReleaseAll gives back every task the owner holds (a graceful stop):
 // running ones to the farm, deleting ones as deleted.
 func (s *Store) TasksReleaseAll(ctx context.Context, owner string) (int64, error) {
-	q := expand(s.d, `UPDATE {tasks} SET
+	q := s.statement(`UPDATE {tasks} SET
   state = CASE WHEN state = 'deleting' THEN 'deleted' ELSE 'created' END,
   deleted_at = CASE WHEN state = 'deleting' THEN {now} ELSE deleted_at END,
   owner = NULL, lease_until = NULL, handoff = 0
@@ -198,7 +198,7 @@ func (s *Store) TaskRecordCall(ctx context.Context, name string, token int64, ok
 	if ok {
 		okFlag = 1
 	}
-	q := expand(s.d, `UPDATE {tasks} SET calls = calls + 1, last_call_at = {now}, last_status = ?, last_error = ?,
+	q := s.statement(`UPDATE {tasks} SET calls = calls + 1, last_call_at = {now}, last_status = ?, last_error = ?,
   failures = CASE WHEN ? = 1 THEN 0 ELSE failures + 1 END
 WHERE name = ? AND token = ? AND state IN ('running', 'deleting')`)
 	return s.fenced(ctx, "record call of task "+strconv.Quote(name), q, nullInt(status), nullString(errText), okFlag, name, token)
@@ -208,7 +208,7 @@ WHERE name = ? AND token = ? AND state IN ('running', 'deleting')`)
 // deleted at once; an owned one goes to deleting and its owner confirms.
 // It returns the state the task is now in.
 func (s *Store) TaskRequestDelete(ctx context.Context, name string) (string, error) {
-	q := expand(s.d, `UPDATE {tasks} SET
+	q := s.statement(`UPDATE {tasks} SET
   state = CASE WHEN owner IS NULL OR state = 'created' THEN 'deleted' ELSE 'deleting' END,
   deleted_at = CASE WHEN owner IS NULL OR state = 'created' THEN {now} ELSE NULL END
 WHERE name = ? AND state IN ('created', 'running')`)
@@ -225,14 +225,14 @@ WHERE name = ? AND state IN ('created', 'running')`)
 // TaskMarkDeleted is the owner's confirmation that it stopped a deleting
 // task.
 func (s *Store) TaskMarkDeleted(ctx context.Context, name string, token int64) (bool, error) {
-	q := expand(s.d, `UPDATE {tasks} SET state = 'deleted', owner = NULL, lease_until = NULL, deleted_at = {now}
+	q := s.statement(`UPDATE {tasks} SET state = 'deleted', owner = NULL, lease_until = NULL, deleted_at = {now}
 WHERE name = ? AND token = ? AND state = 'deleting'`)
 	return s.fenced(ctx, "confirm deletion of task "+strconv.Quote(name), q, name, token)
 }
 
 // TasksFinishOrphanedDeletes completes deletes whose owner is gone.
 func (s *Store) TasksFinishOrphanedDeletes(ctx context.Context) (int64, error) {
-	q := expand(s.d, `UPDATE {tasks} SET state = 'deleted', owner = NULL, lease_until = NULL, deleted_at = {now}
+	q := s.statement(`UPDATE {tasks} SET state = 'deleted', owner = NULL, lease_until = NULL, deleted_at = {now}
 WHERE state = 'deleting' AND (owner IS NULL OR lease_until IS NULL OR lease_until < {now})`)
 	return s.execCount(ctx, "finish deletes of orphaned tasks", q)
 }

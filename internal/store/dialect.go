@@ -164,9 +164,12 @@ func (s *Store) statement(q string) string {
 }
 
 // expandedStatements caches expand's results by statement text. Most
-// statements are constants; the few built from a request (a filter, an IN
-// list of n keys) have a handful of shapes, and maxExpanded bounds the
-// cache should any ever vary without end.
+// statements are constants; those built from a request (a filter, an IN
+// list of n keys, a chunk of n rows of one shape) have a bounded number of
+// shapes, and maxExpanded bounds the cache should any ever vary without
+// end: past it, a new text is expanded on every call. (A chunk of enqueued
+// rows of mixed shapes, and a batch of results, which finishSQL keeps, do
+// not come here.)
 type expandedStatements struct {
 	byText sync.Map // string → string
 	count  atomic.Int64
@@ -179,10 +182,19 @@ func (c *expandedStatements) get(d Dialect, q string) string {
 		return e.(string)
 	}
 	e := expand(d, q)
-	if c.count.Load() < maxExpanded {
-		if _, loaded := c.byText.LoadOrStore(q, e); !loaded {
-			c.count.Add(1)
+	// A place is reserved before the text is stored, so that callers
+	// racing with a first text each cannot pass the bound together.
+	for {
+		n := c.count.Load()
+		if n >= maxExpanded {
+			return e
 		}
+		if c.count.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
+	if _, loaded := c.byText.LoadOrStore(q, e); loaded {
+		c.count.Add(-1)
 	}
 	return e
 }

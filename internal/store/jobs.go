@@ -542,7 +542,7 @@ func (s *Store) expanded(n int, build func() string) string {
 	if q, ok := s.finishSQL.Load(n); ok {
 		return q.(string)
 	}
-	q := s.statement(build())
+	q := expand(s.d, build())
 	s.finishSQL.Store(n, q)
 	return q
 }

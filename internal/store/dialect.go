@@ -165,11 +165,10 @@ func (s *Store) statement(q string) string {
 
 // expandedStatements caches expand's results by statement text. Most
 // statements are constants; those built from a request (a filter, an IN
-// list of n keys, a chunk of n rows of one shape) have a bounded number of
+// list of n keys, a chunk of n enqueued rows) have a bounded number of
 // shapes, and maxExpanded bounds the cache should any ever vary without
-// end: past it, a new text is expanded on every call. (A chunk of enqueued
-// rows of mixed shapes, and a batch of results, which finishSQL keeps, do
-// not come here.)
+// end: past it, a new text is expanded on every call. (A batch of
+// results, which finishSQL keeps by its size, does not come here.)
 type expandedStatements struct {
 	byText sync.Map // string → string
 	count  atomic.Int64

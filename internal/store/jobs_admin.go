@@ -236,22 +236,12 @@ func (s *Store) JobInsertMany(ctx context.Context, jobs []NewJob) ([]int64, erro
 func (s *Store) insertChunk(ctx context.Context, jobs []NewJob) ([]int64, error) {
 	var values []string
 	var args []any
-	uniform := true // every row due after a delay, or every row at a time
 	for _, j := range jobs {
 		v, a := s.jobValues(j)
 		values, args = append(values, "("+v+")"), append(args, a...)
-		uniform = uniform && (j.RunAt == nil) == (jobs[0].RunAt == nil)
 	}
-	q := `INSERT INTO {jobs} (` + jobInsertColumns + `) {output id, idem_key}
-VALUES ` + strings.Join(values, ",\n  ") + ` {returning id, idem_key}`
-	// A chunk of rows of one shape is one of 2 × insertChunk texts; one
-	// that mixes the two shapes is one of 2^n, expanded each time rather
-	// than filling the store's cache.
-	if uniform {
-		q = s.statement(q)
-	} else {
-		q = expand(s.d, q)
-	}
+	q := s.statement(`INSERT INTO {jobs} (` + jobInsertColumns + `) {output id, idem_key}
+VALUES ` + strings.Join(values, ",\n  ") + ` {returning id, idem_key}`)
 	type written struct {
 		id  int64
 		key string

@@ -235,3 +235,33 @@ func TestJobInsertManyInTx(t *testing.T) {
 		}
 	})
 }
+
+// One batch may mix jobs due after a delay with jobs due at a time: every
+// row has the same values (a run time or NULL, and a delay), and each job
+// is due when it asked, on the database clock.
+func TestJobInsertManyMixesRunTimesAndDelays(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		now, err := s.Now(ctx)
+		require.NoError(t, err)
+		at := now.Add(3 * time.Hour).Truncate(time.Millisecond)
+		batch := []store.NewJob{
+			{Endpoint: "/at", Method: "POST", MaxAttempts: 1, IdempotencyKey: "a", RunAt: &at},
+			{Endpoint: "/delay", Method: "POST", MaxAttempts: 1, IdempotencyKey: "d", Delay: time.Hour},
+			{Endpoint: "/now", Method: "POST", MaxAttempts: 1, IdempotencyKey: "n"},
+		}
+		ids, err := s.JobInsertMany(ctx, batch)
+		require.NoError(t, err)
+		after, err := s.Now(ctx)
+		require.NoError(t, err)
+		runAt := func(i int) time.Time {
+			j, err := s.JobGet(ctx, ids[i])
+			require.NoError(t, err)
+			return j.RunAt
+		}
+		require.WithinDuration(t, at, runAt(0), time.Millisecond, "at its time")
+		require.WithinRange(t, runAt(1), now.Add(time.Hour-time.Second), after.Add(time.Hour+time.Second), "an hour after the insert")
+		require.WithinRange(t, runAt(2), now.Add(-time.Second), after.Add(time.Second), "now")
+	})
+}

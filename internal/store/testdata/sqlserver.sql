@@ -85,27 +85,27 @@ SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, sta
 FROM [sp_unit].[nodes];
 
 -- JobInsert (delay)
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 sql.NullString, @p10 mssql.NullDateTime, @p11 mssql.NullDateTime, @p12 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int
 DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
   unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
-VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12);
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13);
 SELECT id FROM @out ORDER BY id;
 
 -- JobInsert (run at)
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int, @p6 int64, @p7 sql.NullString, @p8 mssql.NVarCharMax, @p9 sql.NullString, @p10 mssql.NullDateTime, @p11 mssql.NullDateTime, @p12 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 sql.NullString, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int
 DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
   unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
-VALUES (@p1, @p2, @p3, 'ready', @p4, 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12);
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13);
 SELECT id FROM @out ORDER BY id;
 
 -- JobInsert (unique key taken)
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 sql.NullString, @p10 mssql.NullDateTime, @p11 mssql.NullDateTime, @p12 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int
 DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
   unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
-VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12);
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13);
 SELECT id FROM @out ORDER BY id;
 -- @p1 mssql.NVarCharMax
 SELECT id FROM [sp_unit].[jobs] WHERE unique_key = @p1;
@@ -234,12 +234,12 @@ WHERE id IN (SELECT TOP (@p6) id FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN 
 SELECT unique_key, id FROM [sp_unit].[jobs] WHERE unique_key IN (@p1, @p2);
 
 -- JobInsertMany
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int64, @p5 int, @p6 int64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 sql.NullString, @p10 mssql.NullDateTime, @p11 mssql.NullDateTime, @p12 int, @p13 mssql.NVarCharMax, @p14 mssql.NVarCharMax, @p15 []uint8, @p16 civil.DateTime, @p17 int, @p18 int64, @p19 sql.NullString, @p20 mssql.NVarCharMax, @p21 sql.NullString, @p22 mssql.NullDateTime, @p23 mssql.NullDateTime, @p24 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int, @p14 mssql.NVarCharMax, @p15 mssql.NVarCharMax, @p16 []uint8, @p17 civil.DateTime, @p18 int64, @p19 int, @p20 int64, @p21 sql.NullString, @p22 mssql.NVarCharMax, @p23 sql.NullString, @p24 mssql.NullDateTime, @p25 mssql.NullDateTime, @p26 int
 DECLARE @out TABLE (id BIGINT, idem_key NVARCHAR(MAX));
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
   unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id, inserted.idem_key INTO @out
-VALUES (@p1, @p2, @p3, 'ready', DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12),
-  (@p13, @p14, @p15, 'ready', @p16, 0, @p17, @p18, @p19, @p20, 0, SYSUTCDATETIME(), @p21, @p22, @p23, @p24);
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13),
+  (@p14, @p15, @p16, 'ready', COALESCE(@p17, DATEADD(millisecond, CAST(@p18 % 86400000 AS int), DATEADD(day, CAST(@p18 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p19, @p20, @p21, @p22, 0, SYSUTCDATETIME(), @p23, @p24, @p25, @p26);
 SELECT id, idem_key FROM @out ORDER BY id;
 
 -- JobCounts
@@ -383,10 +383,10 @@ SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, m
 -- ScheduleMaterialize
 -- @p1 civil.DateTime, @p2 int64, @p3 civil.DateTime, @p4 mssql.NVarCharMax, @p5 int64
 UPDATE [sp_unit].[schedules] SET next_fire_at = @p1, missed = missed + @p2, version = version + 1, last_fire_at = @p3 WHERE name = @p4 AND version = @p5 AND enabled = 1;
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int, @p6 int64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 civil.DateTime, @p11 civil.DateTime, @p12 int, @p13 mssql.NVarCharMax
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax, @p11 civil.DateTime, @p12 civil.DateTime, @p13 int, @p14 mssql.NVarCharMax
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
   unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive)
-SELECT @p1, @p2, @p3, 'ready', @p4, 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12 WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE unique_key = @p13);
+SELECT @p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13 WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE unique_key = @p14);
 
 -- ScheduleMaterialize (schedule moved on)
 -- @p1 civil.DateTime, @p2 int64, @p3 mssql.NVarCharMax, @p4 int64
@@ -406,11 +406,11 @@ WHERE schedule = @p2 AND state = 'ready';
 -- ScheduleTrigger
 -- @p1 mssql.NVarCharMax
 UPDATE [sp_unit].[schedules] SET updated_at = SYSUTCDATETIME() WHERE name = @p1;
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int, @p6 int64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 civil.DateTime, @p11 civil.DateTime, @p12 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax, @p11 civil.DateTime, @p12 civil.DateTime, @p13 int
 DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
   unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
-VALUES (@p1, @p2, @p3, 'ready', @p4, 0, @p5, @p6, @p7, @p8, 0, SYSUTCDATETIME(), @p9, @p10, @p11, @p12);
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13);
 SELECT id FROM @out ORDER BY id;
 
 -- JobThroughput

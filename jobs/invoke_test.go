@@ -9,11 +9,14 @@ import (
 	"net/http/httptest"
 	"net/textproto"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -535,4 +538,89 @@ func TestBackoffBounds(t *testing.T) {
 	require.LessOrEqual(t, Backoff(1, time.Minute, time.Second, func() float64 { return 0.999 }), time.Second)
 	// base <= 0: no delay.
 	require.Zero(t, Backoff(3, 0, max, nil))
+}
+
+// A node calls a handful of endpoints thousands of times a second: each is
+// resolved once, and the cache of resolved endpoints stays bounded however
+// many endpoints the jobs name, also when calls race.
+func TestInvokeResolvesAnEndpointOnceAndBoundsItsCache(t *testing.T) {
+	var paths sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths.Store(r.URL.RequestURI(), true)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	inv := &Invoker{Base: mustURL(t, srv.URL+"/app")}
+
+	first, err := inv.target("/jobs/x?a=1")
+	require.NoError(t, err)
+	again, err := inv.target("/jobs/x?a=1")
+	require.NoError(t, err)
+	assert.Same(t, first, again, "a second call must reuse the resolved endpoint")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = inv.target("/jobs/x?a=1") }),
+		"a cached endpoint must not be resolved again")
+
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range maxTargets / 2 {
+				c := baseCall()
+				c.Endpoint = "/jobs/" + strconv.Itoa(g) + "-" + strconv.Itoa(i)
+				if res := inv.Invoke(context.Background(), c); res.Verdict != Succeeded {
+					t.Errorf("%s: %+v", c.Endpoint, res)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	n := 0
+	inv.targets.Range(func(_, _ any) bool { n++; return true })
+	assert.Equal(t, maxTargets, n, "the cache fills to its bound and no further")
+	assert.EqualValues(t, maxTargets, inv.ntarget.Load())
+
+	// Past the bound, endpoints still resolve, each to its own path.
+	c := baseCall()
+	c.Endpoint = "/jobs/after-the-bound"
+	require.Equal(t, Succeeded, inv.Invoke(context.Background(), c).Verdict)
+	_, called := paths.Load("/app/jobs/after-the-bound")
+	assert.True(t, called, "an endpoint past the cache's bound is called at its own path")
+	_, called = paths.Load("/app/jobs/7-3")
+	assert.True(t, called)
+
+	// Bad endpoints are refused every time and never cached.
+	c.Endpoint = "/jobs/../admin"
+	for range 2 {
+		res := inv.Invoke(context.Background(), c)
+		assert.Equal(t, Fail, res.Verdict)
+		assert.Contains(t, res.Err, "dot segments are not allowed")
+	}
+	_, cached := inv.targets.Load("/jobs/../admin")
+	assert.False(t, cached)
+}
+
+// Every call of an invoker goes through one client, built at the first
+// call; it keeps the caller's CheckRedirect behind the host guard.
+func TestInvokeBuildsItsGuardedClientOnce(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/jobs/moved" {
+			http.Redirect(w, r, "/jobs/x", http.StatusFound)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	var checked atomic.Int32
+	user := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { checked.Add(1); return nil }}
+	inv := &Invoker{Base: mustURL(t, srv.URL), Client: user}
+	c := baseCall()
+	c.Endpoint = "/jobs/moved"
+	for range 3 {
+		require.Equal(t, Succeeded, inv.Invoke(context.Background(), c).Verdict)
+	}
+	assert.EqualValues(t, 3, checked.Load(), "every redirect goes through the caller's own check")
+	assert.Same(t, inv.client(), inv.client())
+	assert.NotSame(t, user, inv.client(), "the caller's client is copied, not changed")
 }

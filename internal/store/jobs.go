@@ -260,13 +260,7 @@ func (s *Store) JobsLoad(ctx context.Context, nextPoll, window time.Duration, li
 	if limit <= 0 {
 		return QueueLoad{}, fmt.Errorf("count due jobs: a limit of %d counts nothing", limit)
 	}
-	q, args := rowLimit(s.d, `SELECT j.run_at, j.start_by FROM {jobs} j
-    WHERE j.state = 'ready' AND j.run_at <= {now} AND `+claimable("j", ""), nil, limit)
-	q = s.statement(`SELECT COUNT(*),
-  COALESCE(SUM(CASE WHEN (start_by IS NULL AND run_at <= {now+?}) OR start_by <= {now+?} THEN 1 ELSE 0 END), 0),
-  (SELECT COUNT(*) FROM {jobs} held WHERE held.state = 'running')
-FROM (` + q + `) AS pending`)
-	args = append([]any{millis(nextPoll - window), millis(nextPoll)}, args...)
+	q, args := s.loadStatement(nextPoll, window, limit)
 	var l QueueLoad
 	err := s.retry(ctx, func() error {
 		return s.queryRow(ctx, q, args...).Scan(&l.Due, &l.Urgent, &l.Running)
@@ -275,6 +269,17 @@ FROM (` + q + `) AS pending`)
 		return l, fmt.Errorf("count due jobs: %w", err)
 	}
 	return l, nil
+}
+
+// loadStatement is JobsLoad's statement and its arguments.
+func (s *Store) loadStatement(nextPoll, window time.Duration, limit int) (string, []any) {
+	q, args := rowLimit(s.d, `SELECT j.run_at, j.start_by FROM {jobs} j
+    WHERE j.state = 'ready' AND j.run_at <= {now} AND `+claimable("j", ""), nil, limit)
+	q = s.statement(`SELECT COUNT(*),
+  COALESCE(SUM(CASE WHEN (start_by IS NULL AND run_at <= {now+?}) OR start_by <= {now+?} THEN 1 ELSE 0 END), 0),
+  (SELECT COUNT(*) FROM {jobs} held WHERE held.state = 'running')
+FROM (` + q + `) AS pending`)
+	return q, append([]any{millis(nextPoll - window), millis(nextPoll)}, args...)
 }
 
 // JobsClaim claims up to limit due jobs for owner (an incarnation) with a

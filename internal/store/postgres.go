@@ -1,15 +1,52 @@
 package store
 
 import (
+	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 )
+
+// openPostgres opens the pool. Each connection turns JIT compilation off
+// when it opens, unless the DSN sets jit itself (…?jit=on). A node's
+// statements all run in milliseconds, but PostgreSQL plans them from
+// estimates, and claimable's checks for schedules that forbid overlap (a
+// branch a row takes only when it is such an occurrence) cost each row as
+// if it were one: a turn's count of 16,000 due jobs is estimated at a
+// million, far past jit_above_cost. With JIT on, the default of builds with
+// LLVM, every such count compiled for 20 to 400 ms to run for 2. The
+// setting is sent by SET, not as a startup parameter, which poolers such
+// as PgBouncer refuse.
+func openPostgres(dsn string) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if _, set := cfg.RuntimeParams["jit"]; set {
+		return stdlib.OpenDB(*cfg), nil
+	}
+	return stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(jitOff)), nil
+}
+
+func jitOff(ctx context.Context, c *pgx.Conn) error {
+	_, err := c.Exec(ctx, "SET jit = off")
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42704" {
+		return nil // before PostgreSQL 11: no JIT to turn off
+	}
+	if err != nil {
+		return fmt.Errorf("turning JIT compilation off for the session: %w", err)
+	}
+	return nil
+}
 
 // Postgres is the PostgreSQL dialect (pgx through database/sql). The
 // database clock is clock_timestamp(), not now(): now() is frozen at the

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib"  // registers the "pgx" database/sql driver
 	_ "github.com/microsoft/go-mssqldb" // registers the "sqlserver" database/sql driver
 	_ "modernc.org/sqlite"              // registers the "sqlite" database/sql driver
 )
@@ -105,7 +104,7 @@ func Open(ctx context.Context, driver, dsn string, opts ...Option) (*Store, erro
 	case SQLite:
 		db, err = sql.Open("sqlite", sqliteDSN(dsn))
 	case Postgres:
-		db, err = sql.Open("pgx", dsn)
+		db, err = openPostgres(dsn)
 	case SQLServer:
 		// The "sqlserver" driver name makes go-mssqldb bind @p1..@pN.
 		db, err = sql.Open("sqlserver", dsn)

@@ -301,6 +301,7 @@ func (w *wiring) pollLoop(ctx context.Context) error {
 	slot := time.Duration(cfg.Rotation.Slot)
 	hold := 3 * max(time.Duration(cfg.Checkin.Heartbeat), slot)
 	failing, pruneFailing, regFailing := false, false, false
+	var rotationKept time.Duration // the rotation the pool keeps connections for
 	for {
 		turn, err := w.waiter.Wait(ctx)
 		if err != nil {
@@ -332,6 +333,11 @@ func (w *wiring) pollLoop(ctx context.Context) error {
 			regFailing = false
 		}
 		m := reg.Membership()
+		// The pool must keep a connection from one turn to the next.
+		if rot := time.Duration(len(m.Members)) * slot; rot != rotationKept {
+			r.Store().KeepIdleFor(rot)
+			rotationKept = rot
+		}
 		farm, _ := m.Capacity()
 		ahead := pollersAhead(m, turn)
 		if turn.Rank == 0 && hints.Schedules {

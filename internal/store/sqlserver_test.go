@@ -271,11 +271,11 @@ func sqlServerOps() []op {
 }
 
 // noSQL are the store's methods that send nothing (CheckFile: a stat of
-// the SQLite file; NodeLockTake, NodeNotify: SQL Server has no session
-// lock or notes, its nodes are live by their turns' promise; the one
-// refuses, the other sends nothing). LoadStatement exists only in tests
+// the SQLite file; KeepIdleFor: a setting of the pool; NodeLockTake,
+// NodeNotify: SQL Server has no session lock or notes, its nodes are live
+// by their turns' promise; the one refuses, the other sends nothing). LoadStatement exists only in tests
 // (export_test.go) and builds JobsLoad's statement, which is checked.
-var noSQL = map[string]bool{"LoadStatement": true, "SessionLocks": true, "NodeLockTake": true, "NodeNotify": true, "Close": true, "DB": true, "Dialect": true, "Statements": true, "CheckFile": true, "WithTx": true, "InTx": true}
+var noSQL = map[string]bool{"KeepIdleFor": true, "LoadStatement": true, "SessionLocks": true, "NodeLockTake": true, "NodeNotify": true, "Close": true, "DB": true, "Dialect": true, "Statements": true, "CheckFile": true, "WithTx": true, "InTx": true}
 
 // Every operation of the store is in the list above: a new one must say
 // what it sends to SQL Server.

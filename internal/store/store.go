@@ -147,7 +147,8 @@ const poolSize = 8
 // configurePool sizes the pool for dialect d. The pool keeps idle as many
 // connections as it may open (database/sql keeps 2 by default): a node
 // uses them all again at its next burst, and closing and reopening them
-// costs a login each time. Connections idle for a minute are closed.
+// costs a login each time. Connections idle for a minute (or, see
+// KeepIdleFor, two rotations) are closed.
 func configurePool(db *sql.DB, d Dialect) {
 	if _, ok := d.(SQLite); ok {
 		// One connection per process: SQLite has one writer anyway, and a
@@ -161,7 +162,31 @@ func configurePool(db *sql.DB, d Dialect) {
 	}
 	db.SetMaxOpenConns(size)
 	db.SetMaxIdleConns(size)
-	db.SetConnMaxIdleTime(time.Minute)
+	db.SetConnMaxIdleTime(minIdleTime)
+}
+
+// minIdleTime is how long a server database's pool keeps a connection
+// nobody uses, unless KeepIdleFor asks for longer.
+const minIdleTime = time.Minute
+
+// IdleTimeFor is how long a pool must keep idle connections for a node
+// whose turns come every between: two rotations, and never less than a
+// minute.
+func IdleTimeFor(between time.Duration) time.Duration {
+	return max(minIdleTime, 2*between)
+}
+
+// KeepIdleFor makes the pool of a server database keep an idle connection
+// for IdleTimeFor(between), so that a node of a farm whose rotation is
+// longer than a minute (more than 60 nodes at a slot of 1 s) does not log
+// in again at each of its turns: a new backend process on PostgreSQL, a
+// statement to turn JIT off, and on Babelfish a compile of every statement
+// the connection sends. SQLite's one connection is never closed.
+func (s *Store) KeepIdleFor(between time.Duration) {
+	if _, ok := s.d.(SQLite); ok {
+		return
+	}
+	s.pool.SetConnMaxIdleTime(IdleTimeFor(between))
 }
 
 // sqlServerPoolSize is the pool of a SQL Server node. Babelfish compiles

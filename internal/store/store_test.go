@@ -700,3 +700,17 @@ func TestOpenSQLiteWhileAnotherMigrates(t *testing.T) {
 		}
 	}
 }
+
+// A node's turns come once a rotation: its pool keeps an idle connection
+// for two, and never closes one sooner than after a minute.
+func TestIdleTimeForCoversTwoRotations(t *testing.T) {
+	for _, c := range []struct{ between, want time.Duration }{
+		{0, time.Minute},
+		{time.Second, time.Minute},
+		{30 * time.Second, time.Minute},
+		{64 * time.Second, 128 * time.Second},
+		{200 * 250 * time.Millisecond, 100 * time.Second},
+	} {
+		require.Equal(t, c.want, store.IdleTimeFor(c.between), "turns %v apart", c.between)
+	}
+}

@@ -330,10 +330,11 @@ type Invoker struct {
 	// log it. It must not be modified while calls are made.
 	SigningKey []byte
 
-	// Filled on the first calls, so Base, Client and SigningKey must be set
-	// before: a busy node makes thousands of calls a second to a handful
-	// of endpoints, and resolving each afresh, with a client copied for
-	// each, was a tenth of its own work.
+	// Filled on the first calls, so Base and Client must be set before,
+	// and an Invoker must not be copied once it has made a call: a busy
+	// node makes thousands of calls a second, mostly to a handful of
+	// endpoints, and each call resolved its endpoint afresh (checks, a
+	// parse, a join, a format and a parse again) and copied the client.
 	guarded atomic.Pointer[http.Client]
 	targets sync.Map // endpoint string → *url.URL, at most maxTargets
 	ntarget atomic.Int32
@@ -342,7 +343,12 @@ type Invoker struct {
 // maxTargets bounds the resolved endpoints an invoker keeps: endpoints are
 // a job's data, so a farm whose jobs all name their own would otherwise
 // grow the cache without end. Past the bound, calls resolve afresh.
-const maxTargets = 1024
+// Endpoints longer than maxTargetLen (a query that carries a job's data)
+// are never kept.
+const (
+	maxTargets   = 1024
+	maxTargetLen = 256
+)
 
 // target resolves endpoint on the invoker's base, once per endpoint while
 // the cache has room. The URL returned is shared: callers copy it.
@@ -353,6 +359,9 @@ func (inv *Invoker) target(endpoint string) (*url.URL, error) {
 	u, err := ResolveEndpoint(inv.Base, endpoint)
 	if err != nil {
 		return nil, err
+	}
+	if len(endpoint) > maxTargetLen || inv.ntarget.Load() >= maxTargets {
+		return u, nil
 	}
 	// A place is reserved before the URL is stored, so racing callers
 	// cannot pass the bound.

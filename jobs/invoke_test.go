@@ -590,6 +590,15 @@ func TestInvokeResolvesAnEndpointOnceAndBoundsItsCache(t *testing.T) {
 	_, called = paths.Load("/app/jobs/7-3")
 	assert.True(t, called)
 
+	// An endpoint long enough to carry a job's data is never kept.
+	fresh := &Invoker{Base: inv.Base}
+	long := "/jobs/x?data=" + strings.Repeat("a", maxTargetLen)
+	_, err = fresh.target(long)
+	require.NoError(t, err)
+	_, cached := fresh.targets.Load(long)
+	assert.False(t, cached, "an endpoint of %d bytes must not be cached", len(long))
+	assert.Zero(t, fresh.ntarget.Load())
+
 	// Bad endpoints are refused every time and never cached.
 	c.Endpoint = "/jobs/../admin"
 	for range 2 {
@@ -597,7 +606,7 @@ func TestInvokeResolvesAnEndpointOnceAndBoundsItsCache(t *testing.T) {
 		assert.Equal(t, Fail, res.Verdict)
 		assert.Contains(t, res.Err, "dot segments are not allowed")
 	}
-	_, cached := inv.targets.Load("/jobs/../admin")
+	_, cached = inv.targets.Load("/jobs/../admin")
 	assert.False(t, cached)
 }
 

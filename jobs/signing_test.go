@@ -440,6 +440,30 @@ func TestInvokeSignedRedirect(t *testing.T) {
 	}
 }
 
+// The invoker's client, with its redirect guard, is built once: each
+// redirected call must still be signed over its own body, not the first
+// call's.
+func TestInvokeSignedRedirectsOfOneInvokerCarryTheirOwnBodies(t *testing.T) {
+	redirect := func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path != "/temporary" {
+			return false
+		}
+		http.Redirect(w, r, "/jobs/new", http.StatusTemporaryRedirect)
+		return true
+	}
+	srv, seen := recordingServer(t, testSigningKey, time.Time{}, redirect)
+	inv := &Invoker{Base: mustURL(t, srv.URL), SigningKey: testSigningKey}
+	for _, body := range []string{`{"first":1}`, `{"second":2}`, `{"third":3}`} {
+		c := baseCall()
+		c.Endpoint, c.Payload = "/temporary", []byte(body)
+		res := inv.Invoke(context.Background(), c)
+		require.Equal(t, Succeeded, res.Verdict, res.Err)
+		got := <-seen
+		require.Equal(t, body, got.body)
+		require.NoError(t, got.verifyErr, "the redirect of %s is signed over its own body", body)
+	}
+}
+
 func TestVerifySignatureRequestTarget(t *testing.T) {
 	ts := time.Now().Unix()
 	sig := Sign(http.MethodPost, "/app/jobs/x?a=1", ts, nil, []byte("b"), testSigningKey)

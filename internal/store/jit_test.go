@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -91,7 +92,12 @@ func TestPostgresStatementsAreNotJITCompiled(t *testing.T) {
 	require.NoError(t, err)
 
 	// A DSN that sets jit is obeyed.
-	on, err := store.Open(ctx, "postgres", dsn+"&jit=on")
+	u, err := url.Parse(dsn)
+	require.NoError(t, err, "the test's PostgreSQL DSN must be a URL")
+	params := u.Query()
+	params.Set("jit", "on")
+	u.RawQuery = params.Encode()
+	on, err := store.Open(ctx, "postgres", u.String())
 	require.NoError(t, err)
 	defer on.Close()
 	var setting string

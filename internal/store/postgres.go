@@ -24,28 +24,46 @@ import (
 // million, far past jit_above_cost. With JIT on, the default of builds with
 // LLVM, every such count compiled for 20 to 400 ms to run for 2. The
 // setting is sent by SET, not as a startup parameter, which poolers such
-// as PgBouncer refuse.
+// as PgBouncer refuse (a node needs session pooling anyway, for LISTEN and
+// its session lock).
+//
+// The DSN is parsed here, so that a bad one fails at Open, and again for
+// every new connection, as database/sql's "pgx" driver does: a password
+// file or a TLS certificate rotated on disk reaches the next connection.
 func openPostgres(dsn string) (*sql.DB, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
+	reparse := stdlib.OptionBeforeConnect(func(_ context.Context, c *pgx.ConnConfig) error {
+		fresh, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return err
+		}
+		*c = *fresh
+		return nil
+	})
 	if _, set := cfg.RuntimeParams["jit"]; set {
-		return stdlib.OpenDB(*cfg), nil
+		return stdlib.OpenDB(*cfg, reparse), nil
 	}
-	return stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(jitOff)), nil
+	return stdlib.OpenDB(*cfg, reparse, stdlib.OptionAfterConnect(jitOff)), nil
 }
 
+// jitOff turns JIT off for a new session. The session works without it,
+// so a server that refuses the setting (one before PostgreSQL 11, or a
+// server that only speaks its protocol) keeps the connection; a
+// connection that failed sending it is closed, since database/sql drops
+// it without closing it.
 func jitOff(ctx context.Context, c *pgx.Conn) error {
 	_, err := c.Exec(ctx, "SET jit = off")
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42704" {
-		return nil // before PostgreSQL 11: no JIT to turn off
+	if err == nil || errors.As(err, &pe) {
+		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("turning JIT compilation off for the session: %w", err)
-	}
-	return nil
+	closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.Close(closeCtx)
+	return fmt.Errorf("setting up the session (SET jit = off): %w", err)
 }
 
 // Postgres is the PostgreSQL dialect (pgx through database/sql). The

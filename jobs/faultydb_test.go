@@ -66,7 +66,9 @@ func (f *faultyDB) judge(ctx context.Context, query string) fault {
 }
 
 // isClaim tells the runner's claim statement.
-func isClaim(query string) bool { return query == store.SQLite{}.ClaimJobs() }
+func isClaim(query string) bool {
+	return query == store.Expand(store.SQLite{}, store.SQLite{}.ClaimJobs())
+}
 
 var errAnswerLost = errors.New("read tcp: connection reset by peer")
 

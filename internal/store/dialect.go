@@ -48,9 +48,10 @@ type Dialect interface {
 	// writes a NULL as a typed null (nullString, nullInt, nullTime), never as
 	// a bare nil, and Arg gives it the type of its column.
 	Arg(v any) any
-	// ClaimJobs returns the batch claim statement: it sets up to n due ready
-	// jobs running under a new token and returns them. Parameters in order:
-	// owner, owner_node, lease ms, limit.
+	// ClaimJobs returns the batch claim statement, with its markers
+	// ({jobs}, {now}...) for the store to expand once: it sets up to n due
+	// ready jobs running under a new token and returns them. Parameters in
+	// order: owner, owner_node, lease ms, limit.
 	ClaimJobs() string
 	// Retryable reports whether err is a transient conflict (busy database,
 	// deadlock victim, serialization failure) worth retrying.

@@ -288,7 +288,7 @@ func (s *Store) JobsClaim(ctx context.Context, owner, ownerNode string, limit in
 	if limit <= 0 {
 		return nil, nil
 	}
-	return queryAll(ctx, s, "claim jobs", s.d.ClaimJobs(), []any{owner, ownerNode, millis(lease), limit}, scanClaim)
+	return queryAll(ctx, s, "claim jobs", s.statement(s.d.ClaimJobs()), []any{owner, ownerNode, millis(lease), limit}, scanClaim)
 }
 
 // JobRenewLeaseIfRunning extends the lease of a job this node holds. It

@@ -113,15 +113,15 @@ func (Postgres) TimeText(expr string) string {
 // The candidates are picked in a CTE (River's shape): PostgreSQL does not
 // inline a CTE that locks rows, so the LIMIT is applied exactly once.
 // Parameters are numbered by hand to keep the order every dialect shares.
-func (d Postgres) ClaimJobs() string {
-	return expand(d, `WITH picked AS (
-  SELECT c.id FROM {jobs} c WHERE c.state = 'ready' AND c.run_at <= {now} AND `+claimable("c", "")+`
+func (Postgres) ClaimJobs() string {
+	return `WITH picked AS (
+  SELECT c.id FROM {jobs} c WHERE c.state = 'ready' AND c.run_at <= {now} AND ` + claimable("c", "") + `
   ORDER BY c.run_at, c.id LIMIT $4 FOR UPDATE OF c SKIP LOCKED)
 UPDATE {jobs} SET state = 'running', owner = $1, owner_node = $2, token = token + 1,
   attempt = attempt + 1, started_at = {now}, start_by = NULL,
   lease_until = clock_timestamp() + CAST($3 AS double precision) * interval '1 millisecond'
 FROM picked WHERE {jobs}.id = picked.id AND {jobs}.state = 'ready'
-RETURNING `+qualified("{jobs}", claimedColumns))
+RETURNING ` + qualified("{jobs}", claimedColumns)
 }
 
 func (Postgres) Retryable(err error) bool {

@@ -211,16 +211,16 @@ var sqlServerOutputTypes = map[string]string{
 //
 // Parameters are numbered by hand to keep the order every dialect shares:
 // owner, owner_node, lease ms, limit.
-func (d SQLServer) ClaimJobs() string {
-	return expand(d, `UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
+func (SQLServer) ClaimJobs() string {
+	return `UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
   attempt = j.attempt + 1, started_at = {now}, start_by = NULL,
-  lease_until = `+sqlServerPlusMillis("@p3", "@p3")+`
-{output `+claimedColumns+`}
+  lease_until = ` + sqlServerPlusMillis("@p3", "@p3") + `
+{output ` + claimedColumns + `}
 FROM {jobs} AS j WITH (ROWLOCK) INNER JOIN (
   SELECT TOP (@p4) c.id FROM {jobs} AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
-  WHERE c.state = 'ready' AND c.run_at <= {now} AND `+claimable("c", " WITH (UPDLOCK, READPAST, ROWLOCK)")+`
+  WHERE c.state = 'ready' AND c.run_at <= {now} AND ` + claimable("c", " WITH (UPDLOCK, READPAST, ROWLOCK)") + `
   ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id
-WHERE j.state = 'ready'`)
+WHERE j.state = 'ready'`
 }
 
 // renewJobLeases is JobsRenewLeases' statement (parameters: lease ms,

@@ -231,7 +231,7 @@ func TestCancelRunningIsRefused(t *testing.T) {
 	ctx := context.Background()
 	id, err := f.c.Enqueue(ctx, client.Job{Endpoint: "/x"})
 	require.NoError(t, err)
-	_, err = f.s.JobsClaim(ctx, "inc-b", "node-b", 1, time.Minute)
+	_, err = f.s.JobsClaim(ctx, "inc-b", "node-b", 1, store.Lease(time.Minute))
 	require.NoError(t, err)
 	err = f.c.Cancel(ctx, id)
 	var se *client.StateError

@@ -78,7 +78,7 @@ func TestOnlyTheOwnersTurnReclaimsExpiredLeases(t *testing.T) {
 	rec := &seen{}
 	r := newRunner(t, s, endpoint(t, rec), clock.NewFake(t0), 4)
 	id := enqueue(t, s, "/ok", 3)
-	cs, err := s.JobsClaim(ctx, "inc-b", "node-b", 1, time.Minute)
+	cs, err := s.JobsClaim(ctx, "inc-b", "node-b", 1, store.Lease(time.Minute))
 	require.NoError(t, err)
 	require.Len(t, cs, 1)
 	_, err = s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {jobs} SET lease_until = {now+?} WHERE id = ?`), -1000, id)

@@ -261,6 +261,12 @@ type Call struct {
 	Payload []byte
 	// Timeout is the call's deadline; it must be > 0.
 	Timeout time.Duration
+	// Budget, when set, is read once the call's start time is taken and
+	// shortens Timeout to what it returns: the time left before the
+	// claim's hold ends, less a margin. Read after the start, a freeze
+	// between the two can only make the deadline earlier. A budget spent
+	// before the call is sent fails the call with Retry, unsent.
+	Budget func() time.Duration
 	// Headers are extra request headers (e.g. X-Slotpoller-Task,
 	// X-Slotpoller-Scheduled-For); may be nil. They may replace Content-Type
 	// and User-Agent but never the reserved X-Slotpoller-Job, -Node, -Token,
@@ -491,6 +497,13 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 	}
 	if c.Timeout <= 0 {
 		return Result{Verdict: Fail, Err: fmt.Sprintf("call timeout must be > 0, got %v", c.Timeout)}
+	}
+	if c.Budget != nil {
+		left := c.Budget()
+		if left <= 0 {
+			return Result{Verdict: Retry, Err: "not called: the claim's hold ran out before the call could be sent"}
+		}
+		c.Timeout = min(c.Timeout, left)
 	}
 	method, err := callMethod(c.Method)
 	if err != nil {

@@ -358,7 +358,7 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 // caller starts them. r.claimMu is held.
 func (r *Runner) claim(ctx context.Context, want int) ([]*inflight, error) {
 	return r.claimWith(ctx, func(ctx context.Context) ([]store.Claim, error) {
-		return r.store.JobsClaim(ctx, r.opts.Incarnation, r.opts.Node, want, r.opts.Lease)
+		return r.store.JobsClaim(ctx, r.opts.Incarnation, r.opts.Node, want, r.hold())
 	})
 }
 
@@ -385,7 +385,7 @@ func (r *Runner) claimWith(ctx context.Context, stmt func(context.Context) ([]st
 	// a renewal never sees the claim over and its jobs unknown.
 	started := make([]*inflight, len(claims))
 	for i, c := range claims {
-		started[i] = r.track(c, now, sent.Add(r.opts.Lease))
+		started[i] = r.track(c, now, sent.Add(r.hold().For(c.Timeout)))
 	}
 	r.claimed.Add(int64(len(claims)))
 	return started, nil
@@ -551,6 +551,15 @@ func (r *Runner) statementTimeout() time.Duration {
 // started): time for the cancellation to reach the endpoint.
 func (r *Runner) margin() time.Duration { return r.opts.Lease / 12 }
 
+// hold is how long this node's claims and renewals keep a job from the
+// rest of the farm: the lease, or the job's call timeout and the margin
+// when that is longer. The endpoint is told its call's deadline, and a
+// node that froze cannot cut its call off: no other node may start the
+// job again before that deadline has passed at the endpoint.
+func (r *Runner) hold() store.Hold {
+	return store.Hold{Lease: r.opts.Lease, Calls: true, DefaultTimeout: r.opts.Timeout, Margin: r.margin()}
+}
+
 // track registers a claimed job as in flight and arms its lease watchdog.
 // r.mu is held.
 func (r *Runner) track(c store.Claim, claimedAt, leaseUntil time.Time) *inflight {
@@ -637,9 +646,16 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 	if c.ScheduledFor != nil {
 		headers = map[string]string{HeaderScheduledFor: c.ScheduledFor.UTC().Format(time.RFC3339Nano)}
 	}
+	// The call ends a margin before the hold confirmed when it starts:
+	// the deadline the endpoint is told lies before any moment another
+	// node could start the job again, however long this node then
+	// freezes.
+	r.mu.Lock()
+	end := f.leaseUntil.Add(-r.margin())
+	r.mu.Unlock()
 	res := r.inv.Invoke(ctx, Call{JobID: c.ID, Node: r.opts.Node, Token: c.Token, Attempt: c.Attempt,
 		IdempotencyKey: c.IdempotencyKey, Method: c.Method, Endpoint: c.Endpoint, Payload: c.Payload, Timeout: timeout,
-		Headers: headers})
+		Budget: func() time.Duration { return end.Sub(r.opts.Clock.Now()) }, Headers: headers})
 	r.mu.Lock()
 	f.calling, f.ended = false, true
 	r.mu.Unlock()
@@ -764,7 +780,7 @@ func (r *Runner) RenewOnce(ctx context.Context) error {
 	// would not (the lease is counted from the send time, and each call's
 	// watchdog cuts it off when its lease as last confirmed runs out).
 	rctx, cancel := context.WithTimeout(ctx, r.opts.Lease/3)
-	held, err := r.store.JobsRenewLeases(rctx, r.opts.Incarnation, r.opts.Lease)
+	held, err := r.store.JobsRenewLeases(rctx, r.opts.Incarnation, r.hold())
 	cancel()
 	if err != nil {
 		// Nothing is cancelled here: each call's watchdog cuts it off when
@@ -805,7 +821,7 @@ func (r *Runner) RenewOnce(ctx context.Context) error {
 			continue
 		}
 		if still[key] {
-			if until := sent.Add(r.opts.Lease); until.After(f.leaseUntil) {
+			if until := sent.Add(r.hold().For(f.claim.Timeout)); until.After(f.leaseUntil) {
 				f.leaseUntil = until
 			}
 			r.arm(f, now)
@@ -899,7 +915,7 @@ func (r *Runner) StartNow(ctx context.Context, j store.NewJob) (id int64, taken 
 	}
 	var dup error
 	claimed, err := r.claimWith(ctx, func(ctx context.Context) ([]store.Claim, error) {
-		c, err := r.store.JobInsertClaimed(ctx, j, r.opts.Incarnation, r.opts.Node, r.opts.Lease)
+		c, err := r.store.JobInsertClaimed(ctx, j, r.opts.Incarnation, r.opts.Node, r.hold())
 		if errors.Is(err, store.ErrDuplicate) {
 			id, dup = c.ID, err // nothing was written: no doubt to raise
 			return nil, nil

@@ -104,8 +104,11 @@ func TestStalledClaimNeitherBlocksRenewalNorOutlivesTheLease(t *testing.T) {
 	require.Equal(t, int64(1), r.Stats().Renewals)
 
 	// No renewal confirms the lease any more: the call is cut off when
-	// the lease confirmed at t0+1s (until t0+4s) has lease/12 left.
-	c.Advance(2750 * time.Millisecond)
+	// the hold confirmed at t0+1s (its 5 s timeout and the margin, lease/12:
+	// until t0+6.25s) has the margin left.
+	c.Advance(4999 * time.Millisecond)
+	require.Equal(t, int64(0), r.Stats().Cancelled, "cut off before the margin")
+	c.Advance(time.Millisecond)
 	within(t, waitAll(r), "the call ran on past its lease")
 	require.Equal(t, int64(1), r.Stats().Cancelled)
 	require.Contains(t, get(t, s, id).LastError, "could not be confirmed")
@@ -292,7 +295,7 @@ func TestPollLeftCountsOnlyWorkLeftOnPurpose(t *testing.T) {
 	var raced atomic.Bool
 	f.set(func(ctx context.Context, query string) fault {
 		if isClaim(query) && raced.CompareAndSwap(false, true) {
-			other, err := s.JobsClaim(ctx, "inc-b", "node-b", 3, time.Minute)
+			other, err := s.JobsClaim(ctx, "inc-b", "node-b", 3, store.Lease(time.Minute))
 			require.NoError(t, err)
 			require.Len(t, other, 3)
 		}

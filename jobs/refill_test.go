@@ -132,7 +132,7 @@ func TestRefillClaimsAgainAsCallsEndAndStopsWhenAClaimComesBackShort(t *testing.
 
 	// Another node takes most of the rest: the next claim comes back
 	// short, and the node goes back to waiting for its turn.
-	other, err := s.JobsClaim(ctx, "inc-b", "node-b", 18, time.Minute)
+	other, err := s.JobsClaim(ctx, "inc-b", "node-b", 18, store.Lease(time.Minute))
 	require.NoError(t, err)
 	require.Len(t, other, 18)
 	g.release(4)

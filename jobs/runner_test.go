@@ -275,7 +275,7 @@ func TestLeaseLostCancelsTheCallAndFencesTheResult(t *testing.T) {
 		require.NoError(t, err)
 		_, err = s.JobsReclaimExpired(ctx)
 		require.NoError(t, err)
-		other, err := s.JobsClaim(ctx, "inc-b", "node-b", 1, time.Minute)
+		other, err := s.JobsClaim(ctx, "inc-b", "node-b", 1, store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Len(t, other, 1)
 
@@ -306,9 +306,12 @@ func TestUnconfirmedLeaseCancelsInTime(t *testing.T) {
 	r.RenewOnce(ctx)
 	c.Advance(time.Second)
 	r.RenewOnce(ctx)
-	require.Equal(t, int64(0), r.Stats().Cancelled, "failed renewals cancel nothing while the lease lasts")
-	c.Advance(750 * time.Millisecond) // lease/12 before the lease ends
-	r.Wait()                          // returns only because the call was cut off, before its lease ran out
+	// The claim holds the job for its call's length (the 5 s timeout) and
+	// the margin, lease/12: 5.25 s.
+	c.Advance(2999 * time.Millisecond)
+	require.Equal(t, int64(0), r.Stats().Cancelled, "failed renewals cancel nothing while the hold lasts")
+	c.Advance(time.Millisecond) // the margin before the hold ends
+	r.Wait()                    // returns only because the call was cut off, before its hold ran out
 	require.Equal(t, int64(1), r.Stats().Cancelled)
 	require.Equal(t, 0, r.Running())
 }
@@ -326,7 +329,7 @@ func TestOrphanedClaimIsReleasedNotRenewedForEver(t *testing.T) {
 		// A claim under this node's incarnation whose answer never arrived
 		// (the connection dropped after the commit).
 		orphan := enqueue(t, s, "/ok", 3)
-		lost, err := s.JobsClaim(ctx, "inc-a", "node-a", 1, time.Minute)
+		lost, err := s.JobsClaim(ctx, "inc-a", "node-a", 1, store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Len(t, lost, 1)
 
@@ -407,11 +410,20 @@ func TestEnqueueRefusesBadJobs(t *testing.T) {
 }
 
 func TestNoCallOnALeaseThatRanOutBeforeTheCall(t *testing.T) {
-	s, _ := storetest.Open(t, "sqlite")
+	s, f := openFaulty(t)
 	ctx := context.Background()
 	rec := &seen{}
+	c := clock.NewFake(t0)
 	r := jobs.NewRunner(s, &jobs.Invoker{Base: endpoint(t, rec)}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: 4,
-		Lease: 0, Timeout: time.Second, Clock: clock.NewFake(t0)}) // a lease over before the call can start
+		Lease: 3 * time.Second, Timeout: time.Second, Clock: c})
+	// The node freezes while its claim's answer is on the way, past the
+	// claim's hold (the lease).
+	f.set(func(_ context.Context, query string) fault {
+		if !isClaim(query) {
+			return fault{}
+		}
+		return fault{hold: func() { c.Advance(4 * time.Second) }}
+	})
 	id := enqueue(t, s, "/ok", 3)
 	_, err := r.Poll(ctx, alone(4))
 	require.NoError(t, err)

@@ -35,7 +35,7 @@ func TestStartNowInsertsTheJobClaimedAndCallsItAtOnce(t *testing.T) {
 		require.NotEmpty(t, j.IdempotencyKey, "filled in as any enqueue's")
 
 		// Fenced like any claim: the lease renewal knows it.
-		held, err := s.JobsRenewLeases(ctx, "inc-a", time.Minute)
+		held, err := s.JobsRenewLeases(ctx, "inc-a", store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Equal(t, []store.Held{{ID: id, Token: 1}}, held)
 

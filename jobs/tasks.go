@@ -178,12 +178,12 @@ func (k *Keeper) Held() []string {
 // workers in line with the answer. Call it at every heartbeat.
 func (k *Keeper) Renew(ctx context.Context) error {
 	sent := k.opts.Clock.Now()
-	held, err := k.store.TasksRenew(ctx, k.opts.Incarnation, k.opts.Lease)
+	hold := k.hold()
+	held, err := k.store.TasksRenew(ctx, k.opts.Incarnation, hold)
 	if err != nil {
 		k.stopUnconfirmed()
 		return err
 	}
-	until := sent.Add(k.opts.Lease)
 	byName := make(map[string]store.HeldTask, len(held))
 	for _, h := range held {
 		byName[h.Name] = h
@@ -218,6 +218,7 @@ func (k *Keeper) Renew(ctx context.Context) error {
 	}
 	for _, h := range held {
 		key := taskKey{h.Name, h.Token}
+		until := sent.Add(hold.For(h.Timeout))
 		if w, ok := k.stops[key]; ok {
 			// Being given up: the renewal above kept its lease while its
 			// call runs; it gets neither a worker nor a second give-up.
@@ -321,6 +322,16 @@ func (k *Keeper) start(h store.HeldTask, until time.Time) {
 	}()
 }
 
+// hold is how long this node's task leases keep a task from the rest of
+// the farm: the lease (the TTL), or, for a task that declares how long
+// its calls may run, that plus the margin and a heartbeat when longer, so
+// that every call started between two renewals gets the whole of it and
+// no other node calls the task before the deadline its endpoint was told.
+// A task that declares nothing keeps its calls within the lease.
+func (k *Keeper) hold() store.Hold {
+	return store.Hold{Lease: k.opts.Lease, Calls: true, Margin: k.opts.Margin + k.opts.Heartbeat}
+}
+
 // work calls the task's endpoint once per interval while the lease holds.
 func (k *Keeper) work(ctx context.Context, w *taskWorker) {
 	task := w.task
@@ -360,9 +371,11 @@ func (k *Keeper) work(ctx context.Context, w *taskWorker) {
 			timeout = k.opts.Timeout
 		}
 		timeout = min(timeout, left)
+		end := now.Add(left)
 		res := k.inv.Invoke(ctx, Call{Task: task.Name, Node: k.opts.Node, Token: task.Token, Attempt: failures + 1,
 			IdempotencyKey: fmt.Sprintf("slotpoller-task-%s-%d-%d", task.Name, task.Token, seq),
-			Method:         task.Method, Endpoint: task.Endpoint, Payload: task.Payload, Timeout: timeout})
+			Method:         task.Method, Endpoint: task.Endpoint, Payload: task.Payload, Timeout: timeout,
+			Budget: func() time.Duration { return end.Sub(k.opts.Clock.Now()) }})
 		if ctx.Err() != nil {
 			return
 		}
@@ -473,7 +486,7 @@ func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duratio
 			if !ok {
 				break
 			}
-			ok, err := k.store.TaskAssignIfUnowned(ctx, t.Name, m.Incarnation, m.Name, k.opts.Lease, ttl)
+			ok, err := k.store.TaskAssignIfUnowned(ctx, t.Name, m.Incarnation, m.Name, k.hold(), ttl)
 			if err != nil {
 				return res, err
 			}

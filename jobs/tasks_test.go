@@ -67,7 +67,7 @@ func assign(t *testing.T, s *store.Store, task, node string) {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: node, Incarnation: "inc-" + node, Capacity: 4, Free: 4}, time.Hour))
-	ok, err := s.TaskAssignIfUnowned(ctx, task, "inc-"+node, node, 3*time.Second, time.Hour)
+	ok, err := s.TaskAssignIfUnowned(ctx, task, "inc-"+node, node, store.Lease(3*time.Second), time.Hour)
 	require.NoError(t, err)
 	require.True(t, ok)
 }
@@ -128,7 +128,7 @@ func TestFrozenOwnerDoesNotCallAfterItsLease(t *testing.T) {
 	require.Eventually(t, func() bool { return k.Stats().StaleStops == 1 }, 5*time.Second, 10*time.Millisecond)
 
 	// Meanwhile the farm gave the task to another node.
-	_, err := s.TasksRenew(ctx, "inc-node-a", -time.Second)
+	_, err := s.TasksRenew(ctx, "inc-node-a", store.Lease(-time.Second))
 	require.NoError(t, err)
 	assign(t, s, "feed", "node-b")
 	require.NoError(t, k.Renew(ctx))
@@ -334,7 +334,7 @@ func TestBalanceSkipsAMemberTheDatabaseNoLongerCountsLive(t *testing.T) {
 	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "t1", Endpoint: "/t", Every: time.Second}))
 	require.NoError(t, s.TaskInsert(ctx, store.NewTask{Name: "t0", Endpoint: "/t", Method: "POST", Every: time.Second}))
 	// node-a already holds one task, so node-b looks emptiest.
-	ok, err := s.TaskAssignIfUnowned(ctx, "t0", "inc-node-a", "node-a", time.Minute, time.Hour)
+	ok, err := s.TaskAssignIfUnowned(ctx, "t0", "inc-node-a", "node-a", store.Lease(time.Minute), time.Hour)
 	require.NoError(t, err)
 	require.True(t, ok)
 	res, err := k.Balance(ctx, []jobs.Member{{Name: "node-a", Incarnation: "inc-node-a", Capacity: 4}, {Name: "node-b", Incarnation: "inc-node-b", Capacity: 4}}, time.Hour)
@@ -636,7 +636,7 @@ func TestTaskLostWhileHandedOffStaysWithItsNewOwner(t *testing.T) {
 	require.NoError(t, k.Renew(ctx))
 	require.Equal(t, 1, k.Stats().Stopping)
 
-	_, err := s.TasksRenew(ctx, "inc-node-a", -time.Second) // the lease ran out
+	_, err := s.TasksRenew(ctx, "inc-node-a", store.Lease(-time.Second)) // the lease ran out
 	require.NoError(t, err)
 	assign(t, s, "slow", "node-b")
 	require.NoError(t, k.Renew(ctx))
@@ -710,7 +710,7 @@ func orphansOfAStoppedOwner(t *testing.T, s *store.Store) []jobs.Member {
 		if i == 3 {
 			owner, lease = "node-c", time.Hour
 		}
-		ok, err := s.TaskAssignIfUnowned(ctx, name, "inc-"+owner, owner, lease, time.Hour)
+		ok, err := s.TaskAssignIfUnowned(ctx, name, "inc-"+owner, owner, store.Lease(lease), time.Hour)
 		require.NoError(t, err)
 		require.True(t, ok)
 	}

@@ -38,6 +38,10 @@ type Dialect interface {
 	// plus a bind parameter (written as ?) in milliseconds; a dialect with
 	// numbered placeholders may use the parameter again as {again}.
 	NowPlusMillis() string
+	// NowPlusMillisOf is the database's current time plus an SQL
+	// expression in milliseconds (a hold: at most a few days), which may
+	// hold ? parameters: it is written once.
+	NowPlusMillisOf(expr string) string
 	// Table returns the qualified name of one of slotpoller's tables
 	// ("nodes", "jobs", "schema_version", "tasks", "schedules").
 	Table(name string) string
@@ -50,8 +54,9 @@ type Dialect interface {
 	Arg(v any) any
 	// ClaimJobs returns the batch claim statement, with its markers
 	// ({jobs}, {now}...) for the store to expand once: it sets up to n due
-	// ready jobs running under a new token and returns them. Parameters in
-	// order: owner, owner_node, lease ms, limit.
+	// ready jobs running under a new token and returns them. Parameters,
+	// numbered (the statement uses them out of order): 1 owner,
+	// 2 owner_node, 3 limit, 4-7 the hold (holdMillis, Hold.args).
 	ClaimJobs() string
 	// Retryable reports whether err is a transient conflict (busy database,
 	// deadlock victim, serialization failure) worth retrying.
@@ -92,6 +97,7 @@ type Dialect interface {
 //
 //	{now}        the database clock
 //	{now+?}      the database clock plus ? milliseconds
+//	{now+hold}   the database clock plus a row's hold (four ?, Hold.args)
 //	{nodes} etc. table names
 //	{returning c} / {output c}  the clauses that hand back written rows
 //	?            bind parameters, numbered in order
@@ -111,7 +117,8 @@ func expand(d Dialect, q string) string {
 	if b, ok := d.(outputBatch); ok && output != "" {
 		q = b.wrapOutput(output, q)
 	}
-	r := strings.NewReplacer(append([]string{"{now+?}", d.NowPlusMillis(), "{now}", d.Now()}, tableMarkers(d)...)...)
+	r := strings.NewReplacer(append([]string{holdMarker, d.NowPlusMillisOf(holdMillis("timeout_ms", "?", "?", "?", "?")),
+		"{now+?}", d.NowPlusMillis(), "{now}", d.Now()}, tableMarkers(d)...)...)
 	return rebind(d, r.Replace(q))
 }
 

@@ -21,7 +21,7 @@ func TestJobsFinishWritesEachHeldRowAndNoStaleOne(t *testing.T) {
 			require.NoError(t, err)
 			ids = append(ids, id)
 		}
-		cs, err := s.JobsClaim(ctx, "inc-a", "node-a", 5, time.Minute)
+		cs, err := s.JobsClaim(ctx, "inc-a", "node-a", 5, store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Len(t, cs, 5)
 		tokens := map[int64]int64{}
@@ -115,7 +115,7 @@ func TestJobsFinishTakesAFullBatch(t *testing.T) {
 			_, err := s.JobInsert(ctx, j)
 			require.NoError(t, err)
 		}
-		cs, err := s.JobsClaim(ctx, "inc-a", "node-a", store.MaxFinishBatch, time.Minute)
+		cs, err := s.JobsClaim(ctx, "inc-a", "node-a", store.MaxFinishBatch, store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Len(t, cs, store.MaxFinishBatch)
 		fs := make([]store.Finish, len(cs))

@@ -171,7 +171,7 @@ func (s *Store) duplicate(ctx context.Context, key string) (int64, error) {
 // job: no poll and no claim statement stand between the enqueue and the
 // call. A taken unique key gives ErrDuplicate as JobInsert does. j's RunAt
 // and Delay are ignored: the job is due at the database's now.
-func (s *Store) JobInsertClaimed(ctx context.Context, j NewJob, owner, ownerNode string, lease time.Duration) (Claim, error) {
+func (s *Store) JobInsertClaimed(ctx context.Context, j NewJob, owner, ownerNode string, hold Hold) (Claim, error) {
 	exclusive := 0
 	if j.Exclusive {
 		exclusive = 1
@@ -181,7 +181,7 @@ func (s *Store) JobInsertClaimed(ctx context.Context, j NewJob, owner, ownerNode
 VALUES (?, ?, ?, 'running', {now}, 1, ?, ?, ?, ?, 1, {now}, ?, ?, ?, ?, ?, ?, {now+?}, {now})
 {returning ` + claimedColumns + `}`)
 	args := []any{j.Endpoint, j.Method, j.Payload, j.MaxAttempts, millis(j.Timeout), nullString(j.UniqueKey), j.IdempotencyKey,
-		nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive, owner, ownerNode, millis(lease)}
+		nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive, owner, ownerNode, millis(hold.For(j.Timeout))}
 	var c Claim
 	err := s.retry(ctx, func() error {
 		var err error
@@ -284,11 +284,11 @@ FROM (` + q + `) AS pending`)
 
 // JobsClaim claims up to limit due jobs for owner (an incarnation) with a
 // lease, bumping each job's fencing token.
-func (s *Store) JobsClaim(ctx context.Context, owner, ownerNode string, limit int, lease time.Duration) ([]Claim, error) {
+func (s *Store) JobsClaim(ctx context.Context, owner, ownerNode string, limit int, hold Hold) ([]Claim, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
-	return queryAll(ctx, s, "claim jobs", s.statement(s.d.ClaimJobs()), []any{owner, ownerNode, millis(lease), limit}, scanClaim)
+	return queryAll(ctx, s, "claim jobs", s.statement(s.d.ClaimJobs()), append([]any{owner, ownerNode, limit}, hold.args()...), scanClaim)
 }
 
 // JobRenewLeaseIfRunning extends the lease of a job this node holds. It
@@ -418,14 +418,14 @@ type Held struct {
 // JobsRenewLeases extends, in one statement, the lease of every job the
 // owner holds, and returns which ones it still holds: a job missing from the
 // answer was reclaimed and must not be worked on under its old token.
-func (s *Store) JobsRenewLeases(ctx context.Context, owner string, lease time.Duration) ([]Held, error) {
-	q := `UPDATE {jobs} SET lease_until = {now+?} {output id, token}
+func (s *Store) JobsRenewLeases(ctx context.Context, owner string, hold Hold) ([]Held, error) {
+	q := `UPDATE {jobs} SET lease_until = {now+hold} {output id, token}
 WHERE owner = ? AND state = 'running' {returning id, token}`
 	if r, ok := s.d.(interface{ renewJobLeases() string }); ok {
 		q = r.renewJobLeases()
 	}
 	q = s.statement(q)
-	return queryAll(ctx, s, "renew job leases", q, []any{millis(lease), owner}, func(r rowScanner) (Held, error) {
+	return queryAll(ctx, s, "renew job leases", q, append(hold.args(), owner), func(r rowScanner) (Held, error) {
 		var h Held
 		return h, r.Scan(&h.ID, &h.Token)
 	})

@@ -26,7 +26,7 @@ func TestJobHistory(t *testing.T) {
 
 		claim := func(node string, lease time.Duration) store.Claim {
 			t.Helper()
-			cs, err := s.JobsClaim(ctx, "inc-"+node, node, 1, lease)
+			cs, err := s.JobsClaim(ctx, "inc-"+node, node, 1, store.Lease(lease))
 			require.NoError(t, err)
 			require.Len(t, cs, 1)
 			return cs[0]
@@ -108,7 +108,7 @@ func TestJobHistoryIsCapped(t *testing.T) {
 		require.NoError(t, err)
 		long := strings.Repeat("x", 400)
 		for i := 1; i <= 40; i++ {
-			cs, err := s.JobsClaim(ctx, "inc", "node", 1, time.Minute)
+			cs, err := s.JobsClaim(ctx, "inc", "node", 1, store.Lease(time.Minute))
 			require.NoError(t, err)
 			require.Len(t, cs, 1)
 			_, err = s.JobFinishIfRunning(ctx, id, cs[0].Token, store.Outcome{State: store.StateReady, Status: 500, Error: fmt.Sprint(i, long)})
@@ -169,7 +169,7 @@ func TestJobsListFilters(t *testing.T) {
 		require.Empty(t, list(store.JobFilter{States: []string{store.StateDead}}))
 
 		// One job fails once: it is ready and retrying.
-		cs, err := s.JobsClaim(ctx, "inc", "node", 1, time.Minute)
+		cs, err := s.JobsClaim(ctx, "inc", "node", 1, store.Lease(time.Minute))
 		require.NoError(t, err)
 		_, err = s.JobFinishIfRunning(ctx, cs[0].ID, cs[0].Token, store.Outcome{State: store.StateReady, RetryAfter: time.Hour, Status: 503})
 		require.NoError(t, err)
@@ -187,7 +187,7 @@ func TestJobCancelAndRetryAreFenced(t *testing.T) {
 		ctx := context.Background()
 		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/c", Method: "POST", MaxAttempts: 1, IdempotencyKey: "k"})
 		require.NoError(t, err)
-		cs, err := s.JobsClaim(ctx, "inc", "node", 1, time.Minute)
+		cs, err := s.JobsClaim(ctx, "inc", "node", 1, store.Lease(time.Minute))
 		require.NoError(t, err)
 		ok, err := s.JobCancelIfWaiting(ctx, id, "op")
 		require.NoError(t, err)

@@ -52,7 +52,7 @@ func TestNodeTurnReadsTheRegistryAndTheHints(t *testing.T) {
 		require.False(t, r.Schedules || r.Tasks)
 
 		// A running job whose lease ran out is work too (reclaiming it).
-		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 1, time.Millisecond)
+		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 1, store.Lease(time.Millisecond))
 		require.NoError(t, err)
 		require.Len(t, claims, 1)
 		time.Sleep(5 * time.Millisecond) // database time must pass the lease; no fake clock reaches the database
@@ -69,7 +69,7 @@ func TestNodeTurnReadsTheRegistryAndTheHints(t *testing.T) {
 
 		// A held lease that ends within the task window (its owner stopped
 		// renewing) is announced with how soon; one beyond it is not.
-		ok, err := s.TaskAssignIfUnowned(ctx, "feed", "inc-a", "node-a", 600*time.Millisecond, time.Hour)
+		ok, err := s.TaskAssignIfUnowned(ctx, "feed", "inc-a", "node-a", store.Lease(600*time.Millisecond), time.Hour)
 		require.NoError(t, err)
 		require.True(t, ok)
 		r, err = s.NodeTurn(ctx, a, time.Hour, 2*time.Second, time.Second)

@@ -79,6 +79,9 @@ func (Postgres) ClockResolution() time.Duration { return time.Microsecond }
 func (Postgres) NowPlusMillis() string {
 	return "(clock_timestamp() + CAST(? AS double precision) * interval '1 millisecond')"
 }
+func (Postgres) NowPlusMillisOf(expr string) string {
+	return "(clock_timestamp() + CAST(" + expr + " AS double precision) * interval '1 millisecond')"
+}
 func (Postgres) Table(name string) string { return "slotpoller_" + name }
 func (Postgres) TimeArg(t time.Time) any  { return t.UTC() }
 
@@ -116,10 +119,10 @@ func (Postgres) TimeText(expr string) string {
 func (Postgres) ClaimJobs() string {
 	return `WITH picked AS (
   SELECT c.id FROM {jobs} c WHERE c.state = 'ready' AND c.run_at <= {now} AND ` + claimable("c", "") + `
-  ORDER BY c.run_at, c.id LIMIT $4 FOR UPDATE OF c SKIP LOCKED)
+  ORDER BY c.run_at, c.id LIMIT $3 FOR UPDATE OF c SKIP LOCKED)
 UPDATE {jobs} SET state = 'running', owner = $1, owner_node = $2, token = token + 1,
   attempt = attempt + 1, started_at = {now}, start_by = NULL,
-  lease_until = clock_timestamp() + CAST($3 AS double precision) * interval '1 millisecond'
+  lease_until = ` + Postgres{}.NowPlusMillisOf(holdMillis("timeout_ms", "$4", "$5", "$6", "$7")) + `
 FROM picked WHERE {jobs}.id = picked.id AND {jobs}.state = 'ready'
 RETURNING ` + qualified("{jobs}", claimedColumns)
 }

@@ -163,7 +163,7 @@ func TestJobsPrune100kWhileClaiming(t *testing.T) {
 		var base []time.Duration
 		for range 100 {
 			t0 := time.Now()
-			_, err := s.JobsClaim(ctx, "inc-a", "node-a", 5, time.Minute)
+			_, err := s.JobsClaim(ctx, "inc-a", "node-a", 5, store.Lease(time.Minute))
 			require.NoError(t, err)
 			base = append(base, time.Since(t0))
 			time.Sleep(2 * time.Millisecond)
@@ -184,7 +184,7 @@ func TestJobsPrune100kWhileClaiming(t *testing.T) {
 				default:
 				}
 				t0 := time.Now()
-				cs, err := s.JobsClaim(ctx, "inc-a", "node-a", 5, time.Minute)
+				cs, err := s.JobsClaim(ctx, "inc-a", "node-a", 5, store.Lease(time.Minute))
 				if err != nil {
 					t.Errorf("claim while pruning: %v", err)
 					return

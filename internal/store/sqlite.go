@@ -21,8 +21,11 @@ func (SQLite) Placeholder(int) string         { return "?" }
 func (SQLite) ClockResolution() time.Duration { return time.Millisecond }
 func (SQLite) Now() string                    { return "CAST(unixepoch('now','subsec')*1000 AS INTEGER)" }
 func (SQLite) NowPlusMillis() string          { return "(CAST(unixepoch('now','subsec')*1000 AS INTEGER) + ?)" }
-func (SQLite) Table(name string) string       { return "slotpoller_" + name }
-func (SQLite) TimeArg(t time.Time) any        { return t.UnixMilli() }
+func (SQLite) NowPlusMillisOf(expr string) string {
+	return "(CAST(unixepoch('now','subsec')*1000 AS INTEGER) + (" + expr + "))"
+}
+func (SQLite) Table(name string) string { return "slotpoller_" + name }
+func (SQLite) TimeArg(t time.Time) any  { return t.UnixMilli() }
 
 // Arg turns a time into the integer milliseconds of SQLite's time columns,
 // and a NULL time into a NULL integer.
@@ -49,11 +52,12 @@ func (SQLite) Tail(expr string, n int) string {
 // ClaimJobs needs no row locks: SQLite has one writer at a time, so the
 // subquery and the update see the same rows.
 func (SQLite) ClaimJobs() string {
-	return `UPDATE {jobs} SET state = 'running', owner = ?, owner_node = ?, token = token + 1,
-  attempt = attempt + 1, lease_until = {now+?}, started_at = {now}, start_by = NULL
+	return `UPDATE {jobs} SET state = 'running', owner = ?1, owner_node = ?2, token = token + 1,
+  attempt = attempt + 1, lease_until = ` + SQLite{}.NowPlusMillisOf(holdMillis("timeout_ms", "?4", "?5", "?6", "?7")) + `,
+  started_at = {now}, start_by = NULL
 WHERE state = 'ready' AND id IN (
   SELECT c.id FROM {jobs} c WHERE c.state = 'ready' AND c.run_at <= {now} AND ` + claimable("c", "") + `
-  ORDER BY c.run_at, c.id LIMIT ?)
+  ORDER BY c.run_at, c.id LIMIT ?3)
 RETURNING ` + claimedColumns
 }
 

@@ -75,6 +75,13 @@ func (SQLServer) ClockResolution() time.Duration { return time.Millisecond }
 // integers as bigint), hence the casts.
 func (SQLServer) NowPlusMillis() string { return sqlServerPlusMillis("?", "{again}") }
 
+// NowPlusMillisOf adds a hold in one DATEADD: a hold is at most a call's
+// timeout (24h) plus a lease (24h), far below the int's 24.8 days, and the
+// expression, written once, keeps its parameters once.
+func (SQLServer) NowPlusMillisOf(expr string) string {
+	return "DATEADD(millisecond, CAST(" + expr + " AS int), SYSUTCDATETIME())"
+}
+
 func sqlServerPlusMillis(p, again string) string {
 	return "DATEADD(millisecond, CAST(" + p + " % 86400000 AS int), DATEADD(day, CAST(" + again + " / 86400000 AS int), SYSUTCDATETIME()))"
 }
@@ -214,23 +221,23 @@ var sqlServerOutputTypes = map[string]string{
 func (SQLServer) ClaimJobs() string {
 	return `UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
   attempt = j.attempt + 1, started_at = {now}, start_by = NULL,
-  lease_until = ` + sqlServerPlusMillis("@p3", "@p3") + `
+  lease_until = ` + SQLServer{}.NowPlusMillisOf(holdMillis("j.timeout_ms", "@p4", "@p5", "@p6", "@p7")) + `
 {output ` + claimedColumns + `}
 FROM {jobs} AS j WITH (ROWLOCK) INNER JOIN (
-  SELECT TOP (@p4) c.id FROM {jobs} AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
+  SELECT TOP (@p3) c.id FROM {jobs} AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
   WHERE c.state = 'ready' AND c.run_at <= {now} AND ` + claimable("c", " WITH (UPDLOCK, READPAST, ROWLOCK)") + `
   ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id
 WHERE j.state = 'ready'`
 }
 
-// renewJobLeases is JobsRenewLeases' statement (parameters: lease ms,
-// owner). It finds the owner's rows through the (state, lease_until) index
+// renewJobLeases is JobsRenewLeases' statement (parameters: the hold's
+// four, owner). It finds the owner's rows through the (state, lease_until) index
 // but updates them through the primary key, so that it locks a job's row
 // before its index keys, as a finish (which starts at the row) does: had
 // the update come in through the index, the two would take the same two
 // locks in opposite order and could deadlock on one job.
 func (SQLServer) renewJobLeases() string {
-	return `UPDATE j SET lease_until = {now+?} {output id, token}
+	return `UPDATE j SET lease_until = ` + SQLServer{}.NowPlusMillisOf(holdMillis("j.timeout_ms", "?", "?", "?", "?")) + ` {output id, token}
 FROM {jobs} AS j WITH (ROWLOCK, INDEX(pk_jobs), FORCESEEK)
 WHERE j.id IN (SELECT r.id FROM {jobs} AS r WHERE r.owner = ? AND r.state = 'running')
   AND j.owner = {again} AND j.state = 'running'`

@@ -109,7 +109,7 @@ func sqlServerOps() []op {
 			return err
 		}},
 		{name: "JobsClaim", sends: 1, run: func(ctx context.Context, s *store.Store) error {
-			_, err := s.JobsClaim(ctx, "inc-MARK", "node-MARK", 7, 15*time.Second)
+			_, err := s.JobsClaim(ctx, "inc-MARK", "node-MARK", 7, store.Lease(15*time.Second))
 			return err
 		}},
 		{name: "JobRenewLeaseIfRunning", sends: 1, run: func(ctx context.Context, s *store.Store) error {
@@ -130,7 +130,7 @@ func sqlServerOps() []op {
 			return err
 		}},
 		{name: "JobInsertClaimed", sends: 1, run: func(ctx context.Context, s *store.Store) error {
-			_, err := s.JobInsertClaimed(ctx, mJob, "inc-MARK", "node-MARK", 15*time.Second)
+			_, err := s.JobInsertClaimed(ctx, mJob, "inc-MARK", "node-MARK", store.Lease(15*time.Second))
 			return err
 		}},
 		{name: "JobReleaseIfRunning", sends: 1, run: func(ctx context.Context, s *store.Store) error {
@@ -170,20 +170,20 @@ func sqlServerOps() []op {
 		}},
 		{name: "NodesPrune", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.NodesPrune(ctx, 24*time.Hour); return err }},
 		{name: "JobsRenewLeases", sends: 1, run: func(ctx context.Context, s *store.Store) error {
-			_, err := s.JobsRenewLeases(ctx, "inc-MARK", 15*time.Second)
+			_, err := s.JobsRenewLeases(ctx, "inc-MARK", store.Lease(15*time.Second))
 			return err
 		}},
 		{name: "TaskInsert (new)", sends: 1, run: func(ctx context.Context, s *store.Store) error { return s.TaskInsert(ctx, mTask) }},
 		{name: "TaskInsert (name of a deleted task)", sends: 2, respond: answer("INSERT", duplicate(2627), 0),
 			run: func(ctx context.Context, s *store.Store) error { return s.TaskInsert(ctx, mTask) }},
 		{name: "TasksRenew", sends: 1, run: func(ctx context.Context, s *store.Store) error {
-			_, err := s.TasksRenew(ctx, "inc-MARK", 15*time.Second)
+			_, err := s.TasksRenew(ctx, "inc-MARK", store.Lease(15*time.Second))
 			return err
 		}},
 		{name: "Tasks", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.Tasks(ctx, true); return err }},
 		{name: "TaskGet", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.TaskGet(ctx, "task-MARK"); return err }},
 		{name: "TaskAssignIfUnowned", sends: 1, run: func(ctx context.Context, s *store.Store) error {
-			_, err := s.TaskAssignIfUnowned(ctx, "task-MARK", "inc-MARK", "node-MARK", 15*time.Second, 3*time.Second)
+			_, err := s.TaskAssignIfUnowned(ctx, "task-MARK", "inc-MARK", "node-MARK", store.Lease(15*time.Second), 3*time.Second)
 			return err
 		}},
 		{name: "TaskRequestHandoff", sends: 1, run: func(ctx context.Context, s *store.Store) error {
@@ -306,6 +306,8 @@ var (
 	forbiddenRE   = regexp.MustCompile(`(?i)\bLIMIT\b|\bRETURNING\b|\bMERGE\b|\|\||\bON\s+CONFLICT\b|\bFOR\s+UPDATE\b|\bSKIP\s+LOCKED\b|` +
 		`\bclock_timestamp\b|\bunixepoch\b|\binterval\b|::|\bTRUE\b|\bFALSE\b|\bILIKE\b|"|\{|\}|\bslotpoller_|` +
 		`\bGETDATE\b|\bGETUTCDATE\b|\bSYSDATETIME\b|\bSYSDATETIMEOFFSET\b|\bCURRENT_TIMESTAMP\b|\bNOW\s*\(`)
+	// holdRE finds a hold, added in one DATEADD.
+	holdRE    = regexp.MustCompile(`DATEADD\(millisecond, CAST\(CASE WHEN (j\.)?timeout_ms <= 0 OR (j\.)?timeout_ms > 86400000 THEN`)
 	dateAddRE = regexp.MustCompile(`DATEADD\(millisecond, CAST\((@p\d+) % 86400000 AS int\), DATEADD\(day, CAST\((@p\d+) / 86400000 AS int\), SYSUTCDATETIME\(\)\)\)`)
 )
 
@@ -400,7 +402,10 @@ func checkTSQL(t *testing.T, c storetest.Call) {
 	for _, m := range adds {
 		require.Equal(t, m[1], m[2], "both halves of a DATEADD use the same parameter:\n%s", q)
 	}
-	require.Equal(t, 2*len(adds), strings.Count(q, "DATEADD("), "every DATEADD is the split form:\n%s", q)
+	// A hold (a lease or a call's length, a few days at most) is added
+	// in one DATEADD of milliseconds.
+	holds := len(holdRE.FindAllString(q, -1))
+	require.Equal(t, 2*len(adds)+holds, strings.Count(q, "DATEADD("), "every DATEADD is the split form or a hold:\n%s", q)
 
 	// Written rows come back through OUTPUT, read with a query, and the
 	// clause sits before VALUES or WHERE.
@@ -437,7 +442,7 @@ func TestSQLServerClaim(t *testing.T) {
 			{int64(9), int64(4), int64(2), int64(3), "/b", "GET", nil, "k9", int64(0), runAt, runAt},
 		}}
 	})
-	claims, err := s.JobsClaim(context.Background(), "inc-a", "node-a", 7, 15*time.Second)
+	claims, err := s.JobsClaim(context.Background(), "inc-a", "node-a", 7, store.Lease(15*time.Second))
 	require.NoError(t, err)
 	require.Len(t, claims, 2)
 	require.Equal(t, int64(9), claims[1].ID)
@@ -446,15 +451,17 @@ func TestSQLServerClaim(t *testing.T) {
 	calls := tr.Calls()
 	require.Len(t, calls, 1)
 	q := calls[0].Query
-	require.Equal(t, []any{mssql.NVarCharMax("inc-a"), mssql.NVarCharMax("node-a"), int64(15000), 7}, calls[0].Args, "owner, owner_node, lease ms, limit")
+	require.Equal(t, []any{mssql.NVarCharMax("inc-a"), mssql.NVarCharMax("node-a"), 7, int64(15000), int64(math.MaxInt64), int64(0), int64(15000)},
+		calls[0].Args, "owner, owner_node, limit, the hold: a row with no timeout, longer above, margin, lease")
 	for _, want := range []string{
-		"SELECT TOP (@p4) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)",
+		"SELECT TOP (@p3) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)",
 		// Overlap: claims of one schedule's occurrences take turns on its row.
 		"EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule)\n    AND NOT EXISTS",
 		"WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME()",
 		"ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id",
 		"owner = @p1, owner_node = @p2, token = j.token + 1",
-		"lease_until = DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME()))",
+		"lease_until = DATEADD(millisecond, CAST(CASE WHEN j.timeout_ms <= 0 OR j.timeout_ms > 86400000 THEN CAST(@p4 AS BIGINT) WHEN j.timeout_ms > CAST(@p5 AS BIGINT) " +
+			"THEN j.timeout_ms + CAST(@p6 AS BIGINT) ELSE CAST(@p7 AS BIGINT) END AS int), SYSUTCDATETIME())",
 		"OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, " +
 			"inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for INTO @out",
 		"FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN (",
@@ -617,11 +624,11 @@ func TestSQLServerRenewalLocksInFinishOrder(t *testing.T) {
 	d, err := store.NewSQLServer("sp_unit")
 	require.NoError(t, err)
 	s, tr := storetest.NewTrace(t, d, nil)
-	_, _ = s.JobsRenewLeases(context.Background(), "inc-a", 15*time.Second)
+	_, _ = s.JobsRenewLeases(context.Background(), "inc-a", store.Lease(15*time.Second))
 	calls := tr.Calls()
 	require.Len(t, calls, 1)
 	q := calls[0].Query
-	require.Contains(t, q, "FROM [sp_unit].[jobs] AS j WITH (ROWLOCK, INDEX(pk_jobs), FORCESEEK)\nWHERE j.id IN (SELECT r.id FROM [sp_unit].[jobs] AS r WHERE r.owner = @p2 AND r.state = 'running')")
-	require.Contains(t, q, "AND j.owner = @p2 AND j.state = 'running'", "re-checked on the row it writes")
-	require.Equal(t, []any{int64(15000), mssql.NVarCharMax("inc-a")}, calls[0].Args)
+	require.Contains(t, q, "FROM [sp_unit].[jobs] AS j WITH (ROWLOCK, INDEX(pk_jobs), FORCESEEK)\nWHERE j.id IN (SELECT r.id FROM [sp_unit].[jobs] AS r WHERE r.owner = @p5 AND r.state = 'running')")
+	require.Contains(t, q, "AND j.owner = @p5 AND j.state = 'running'", "re-checked on the row it writes")
+	require.Equal(t, []any{int64(15000), int64(math.MaxInt64), int64(0), int64(15000), mssql.NVarCharMax("inc-a")}, calls[0].Args)
 }

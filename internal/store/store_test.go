@@ -147,7 +147,7 @@ func TestClaimLifecycle(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, store.QueueLoad{Due: 1, Urgent: 0, Running: 0}, load, "not due an hour ago: not urgent")
 
-		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 10, time.Minute)
+		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 10, store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Len(t, claims, 1, "only the due job is claimed")
 		c := claims[0]
@@ -158,7 +158,7 @@ func TestClaimLifecycle(t *testing.T) {
 		require.Equal(t, []byte(`{"n":1}`), c.Payload)
 		require.Equal(t, "key-/due", c.IdempotencyKey)
 
-		again, err := s.JobsClaim(ctx, "inc-b", "node-b", 10, time.Minute)
+		again, err := s.JobsClaim(ctx, "inc-b", "node-b", 10, store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Empty(t, again, "a running job cannot be claimed twice")
 
@@ -216,7 +216,7 @@ func TestLoadCountsOnlyClaimableWork(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, store.QueueLoad{Due: 1, Urgent: 1}, load, "only the earliest waiting occurrence can be claimed")
 
-		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 10, time.Minute)
+		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 10, store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Len(t, claims, 1)
 		load, err = s.JobsLoad(ctx, time.Hour, 0, 100)
@@ -249,7 +249,7 @@ func TestLoadCountsAtMostItsLimit(t *testing.T) {
 			enqueue(t, s, fmt.Sprintf("/due-%d", i), 0)
 		}
 		enqueue(t, s, "/later", time.Hour)
-		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 2, time.Minute)
+		claims, err := s.JobsClaim(ctx, "inc-a", "node-a", 2, store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Len(t, claims, 2)
 
@@ -277,7 +277,7 @@ func TestFinishFencedByToken(t *testing.T) {
 		ctx := context.Background()
 		id := enqueue(t, s, "/x", 0)
 		// A lease already over: the node froze past it.
-		first, err := s.JobsClaim(ctx, "inc-a", "node-a", 1, -time.Second)
+		first, err := s.JobsClaim(ctx, "inc-a", "node-a", 1, store.Lease(-time.Second))
 		require.NoError(t, err)
 		require.Len(t, first, 1)
 
@@ -285,7 +285,7 @@ func TestFinishFencedByToken(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n)
 
-		second, err := s.JobsClaim(ctx, "inc-b", "node-b", 1, time.Minute)
+		second, err := s.JobsClaim(ctx, "inc-b", "node-b", 1, store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Len(t, second, 1)
 		require.Greater(t, second[0].Token, first[0].Token, "every claim gets a new token")
@@ -311,7 +311,7 @@ func TestReclaimExhaustedIsDead(t *testing.T) {
 		ctx := context.Background()
 		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/once", Method: "POST", MaxAttempts: 1, IdempotencyKey: "k"})
 		require.NoError(t, err)
-		_, err = s.JobsClaim(ctx, "inc-a", "node-a", 1, -time.Second)
+		_, err = s.JobsClaim(ctx, "inc-a", "node-a", 1, store.Lease(-time.Second))
 		require.NoError(t, err)
 		_, err = s.JobsReclaimExpired(ctx)
 		require.NoError(t, err)
@@ -327,7 +327,7 @@ func TestReleaseDoesNotCountAttempt(t *testing.T) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		id := enqueue(t, s, "/r", 0)
-		c, err := s.JobsClaim(ctx, "inc-a", "node-a", 1, time.Minute)
+		c, err := s.JobsClaim(ctx, "inc-a", "node-a", 1, store.Lease(time.Minute))
 		require.NoError(t, err)
 		ok, err := s.JobReleaseIfRunning(ctx, id, c[0].Token, "node stopping")
 		require.NoError(t, err)
@@ -387,7 +387,7 @@ func TestConcurrentClaimsGiveEachJobOnce(t *testing.T) {
 			owner := string(rune('A' + p))
 			garbled := 0
 			for {
-				cs, err := other.JobsClaim(ctx, owner, owner, 7, time.Minute)
+				cs, err := other.JobsClaim(ctx, owner, owner, 7, store.Lease(time.Minute))
 				if err != nil && driver == "sqlserver" && garbled < 3 && babelfishGarbledHint(err) {
 					// See README, "Where Babelfish differs": the statement
 					// failed at parse time and changed nothing.
@@ -596,7 +596,7 @@ func TestConcurrentClaimsKeepOverlapForbid(t *testing.T) {
 		asNodes(t, db, 4, func(other *store.Store, p int) {
 			owner := fmt.Sprint("claimer-", p)
 			for idle := 0; idle < 20; {
-				cs, err := other.JobsClaim(ctx, owner, owner, 2, time.Minute)
+				cs, err := other.JobsClaim(ctx, owner, owner, 2, store.Lease(time.Minute))
 				if err != nil {
 					t.Error(err)
 					return

@@ -96,12 +96,12 @@ WHERE name = ? AND state = 'deleted'`)
 // holds, and returns them: renewal is also how a node learns which tasks
 // were assigned to it, which it must stop (deleting, handoff), and which it
 // lost (missing from the answer).
-func (s *Store) TasksRenew(ctx context.Context, owner string, lease time.Duration) ([]HeldTask, error) {
-	q := s.statement(`UPDATE {tasks} SET lease_until = {now+?}
+func (s *Store) TasksRenew(ctx context.Context, owner string, hold Hold) ([]HeldTask, error) {
+	q := s.statement(`UPDATE {tasks} SET lease_until = {now+hold}
   {output name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures}
 WHERE owner = ? AND state IN ('running', 'deleting')
 {returning name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures}`)
-	return queryAll(ctx, s, "renew task leases", q, []any{millis(lease), owner}, func(r rowScanner) (HeldTask, error) {
+	return queryAll(ctx, s, "renew task leases", q, append(hold.args(), owner), func(r rowScanner) (HeldTask, error) {
 		var h HeldTask
 		var everyMS, timeoutMS int64
 		var handoff int
@@ -159,12 +159,13 @@ func (s *Store) TaskGet(ctx context.Context, name string) (Task, error) {
 // whose owner's lease ran out) to a node, under a new token and a lease
 // starting now. The target must be live by the database clock at that
 // moment, so a node that just left is never given work.
-func (s *Store) TaskAssignIfUnowned(ctx context.Context, name, owner, ownerNode string, lease, ttl time.Duration) (bool, error) {
+func (s *Store) TaskAssignIfUnowned(ctx context.Context, name, owner, ownerNode string, hold Hold, ttl time.Duration) (bool, error) {
 	q := s.statement(`UPDATE {tasks} SET state = 'running', owner = ?, owner_node = ?, token = token + 1,
-  lease_until = {now+?}, since = {now}, handoff = 0
+  lease_until = {now+hold}, since = {now}, handoff = 0
 WHERE name = ? AND (state = 'created' OR (state = 'running' AND (lease_until IS NULL OR lease_until < {now})))
   AND EXISTS (SELECT 1 FROM {nodes} WHERE incarnation = ? AND ` + s.live("") + `)`)
-	return s.fenced(ctx, "assign task "+strconv.Quote(name), q, owner, ownerNode, millis(lease), name, owner, -millis(ttl))
+	args := append(append([]any{owner, ownerNode}, hold.args()...), name, owner, -millis(ttl))
+	return s.fenced(ctx, "assign task "+strconv.Quote(name), q, args...)
 }
 
 // TaskRequestHandoff asks a task's owner to release it (rebalancing). The

@@ -24,13 +24,13 @@ func TestTaskOwnership(t *testing.T) {
 		require.ErrorIs(t, s.TaskInsert(ctx, store.NewTask{Name: "feed", Endpoint: "/other", Method: "POST", Every: time.Second}), store.ErrDuplicate)
 
 		// Only a live node can be given a task.
-		ok, err := s.TaskAssignIfUnowned(ctx, "feed", "inc-ghost", "ghost", time.Minute, time.Hour)
+		ok, err := s.TaskAssignIfUnowned(ctx, "feed", "inc-ghost", "ghost", store.Lease(time.Minute), time.Hour)
 		require.NoError(t, err)
 		require.False(t, ok, "a node that is not in the registry gets nothing")
-		ok, err = s.TaskAssignIfUnowned(ctx, "feed", "inc-a", "node-a", time.Minute, time.Hour)
+		ok, err = s.TaskAssignIfUnowned(ctx, "feed", "inc-a", "node-a", store.Lease(time.Minute), time.Hour)
 		require.NoError(t, err)
 		require.True(t, ok)
-		ok, err = s.TaskAssignIfUnowned(ctx, "feed", "inc-b", "node-b", time.Minute, time.Hour)
+		ok, err = s.TaskAssignIfUnowned(ctx, "feed", "inc-b", "node-b", store.Lease(time.Minute), time.Hour)
 		require.NoError(t, err)
 		require.False(t, ok, "a held task is never taken")
 
@@ -39,13 +39,13 @@ func TestTaskOwnership(t *testing.T) {
 		require.Equal(t, 1, nodes[0].Tasks, "the membership read tells node-a it holds a task")
 		require.Equal(t, 0, nodes[1].Tasks)
 
-		held, err := s.TasksRenew(ctx, "inc-a", time.Minute)
+		held, err := s.TasksRenew(ctx, "inc-a", store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Len(t, held, 1)
 		require.Equal(t, "feed", held[0].Name)
 		require.Equal(t, int64(1), held[0].Token)
 		require.Equal(t, 5*time.Second, held[0].Every)
-		held, err = s.TasksRenew(ctx, "inc-b", time.Minute)
+		held, err = s.TasksRenew(ctx, "inc-b", store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Empty(t, held)
 
@@ -65,15 +65,15 @@ func TestTaskOwnership(t *testing.T) {
 
 		// The owner's lease runs out (it froze): the task goes to b under a
 		// new token, and a's renewal no longer returns it.
-		_, err = s.TasksRenew(ctx, "inc-a", -time.Second)
+		_, err = s.TasksRenew(ctx, "inc-a", store.Lease(-time.Second))
 		require.NoError(t, err)
-		ok, err = s.TaskAssignIfUnowned(ctx, "feed", "inc-b", "node-b", time.Minute, time.Hour)
+		ok, err = s.TaskAssignIfUnowned(ctx, "feed", "inc-b", "node-b", store.Lease(time.Minute), time.Hour)
 		require.NoError(t, err)
 		require.True(t, ok)
-		held, err = s.TasksRenew(ctx, "inc-a", time.Minute)
+		held, err = s.TasksRenew(ctx, "inc-a", store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Empty(t, held, "the old owner learns it lost the task")
-		held, err = s.TasksRenew(ctx, "inc-b", time.Minute)
+		held, err = s.TasksRenew(ctx, "inc-b", store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Equal(t, int64(2), held[0].Token)
 		ok, err = s.TaskRecordCall(ctx, "feed", 1, true, 200, "")
@@ -84,7 +84,7 @@ func TestTaskOwnership(t *testing.T) {
 		ok, err = s.TaskRequestHandoff(ctx, "feed", 2)
 		require.NoError(t, err)
 		require.True(t, ok)
-		held, err = s.TasksRenew(ctx, "inc-b", time.Minute)
+		held, err = s.TasksRenew(ctx, "inc-b", store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.True(t, held[0].Handoff)
 		ok, err = s.TaskReleaseIfHeld(ctx, "feed", 2)
@@ -110,12 +110,12 @@ func TestTaskDelete(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, store.TaskDeleted, state, "a task with no owner is deleted at once")
 
-		_, err = s.TaskAssignIfUnowned(ctx, "owned", "inc-a", "node-a", time.Minute, time.Hour)
+		_, err = s.TaskAssignIfUnowned(ctx, "owned", "inc-a", "node-a", store.Lease(time.Minute), time.Hour)
 		require.NoError(t, err)
 		state, err = s.TaskRequestDelete(ctx, "owned")
 		require.NoError(t, err)
 		require.Equal(t, store.TaskDeleting, state)
-		held, err := s.TasksRenew(ctx, "inc-a", time.Minute)
+		held, err := s.TasksRenew(ctx, "inc-a", store.Lease(time.Minute))
 		require.NoError(t, err)
 		require.Equal(t, store.TaskDeleting, held[0].State, "the owner learns of the delete at its renewal")
 		ok, err := s.TaskMarkDeleted(ctx, "owned", held[0].Token)
@@ -123,7 +123,7 @@ func TestTaskDelete(t *testing.T) {
 		require.True(t, ok)
 
 		// An owner that died before confirming: the farm finishes the delete.
-		_, err = s.TaskAssignIfUnowned(ctx, "orphan", "inc-a", "node-a", -time.Second, time.Hour)
+		_, err = s.TaskAssignIfUnowned(ctx, "orphan", "inc-a", "node-a", store.Lease(-time.Second), time.Hour)
 		require.NoError(t, err)
 		_, err = s.TaskRequestDelete(ctx, "orphan")
 		require.NoError(t, err)
@@ -140,7 +140,7 @@ func TestTaskDelete(t *testing.T) {
 
 		// A deleted name can be used again; its token keeps counting.
 		require.NoError(t, s.TaskInsert(ctx, store.NewTask{Name: "owned", Endpoint: "/new", Method: "POST", Every: time.Second}))
-		ok, err = s.TaskAssignIfUnowned(ctx, "owned", "inc-a", "node-a", time.Minute, time.Hour)
+		ok, err = s.TaskAssignIfUnowned(ctx, "owned", "inc-a", "node-a", store.Lease(time.Minute), time.Hour)
 		require.NoError(t, err)
 		require.True(t, ok)
 		task, err := s.TaskGet(ctx, "owned")
@@ -159,7 +159,7 @@ func TestTasksReleaseAll(t *testing.T) {
 		checkIn(t, s, "node-a", "inc-a")
 		for _, n := range []string{"t1", "t2"} {
 			require.NoError(t, s.TaskInsert(ctx, store.NewTask{Name: n, Endpoint: "/t", Method: "POST", Every: time.Second}))
-			_, err := s.TaskAssignIfUnowned(ctx, n, "inc-a", "node-a", time.Minute, time.Hour)
+			_, err := s.TaskAssignIfUnowned(ctx, n, "inc-a", "node-a", store.Lease(time.Minute), time.Hour)
 			require.NoError(t, err)
 		}
 		_, err := s.TaskRequestDelete(ctx, "t2")

@@ -229,7 +229,7 @@ func TakeOver(t testing.TB, s *store.Store, id int64) store.Claim {
 	if _, err := s.JobsReclaimExpired(ctx); err != nil {
 		t.Fatalf("reclaim job %d: %v", id, err)
 	}
-	cs, err := s.JobsClaim(ctx, "inc-b", "node-b", 1, time.Minute)
+	cs, err := s.JobsClaim(ctx, "inc-b", "node-b", 1, store.Lease(time.Minute))
 	if err != nil || len(cs) != 1 || cs[0].ID != id {
 		t.Fatalf("claim job %d for node-b: %v, %v", id, cs, err)
 	}

@@ -134,14 +134,14 @@ FROM (SELECT TOP (@p3) j.run_at, j.start_by FROM [sp_unit].[jobs] j
       AND e.scheduled_for < j.scheduled_for)))) AS pending;
 
 -- JobsClaim
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int64, @p4 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int, @p4 int64, @p5 int64, @p6 int64, @p7 int64
 DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7));
 UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
   attempt = j.attempt + 1, started_at = SYSUTCDATETIME(), start_by = NULL,
-  lease_until = DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME()))
+  lease_until = DATEADD(millisecond, CAST(CASE WHEN j.timeout_ms <= 0 OR j.timeout_ms > 86400000 THEN CAST(@p4 AS BIGINT) WHEN j.timeout_ms > CAST(@p5 AS BIGINT) THEN j.timeout_ms + CAST(@p6 AS BIGINT) ELSE CAST(@p7 AS BIGINT) END AS int), SYSUTCDATETIME())
 OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for INTO @out
 FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN (
-  SELECT TOP (@p4) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
+  SELECT TOP (@p3) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
   WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND (c.exclusive = 0 OR (
     EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule)
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = c.schedule AND r.state = 'running')
@@ -265,12 +265,12 @@ DELETE FROM [sp_unit].[jobs] WHERE state = 'done' AND finished_at IS NOT NULL AN
 DELETE FROM [sp_unit].[nodes] WHERE last_seen < DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()));
 
 -- JobsRenewLeases
--- @p1 int64, @p2 mssql.NVarCharMax
+-- @p1 int64, @p2 int64, @p3 int64, @p4 int64, @p5 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT, token BIGINT);
-UPDATE j SET lease_until = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())) OUTPUT inserted.id, inserted.token INTO @out
+UPDATE j SET lease_until = DATEADD(millisecond, CAST(CASE WHEN j.timeout_ms <= 0 OR j.timeout_ms > 86400000 THEN CAST(@p1 AS BIGINT) WHEN j.timeout_ms > CAST(@p2 AS BIGINT) THEN j.timeout_ms + CAST(@p3 AS BIGINT) ELSE CAST(@p4 AS BIGINT) END AS int), SYSUTCDATETIME()) OUTPUT inserted.id, inserted.token INTO @out
 FROM [sp_unit].[jobs] AS j WITH (ROWLOCK, INDEX(pk_jobs), FORCESEEK)
-WHERE j.id IN (SELECT r.id FROM [sp_unit].[jobs] AS r WHERE r.owner = @p2 AND r.state = 'running')
-  AND j.owner = @p2 AND j.state = 'running';
+WHERE j.id IN (SELECT r.id FROM [sp_unit].[jobs] AS r WHERE r.owner = @p5 AND r.state = 'running')
+  AND j.owner = @p5 AND j.state = 'running';
 SELECT id, token FROM @out ORDER BY id;
 
 -- TaskInsert (new)
@@ -289,11 +289,11 @@ UPDATE [sp_unit].[tasks] SET endpoint = @p1, method = @p2, payload = @p3, every_
 WHERE name = @p6 AND state = 'deleted';
 
 -- TasksRenew
--- @p1 int64, @p2 mssql.NVarCharMax
+-- @p1 int64, @p2 int64, @p3 int64, @p4 int64, @p5 mssql.NVarCharMax
 DECLARE @out TABLE (name NVARCHAR(200), token BIGINT, state NVARCHAR(20), endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), every_ms BIGINT, timeout_ms BIGINT, handoff INT, failures INT);
-UPDATE [sp_unit].[tasks] SET lease_until = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))
+UPDATE [sp_unit].[tasks] SET lease_until = DATEADD(millisecond, CAST(CASE WHEN timeout_ms <= 0 OR timeout_ms > 86400000 THEN CAST(@p1 AS BIGINT) WHEN timeout_ms > CAST(@p2 AS BIGINT) THEN timeout_ms + CAST(@p3 AS BIGINT) ELSE CAST(@p4 AS BIGINT) END AS int), SYSUTCDATETIME())
   OUTPUT inserted.name, inserted.token, inserted.state, inserted.endpoint, inserted.method, inserted.payload, inserted.every_ms, inserted.timeout_ms, inserted.handoff, inserted.failures INTO @out
-WHERE owner = @p2 AND state IN ('running', 'deleting');
+WHERE owner = @p5 AND state IN ('running', 'deleting');
 SELECT name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures FROM @out ORDER BY name;
 
 -- Tasks
@@ -309,11 +309,11 @@ SELECT name, endpoint, method, every_ms, state, owner, owner_node, token,
   since, handoff, calls, failures, last_call_at, last_status, last_error, SYSUTCDATETIME() FROM [sp_unit].[tasks] WHERE name = @p1;
 
 -- TaskAssignIfUnowned
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int64, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int64
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int64, @p4 int64, @p5 int64, @p6 int64, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 int64
 UPDATE [sp_unit].[tasks] SET state = 'running', owner = @p1, owner_node = @p2, token = token + 1,
-  lease_until = DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME())), since = SYSUTCDATETIME(), handoff = 0
-WHERE name = @p4 AND (state = 'created' OR (state = 'running' AND (lease_until IS NULL OR lease_until < SYSUTCDATETIME())))
-  AND EXISTS (SELECT 1 FROM [sp_unit].[nodes] WHERE incarnation = @p5 AND state = 'up' AND (live_until > SYSUTCDATETIME() OR last_seen > DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME()))));
+  lease_until = DATEADD(millisecond, CAST(CASE WHEN timeout_ms <= 0 OR timeout_ms > 86400000 THEN CAST(@p3 AS BIGINT) WHEN timeout_ms > CAST(@p4 AS BIGINT) THEN timeout_ms + CAST(@p5 AS BIGINT) ELSE CAST(@p6 AS BIGINT) END AS int), SYSUTCDATETIME()), since = SYSUTCDATETIME(), handoff = 0
+WHERE name = @p7 AND (state = 'created' OR (state = 'running' AND (lease_until IS NULL OR lease_until < SYSUTCDATETIME())))
+  AND EXISTS (SELECT 1 FROM [sp_unit].[nodes] WHERE incarnation = @p8 AND state = 'up' AND (live_until > SYSUTCDATETIME() OR last_seen > DATEADD(millisecond, CAST(@p9 % 86400000 AS int), DATEADD(day, CAST(@p9 / 86400000 AS int), SYSUTCDATETIME()))));
 
 -- TaskRequestHandoff
 -- @p1 mssql.NVarCharMax, @p2 int64

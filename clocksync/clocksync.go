@@ -158,7 +158,27 @@ type Estimator struct {
 	mu  sync.Mutex
 	est Estimate
 	ok  bool
+	// The last step of the reference clock seen: a sample that disagreed
+	// with the estimate carried forward by more than both error bounds
+	// and MinStep.
+	step  Step
+	steps int
 }
+
+// Step is a jump of the reference clock that the local monotonic clock did
+// not see: the database host's clock was stepped (an NTP step, a failover
+// to a host whose clock reads otherwise).
+type Step struct {
+	// Size is how far the reference jumped: positive ahead, negative back.
+	Size time.Duration
+	// At is the local monotonic reading when the step was seen.
+	At time.Duration
+}
+
+// MinStep is the least disagreement, beyond both samples' error bounds and
+// the drift allowed, that counts as a step of the reference clock: less is
+// within what a lease's margin absorbs.
+const MinStep = 250 * time.Millisecond
 
 // New returns an Estimator that reads the reference from src and local time
 // from clk. It holds no estimate until the first successful Sync.
@@ -226,6 +246,7 @@ func (e *Estimator) Sync(ctx context.Context) (Estimate, error) {
 	est := Estimate{Offset: best.Offset, Error: best.Error(), Measured: best.Received, Samples: good, mono: best.mono}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.judgeLocked(best)
 	// Two overlapping Syncs may finish out of order; the fresher
 	// measurement wins because clocks drift. Fresher on the monotonic
 	// clock: after a wall step back every new measurement would look older.
@@ -284,7 +305,7 @@ func (e *Estimator) Observe(ctx context.Context, read func(context.Context) (tim
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.ok {
+	if e.ok && !e.judgeLocked(s) {
 		if s.mono < e.est.mono {
 			return nil
 		}
@@ -295,6 +316,49 @@ func (e *Estimator) Observe(ctx context.Context, read func(context.Context) (tim
 	}
 	e.est, e.ok = Estimate{Offset: s.Offset, Error: s.Error(), Measured: s.Received, Samples: 1, mono: s.mono}, true
 	return nil
+}
+
+// judgeLocked compares a new sample with the estimate carried forward to
+// the sample's monotonic reading and records a step when they disagree by
+// more than both error bounds, the drift allowed and MinStep. It reports
+// whether the sample shows a step: such a sample replaces the estimate
+// whatever its error bound, as the old one no longer describes the
+// reference. Holds e.mu.
+func (e *Estimator) judgeLocked(s Sample) bool {
+	if !e.ok || s.mono < e.est.mono {
+		return false
+	}
+	age := s.mono - e.est.mono
+	carried := e.est.Measured.Add(e.est.Offset).Add(age)
+	measured := s.Received.Add(s.Offset)
+	jump := measured.Sub(carried)
+	allowed := e.est.Error + s.Error() + time.Duration(float64(age)*MaxDrift) + MinStep
+	if jump.Abs() <= allowed {
+		return false
+	}
+	e.step, e.steps = Step{Size: jump, At: s.mono}, e.steps+1
+	e.log.Warn("the database clock stepped: leases and due times written before it are not trusted for a while",
+		"step", jump, "allowed", allowed)
+	return true
+}
+
+// LastStep returns the last step of the reference clock seen, how long ago
+// on the local monotonic clock, and how many were seen; ok is false when
+// none was.
+func (e *Estimator) LastStep() (step Step, ago time.Duration, count int, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.steps == 0 {
+		return Step{}, 0, 0, false
+	}
+	return e.step, e.clk.Monotonic() - e.step.At, e.steps, true
+}
+
+// SteppedWithin reports whether the reference clock was seen to step
+// within the last d of local monotonic time.
+func (e *Estimator) SteppedWithin(d time.Duration) bool {
+	_, ago, _, ok := e.LastStep()
+	return ok && ago <= d
 }
 
 // Current returns the latest estimate and whether one exists yet.

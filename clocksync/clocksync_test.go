@@ -552,28 +552,29 @@ func TestObserveKeepsASampleOnlyWhenItBeatsTheAgedEstimate(t *testing.T) {
 	require.NoError(t, err)
 
 	// A turn's reading with a 10 ms round trip a second later: error 5 ms,
+	// off by less than a step,
 	// worse than 1 ms + 100 µs of drift. Kept out.
 	clk.Advance(time.Second)
-	require.NoError(t, e.Observe(ctx, reading(clk, 50*time.Second, 5*time.Millisecond, 5*time.Millisecond)))
+	require.NoError(t, e.Observe(ctx, reading(clk, 42*time.Second+100*time.Millisecond, 5*time.Millisecond, 5*time.Millisecond)))
 	est, _ := e.Current()
 	require.Equal(t, 42*time.Second, est.Offset, "a worse sample must not replace a fresh better one")
 
 	// A minute later the burst's estimate has aged to 1 ms + 6 ms: the same
 	// reading now wins.
 	clk.Advance(time.Minute)
-	require.NoError(t, e.Observe(ctx, reading(clk, 43*time.Second, 5*time.Millisecond, 5*time.Millisecond)))
+	require.NoError(t, e.Observe(ctx, reading(clk, 42*time.Second+200*time.Millisecond, 5*time.Millisecond, 5*time.Millisecond)))
 	est, _ = e.Current()
-	require.Equal(t, 43*time.Second, est.Offset)
+	require.Equal(t, 42*time.Second+200*time.Millisecond, est.Offset)
 	require.Equal(t, 5*time.Millisecond, est.Error)
 
 	// A better sample wins at once; a failed reading changes nothing.
-	require.NoError(t, e.Observe(ctx, reading(clk, 44*time.Second, 100*time.Microsecond, 100*time.Microsecond)))
+	require.NoError(t, e.Observe(ctx, reading(clk, 42*time.Second+300*time.Millisecond, 100*time.Microsecond, 100*time.Microsecond)))
 	est, _ = e.Current()
-	require.Equal(t, 44*time.Second, est.Offset)
+	require.Equal(t, 42*time.Second+300*time.Millisecond, est.Offset)
 	boom := errors.New("database gone")
 	require.ErrorIs(t, e.Observe(ctx, func(context.Context) (time.Time, error) { return time.Time{}, boom }), boom)
 	est, _ = e.Current()
-	require.Equal(t, 44*time.Second, est.Offset)
+	require.Equal(t, 42*time.Second+300*time.Millisecond, est.Offset)
 }
 
 func TestRunSkipsItsBurstWhileObservedSamplesKeepTheEstimateFresh(t *testing.T) {
@@ -603,4 +604,52 @@ func TestRunSkipsItsBurstWhileObservedSamplesKeepTheEstimateFresh(t *testing.T) 
 	require.Eventually(t, func() bool { return src.Calls() == 2 }, 5*time.Second, time.Millisecond)
 	stop()
 	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// A step of the database's clock (its host stepped by NTP, a failover to a
+// host whose clock reads otherwise) is a sample that disagrees with the
+// estimate carried forward on the monotonic clock by more than both error
+// bounds, the drift and MinStep. It is recorded, either way, and replaces
+// the estimate whatever its error bound; jitter within the bounds is not a
+// step.
+func TestAStepOfTheDatabaseClockIsSeen(t *testing.T) {
+	for _, step := range []time.Duration{time.Hour, -time.Hour, 30 * time.Second, -2 * time.Second} {
+		t.Run(step.String(), func(t *testing.T) {
+			ctx := context.Background()
+			clk := clock.NewFake(start)
+			src := &fakeSource{clk: clk, skew: 42 * time.Second}
+			e := New(src, clk, Options{Burst: 1, Gap: -1})
+			_, err := e.Sync(ctx)
+			require.NoError(t, err)
+			for range 5 { // turns' readings with jitter: no step
+				clk.Advance(time.Second)
+				require.NoError(t, e.Observe(ctx, reading(clk, 42*time.Second+20*time.Millisecond, 5*time.Millisecond, 15*time.Millisecond)))
+			}
+			_, _, _, ok := e.LastStep()
+			require.False(t, ok, "jitter within the error bounds is no step")
+			require.False(t, e.SteppedWithin(time.Hour))
+
+			clk.Advance(time.Second)
+			// A worse round trip than the estimate's: kept all the same.
+			require.NoError(t, e.Observe(ctx, reading(clk, 42*time.Second+step, 20*time.Millisecond, 20*time.Millisecond)))
+			got, ago, n, ok := e.LastStep()
+			require.True(t, ok)
+			require.Equal(t, 1, n)
+			require.Zero(t, ago)
+			require.InDelta(t, step.Seconds(), got.Size.Seconds(), 0.05)
+			est, _ := e.Current()
+			require.Equal(t, 42*time.Second+step, est.Offset, "the stepped sample replaces the estimate")
+			db, _, _ := e.Now()
+			require.WithinDuration(t, clk.Now().Add(42*time.Second+step), db, 50*time.Millisecond)
+
+			clk.Advance(10 * time.Second)
+			require.True(t, e.SteppedWithin(10*time.Second))
+			require.False(t, e.SteppedWithin(9*time.Second))
+			// A wall step of the node's own clock is no step of the database's.
+			clk.StepWall(-time.Hour)
+			require.NoError(t, e.Observe(ctx, reading(clk, 42*time.Second+step+time.Hour, 5*time.Millisecond, 5*time.Millisecond)))
+			_, _, n, _ = e.LastStep()
+			require.Equal(t, 1, n, "the node's wall step is not the database's")
+		})
+	}
 }

@@ -163,7 +163,7 @@ func TestATaskDeclaringItsCallLengthIsHeldForIt(t *testing.T) {
 		c := clock.NewFake(t0)
 		k := newKeeper(s, base, c, "node-a") // ttl 3s, heartbeat 1s, margin 500ms, timeout 5s
 		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-node-a", Capacity: 4, Free: 4}, time.Hour))
-		_, err := k.Balance(ctx, []jobs.Member{{Name: "node-a", Incarnation: "inc-node-a", Capacity: 4}}, time.Hour)
+		_, err := k.Balance(ctx, []jobs.Member{{Name: "node-a", Incarnation: "inc-node-a", Capacity: 4}}, time.Hour, false)
 		require.NoError(t, err)
 		held := func(name string) time.Duration {
 			var ms int64

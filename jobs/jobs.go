@@ -273,6 +273,12 @@ type Turn struct {
 	// this slot, and a node woken by the backlog starts its calls a round
 	// trip sooner.
 	Widened bool
+	// ClockStepped: the database clock was seen to step lately. Leases
+	// and start windows written before the step may look run out though
+	// their holders live (a step ahead) until every holder has renewed on
+	// the clock as it now reads: this poll reclaims nothing and marks no
+	// occurrence missed. Claims go on.
+	ClockStepped bool
 	// Backlog, if set, tells the farm that this poll leaves due work
 	// behind; the poll reports its answer in PollResult.BacklogErr. It is
 	// called as soon as the count shows it, alongside the
@@ -291,7 +297,7 @@ type Turn struct {
 func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	r.polls.Add(1)
 	var res PollResult
-	if !turn.Widened {
+	if !turn.Widened && !turn.ClockStepped {
 		n, err := bounded(ctx, r.statementTimeout(), r.store.JobsReclaimExpired)
 		if err != nil {
 			return res, err

@@ -229,15 +229,29 @@ type MaterializeResult struct {
 // nodes race), its misfire policy applied to those it can no longer start
 // within tolerance, and is advanced past them.
 func Materialize(ctx context.Context, s *store.Store, lookahead time.Duration, log *slog.Logger) (MaterializeResult, error) {
+	return materialize(ctx, s, lookahead, false, log)
+}
+
+// MaterializeAcrossStep is Materialize while the database clock is seen to
+// have stepped lately: the fire times a step ahead jumped over were never
+// passed by the farm (no time went by for them), so they are neither run
+// nor counted as missed; the schedules go on from their first occurrence
+// that can still start in time, as after a resume. A step is not an
+// outage.
+func MaterializeAcrossStep(ctx context.Context, s *store.Store, lookahead time.Duration, log *slog.Logger) (MaterializeResult, error) {
+	return materialize(ctx, s, lookahead, true, log)
+}
+
+func materialize(ctx context.Context, s *store.Store, lookahead time.Duration, stepped bool, log *slog.Logger) (MaterializeResult, error) {
 	due, now, err := s.SchedulesDue(ctx, lookahead)
 	if err != nil {
 		return MaterializeResult{}, err
 	}
-	return materializeDue(ctx, s, due, now, lookahead, log)
+	return materializeDue(ctx, s, due, now, lookahead, stepped, log)
 }
 
 // materializeDue writes the occurrences of schedules read as due at now.
-func materializeDue(ctx context.Context, s *store.Store, due []store.Schedule, now time.Time, lookahead time.Duration, log *slog.Logger) (MaterializeResult, error) {
+func materializeDue(ctx context.Context, s *store.Store, due []store.Schedule, now time.Time, lookahead time.Duration, stepped bool, log *slog.Logger) (MaterializeResult, error) {
 	res := MaterializeResult{Schedules: len(due)}
 	for _, sc := range due {
 		ft, err := CompileSchedule(sc)
@@ -245,7 +259,7 @@ func materializeDue(ctx context.Context, s *store.Store, due []store.Schedule, n
 			log.Error("schedule cannot be run; fix or remove it", "schedule", sc.Name, "err", err)
 			continue
 		}
-		created, missed, err := materializeOne(ctx, s, sc, ft, now, lookahead)
+		created, missed, err := materializeOne(ctx, s, sc, ft, now, lookahead, stepped)
 		res.Created += created
 		res.Missed += missed
 		if err != nil {
@@ -264,7 +278,7 @@ func materializeDue(ctx context.Context, s *store.Store, due []store.Schedule, n
 	return res, nil
 }
 
-func materializeOne(ctx context.Context, s *store.Store, sc store.Schedule, ft *FireTimes, now time.Time, lookahead time.Duration) (int, int, error) {
+func materializeOne(ctx context.Context, s *store.Store, sc store.Schedule, ft *FireTimes, now time.Time, lookahead time.Duration, stepped bool) (int, int, error) {
 	if sc.NextFireAt == nil {
 		return 0, 0, nil
 	}
@@ -278,8 +292,24 @@ func materializeOne(ctx context.Context, s *store.Store, sc store.Schedule, ft *
 	var startBy []time.Time
 	missed := 0
 	next := ft.Next(fires[len(fires)-1])
-	switch sc.Misfire {
-	case store.MisfireAll:
+	switch {
+	case stepped:
+		// Late only by the step: skipped uncounted, whatever the policy.
+		for _, f := range fires {
+			if late(f) {
+				continue
+			}
+			run = append(run, f)
+			if sc.Misfire == store.MisfireAll {
+				startBy = append(startBy, time.Time{}) // however late
+			} else {
+				startBy = append(startBy, f.Add(sc.Tolerance))
+			}
+		}
+		if jump := ft.Next(now.Add(-sc.Tolerance)); more && jump.After(next) {
+			next = jump
+		}
+	case sc.Misfire == store.MisfireAll:
 		// Every occurrence runs, however late: none has a start_by to miss.
 		run = fires
 		startBy = make([]time.Time, len(fires))

@@ -305,7 +305,7 @@ func TestRemovedOrPausedScheduleGetsNoOccurrenceFromAnEarlierRead(t *testing.T) 
 		require.NoError(t, err)
 		require.True(t, ok)
 
-		res, err := jobs.MaterializeDue(ctx, s, due, now, lookahead, quiet) // then the materializer writes
+		res, err := jobs.MaterializeDue(ctx, s, due, now, lookahead, false, quiet) // then the materializer writes
 		require.NoError(t, err)
 		require.Zero(t, res.Created)
 		for _, name := range []string{"gone", "paused"} {
@@ -356,4 +356,50 @@ func TestReaddedScheduleGetsItsOccurrence(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, res.Created, "an occurrence of a live schedule is written once (next was %v)", sc.NextFireAt)
 	})
+}
+
+// A step of the database clock ahead makes every fire time it jumped over
+// look late, though no time went by for the farm: the materializer across
+// a step runs none of them and counts none as missed, whatever the
+// misfire policy, and goes on from the first occurrence that can still
+// start in time. Without the step the same hour is an outage, counted by
+// the policy.
+func TestAStepOfTheDatabaseClockIsNotAnOutage(t *testing.T) {
+	for _, misfire := range []string{store.MisfireOnce, store.MisfireSkip, store.MisfireAll} {
+		t.Run(misfire, func(t *testing.T) {
+			s, _ := storetest.Open(t, "sqlite")
+			ctx := context.Background()
+			sc := everySecond("tick", misfire)
+			sc.Every, sc.Tolerance = time.Minute, time.Second
+			require.NoError(t, jobs.AddSchedule(ctx, s, sc))
+			due, now, err := s.SchedulesDue(ctx, time.Hour)
+			require.NoError(t, err)
+			require.Len(t, due, 1)
+			stepped := now.Add(time.Hour) // the clock as it reads after a step of an hour ahead
+
+			res, err := jobs.MaterializeDue(ctx, s, due, stepped, 2*time.Second, true, quiet)
+			require.NoError(t, err)
+			require.Zero(t, res.Missed, "no occurrence is missed across a step")
+			require.LessOrEqual(t, res.Created, 1, "only what can still start in time runs")
+			for _, j := range occurrences(t, s, "tick") {
+				require.False(t, j.ScheduledFor.Add(sc.Tolerance).Before(stepped), "an occurrence the step jumped over was written: %v", j.ScheduledFor)
+			}
+			got, err := s.ScheduleGet(ctx, "tick")
+			require.NoError(t, err)
+			require.Zero(t, got.Missed)
+			require.True(t, got.NextFireAt.After(stepped.Add(-sc.Tolerance)), "the schedule goes on from after the step: next %v", got.NextFireAt)
+
+			// The same hour without a step is an outage.
+			if misfire == store.MisfireAll {
+				return // every occurrence runs, none is missed
+			}
+			s2, _ := storetest.Open(t, "sqlite")
+			require.NoError(t, jobs.AddSchedule(ctx, s2, sc))
+			due, now, err = s2.SchedulesDue(ctx, time.Hour)
+			require.NoError(t, err)
+			res, err = jobs.MaterializeDue(ctx, s2, due, now.Add(time.Hour), 2*time.Second, false, quiet)
+			require.NoError(t, err)
+			require.Positive(t, res.Missed, "an outage is counted by the misfire policy")
+		})
+	}
 }

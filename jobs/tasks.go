@@ -434,13 +434,21 @@ type BalanceResult struct {
 // (tasks per capacity), and, at most one at a time, ask an owner above its
 // share to hand a task off — only when the move strictly evens the farm
 // and only a task held for MinHold, so tasks do not flap.
-func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duration) (BalanceResult, error) {
+//
+// With clockStepped (the database clock was seen to step lately), a task
+// whose lease looks run out is left to its owner: the lease was written
+// on the clock as it read before the step, and its owner renews it on the
+// clock as it reads now within a heartbeat. Deletes are not finished then
+// either. New and released tasks are still given out.
+func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duration, clockStepped bool) (BalanceResult, error) {
 	var res BalanceResult
-	n, err := k.store.TasksFinishOrphanedDeletes(ctx)
-	if err != nil {
-		return res, err
+	if !clockStepped {
+		n, err := k.store.TasksFinishOrphanedDeletes(ctx)
+		if err != nil {
+			return res, err
+		}
+		res.DeletesClosed = n
 	}
-	res.DeletesClosed = n
 	if len(members) == 0 {
 		return res, nil
 	}
@@ -455,6 +463,8 @@ func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duratio
 	var unowned []store.Task
 	for _, t := range tasks {
 		switch {
+		case t.State == store.TaskRunning && !t.Held && clockStepped:
+			// Its lease may only look run out: left to its owner.
 		case t.State == store.TaskCreated, t.State == store.TaskRunning && !t.Held:
 			unowned = append(unowned, t)
 		case t.Held:

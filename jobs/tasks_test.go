@@ -251,7 +251,7 @@ func TestBalanceSpreadsAndRebalancesWithHysteresis(t *testing.T) {
 		for i := range 6 {
 			require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "t" + strconv.Itoa(i), Endpoint: "/t", Every: time.Second}))
 		}
-		res, err := k.Balance(ctx, members, time.Hour)
+		res, err := k.Balance(ctx, members, time.Hour, false)
 		require.NoError(t, err)
 		require.Equal(t, 6, res.Assigned)
 		require.Equal(t, 2, res.AssignedToMe)
@@ -261,17 +261,17 @@ func TestBalanceSpreadsAndRebalancesWithHysteresis(t *testing.T) {
 		// MinHold (10s)...
 		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-d", Incarnation: "inc-node-d", Capacity: 4, Free: 4}, time.Hour))
 		members = append(members, jobs.Member{Name: "node-d", Incarnation: "inc-node-d", Capacity: 4})
-		res, err = k.Balance(ctx, members, time.Hour)
+		res, err = k.Balance(ctx, members, time.Hour, false)
 		require.NoError(t, err)
 		require.Empty(t, res.HandoffAsked, "tasks held for less than MinHold stay put")
 
 		// ...so age them on the database clock, then one handoff at a time.
 		_, err = s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {tasks} SET since = {now+?}`), -60_000)
 		require.NoError(t, err)
-		res, err = k.Balance(ctx, members, time.Hour)
+		res, err = k.Balance(ctx, members, time.Hour, false)
 		require.NoError(t, err)
 		require.NotEmpty(t, res.HandoffAsked)
-		res, err = k.Balance(ctx, members, time.Hour)
+		res, err = k.Balance(ctx, members, time.Hour, false)
 		require.NoError(t, err)
 		require.Empty(t, res.HandoffAsked, "one move at a time")
 
@@ -285,7 +285,7 @@ func TestBalanceSpreadsAndRebalancesWithHysteresis(t *testing.T) {
 				require.True(t, ok)
 			}
 		}
-		res, err = k.Balance(ctx, members, time.Hour)
+		res, err = k.Balance(ctx, members, time.Hour, false)
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Assigned)
 		got := owners(t, s)
@@ -295,7 +295,7 @@ func TestBalanceSpreadsAndRebalancesWithHysteresis(t *testing.T) {
 		_, err = s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {tasks} SET since = {now+?}`), -60_000)
 		require.NoError(t, err)
 		for range 3 {
-			res, err = k.Balance(ctx, members, time.Hour)
+			res, err = k.Balance(ctx, members, time.Hour, false)
 			require.NoError(t, err)
 			require.Empty(t, res.HandoffAsked, "no flapping once within one task: %v", owners(t, s))
 		}
@@ -337,7 +337,7 @@ func TestBalanceSkipsAMemberTheDatabaseNoLongerCountsLive(t *testing.T) {
 	ok, err := s.TaskAssignIfUnowned(ctx, "t0", "inc-node-a", "node-a", store.Lease(time.Minute), time.Hour)
 	require.NoError(t, err)
 	require.True(t, ok)
-	res, err := k.Balance(ctx, []jobs.Member{{Name: "node-a", Incarnation: "inc-node-a", Capacity: 4}, {Name: "node-b", Incarnation: "inc-node-b", Capacity: 4}}, time.Hour)
+	res, err := k.Balance(ctx, []jobs.Member{{Name: "node-a", Incarnation: "inc-node-a", Capacity: 4}, {Name: "node-b", Incarnation: "inc-node-b", Capacity: 4}}, time.Hour, false)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Assigned, "the task goes to the next member instead of waiting a slot")
 	require.Equal(t, map[string]int{"node-a": 2}, owners(t, s))
@@ -493,7 +493,7 @@ func slotOwnerTries(ctx context.Context, t *testing.T, kb *jobs.Keeper) {
 	t.Helper()
 	members := []jobs.Member{{Name: "node-b", Incarnation: "inc-node-b", Capacity: 4}}
 	for range 10 {
-		_, err := kb.Balance(ctx, members, time.Hour)
+		_, err := kb.Balance(ctx, members, time.Hour, false)
 		require.NoError(t, err)
 		require.NoError(t, kb.Renew(ctx))
 		time.Sleep(20 * time.Millisecond) // real time for an early release write to land
@@ -661,7 +661,7 @@ func TestBalanceNeverGivesAnOrphanBackToTheOwnerThatStoppedRenewing(t *testing.T
 		ctx := context.Background()
 		k := newKeeper(s, &url.URL{Scheme: "http", Host: "localhost"}, clock.NewFake(t0), "node-a")
 		members := orphansOfAStoppedOwner(t, s)
-		res, err := k.Balance(ctx, members, time.Hour)
+		res, err := k.Balance(ctx, members, time.Hour, false)
 		require.NoError(t, err)
 		require.Equal(t, 3, res.Assigned)
 		got := owners(t, s)
@@ -684,7 +684,7 @@ func TestBalanceTakesOverOrphansWhereNodesCannotBeWoken(t *testing.T) {
 			Clock: clock.NewFake(t0), Rand: func() float64 { return 0 }, TakeOverOrphans: true})
 		members := orphansOfAStoppedOwner(t, s)
 		require.NoError(t, s.TaskInsert(ctx, store.NewTask{Name: "zz-new", Endpoint: "/t", Method: "POST", Every: time.Second}))
-		res, err := k.Balance(ctx, members, time.Hour)
+		res, err := k.Balance(ctx, members, time.Hour, false)
 		require.NoError(t, err)
 		require.Equal(t, 4, res.Assigned)
 		require.Equal(t, 3, res.AssignedToMe, "node-b's three tasks")

@@ -300,6 +300,11 @@ func (w *wiring) pollLoop(ctx context.Context) error {
 	r, k, reg, est := w.runner, w.keeper, w.reg, w.est
 	slot := time.Duration(cfg.Rotation.Slot)
 	hold := 3 * max(time.Duration(cfg.Checkin.Heartbeat), slot)
+	// After a step of the database clock, every live holder has renewed
+	// its leases on the clock as it now reads within a lease (jobs, every
+	// third of it) or a TTL (tasks, every heartbeat); until then a lease
+	// that looks run out may not be.
+	afterStep := max(time.Duration(cfg.Jobs.Lease), time.Duration(cfg.Checkin.TTL)) + slot
 	failing, pruneFailing, regFailing := false, false, false
 	var rotationKept time.Duration // the rotation the pool keeps connections for
 	for {
@@ -340,11 +345,19 @@ func (w *wiring) pollLoop(ctx context.Context) error {
 		}
 		farm, _ := m.Capacity()
 		ahead := pollersAhead(m, turn)
+		// The turn's reading was a sample of the database clock: a step
+		// it saw (or one seen lately) makes every lease and start window
+		// written before it suspect until their holders have renewed.
+		stepped := est.SteppedWithin(afterStep)
+		materialize := jobs.Materialize
+		if stepped {
+			materialize = jobs.MaterializeAcrossStep
+		}
 		if turn.Rank == 0 && hints.Schedules {
 			// The slot's owner writes the schedules' occurrences due soon
 			// (a little ahead, so that they wait in the queue for their
 			// time and any poller can take them), before it polls.
-			mat, err := jobs.Materialize(ctx, r.Store(), 2*slot, log)
+			mat, err := materialize(ctx, r.Store(), 2*slot, log)
 			switch {
 			case err != nil && ctx.Err() == nil:
 				log.Error("writing schedule occurrences failed; trying again next turn", "err", err)
@@ -365,7 +378,7 @@ func (w *wiring) pollLoop(ctx context.Context) error {
 		var res jobs.PollResult
 		if hints.Jobs {
 			res, err = r.Poll(ctx, jobs.Turn{FarmCapacity: farm, AheadCapacity: ahead, NextPoll: nextPoll, StartWindow: slot,
-				Widened: turn.Rank > 0, Backlog: func(ctx context.Context, _ int) error { return reg.SignalBacklog(ctx, hold) }})
+				Widened: turn.Rank > 0, ClockStepped: stepped, Backlog: func(ctx context.Context, _ int) error { return reg.SignalBacklog(ctx, hold) }})
 		} else {
 			r.Idle()
 			err = nil
@@ -426,7 +439,7 @@ func (w *wiring) pollLoop(ctx context.Context) error {
 		if !hints.Tasks && !jobs.Uneven(members, load) {
 			continue
 		}
-		bal, err := k.Balance(ctx, members, time.Duration(cfg.Checkin.TTL))
+		bal, err := k.Balance(ctx, members, time.Duration(cfg.Checkin.TTL), stepped)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Error("task balancing failed; trying again next turn", "err", err)

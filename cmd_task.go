@@ -25,7 +25,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 		every := fs.Duration("every", 0, "interval between calls, e.g. 10s (required)")
 		method := fs.String("method", "POST", "HTTP method: GET, POST, PUT, PATCH or DELETE")
 		payload := fs.String("payload", "", "request body of every call")
-		timeout := fs.Duration("timeout", 0, "deadline of one call (default jobs.timeout)")
+		timeout := fs.Duration("timeout", 0, "how long each call may run; the task is held that long (plus 1.5 heartbeats) when its node dies (default: within checkin.ttl)")
 		if err := parse(fs, args); err != nil {
 			return err
 		}

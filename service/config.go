@@ -110,7 +110,9 @@ type JobsConfig struct {
 	// user info.
 	BaseURL string `yaml:"base_url"`
 	// Timeout is the default deadline of one endpoint call; default 30s;
-	// 1ms..24h.
+	// 1ms..24h. A claim holds a job for the longer of Lease and its call's
+	// timeout plus Lease/12, so that no other node runs it while the
+	// endpoint may still be working: a dead node's job waits that long.
 	Timeout Duration `yaml:"timeout"`
 	// Lease is how long a claim holds without renewal; default 15s; 1s..24h.
 	Lease Duration `yaml:"lease"`

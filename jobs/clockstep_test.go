@@ -41,10 +41,21 @@ func TestAPollAfterAClockStepReclaimsNothing(t *testing.T) {
 		require.Equal(t, store.StateRunning, get(t, s, held).State, "the lease is left to its holder")
 		require.Equal(t, "node-b", get(t, s, held).OwnerNode)
 		require.Equal(t, 1, get(t, s, held).Attempt, "no attempt burned")
-		require.NotEqual(t, store.StateMissed, get(t, s, late).State, "not marked missed across a step")
+		require.Equal(t, store.StateDone, get(t, s, late).State, "not marked missed across a step: claimed and run")
 		require.Equal(t, store.StateDone, get(t, s, fresh).State, "claims go on")
 
-		res, err = r.Poll(ctx, alone(4)) // the quiet period is over
+		// A step that lands between the turn's sample and the reclaim: the
+		// database's clock reads an hour past the node's estimate.
+		dbNow := nowOf(t, s)
+		turn = alone(4)
+		turn.DBClock = func() (time.Time, time.Duration, bool) { return dbNow.Add(-time.Hour), time.Millisecond, true }
+		res, err = r.Poll(ctx, turn)
+		require.NoError(t, err)
+		require.Zero(t, res.Reclaimed, "the statement itself refuses a clock past the node's estimate")
+		require.Equal(t, store.StateRunning, get(t, s, held).State)
+
+		turn.DBClock = func() (time.Time, time.Duration, bool) { return nowOf(t, s), time.Millisecond, true }
+		res, err = r.Poll(ctx, turn) // the quiet period is over, and the clocks agree
 		require.NoError(t, err)
 		require.Equal(t, int64(1), res.Reclaimed, "an expired lease is reclaimed when the clock is trusted again")
 		r.Wait()

@@ -233,6 +233,11 @@ func LoadLimit(farmCapacity, capacity int) int {
 	return max(MinLoadCount, 4*max(farmCapacity, capacity))
 }
 
+// stepAllowance is how far ahead of the node's estimate the database's
+// clock may read before the reclaim takes it for a step: clocksync's
+// MinStep.
+const stepAllowance = 250 * time.Millisecond
+
 // MinLoadCount is the least LoadLimit: counting ten thousand rows of an
 // index is a few milliseconds of the database's time in a turn.
 const MinLoadCount = 10_000
@@ -279,6 +284,12 @@ type Turn struct {
 	// the clock as it now reads: this poll reclaims nothing and marks no
 	// occurrence missed. Claims go on.
 	ClockStepped bool
+	// DBClock, if set, is the node's estimate of the database's now and
+	// its error bound (clocksync's Estimator.Now). The reclaim changes
+	// nothing if the database's clock reads later than that, with room
+	// for the statement's deadline: a step ahead that lands between the
+	// turn's sample of the clock and the reclaim.
+	DBClock func() (now time.Time, errBound time.Duration, ok bool)
 	// Backlog, if set, tells the farm that this poll leaves due work
 	// behind; the poll reports its answer in PollResult.BacklogErr. It is
 	// called as soon as the count shows it, alongside the
@@ -298,7 +309,15 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	r.polls.Add(1)
 	var res PollResult
 	if !turn.Widened && !turn.ClockStepped {
-		n, err := bounded(ctx, r.statementTimeout(), r.store.JobsReclaimExpired)
+		var notAfter time.Time
+		if turn.DBClock != nil {
+			if now, bound, ok := turn.DBClock(); ok {
+				notAfter = now.Add(bound + r.statementTimeout() + stepAllowance)
+			}
+		}
+		n, err := bounded(ctx, r.statementTimeout(), func(ctx context.Context) (int64, error) {
+			return r.store.JobsReclaimExpired(ctx, notAfter)
+		})
 		if err != nil {
 			return res, err
 		}

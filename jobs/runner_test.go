@@ -273,7 +273,7 @@ func TestLeaseLostCancelsTheCallAndFencesTheResult(t *testing.T) {
 		// another node claims it under a new token.
 		_, err = s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {jobs} SET lease_until = {now+?} WHERE id = ?`), -1000, id)
 		require.NoError(t, err)
-		_, err = s.JobsReclaimExpired(ctx)
+		_, err = s.JobsReclaimExpired(ctx, time.Time{})
 		require.NoError(t, err)
 		other, err := s.JobsClaim(ctx, "inc-b", "node-b", 1, store.Lease(time.Minute))
 		require.NoError(t, err)

@@ -169,7 +169,7 @@ func TestOccurrenceNotStartedWithinToleranceIsMissed(t *testing.T) {
 		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/x", Method: "POST", RunAt: &fire, MaxAttempts: 1,
 			IdempotencyKey: "k", Schedule: "nightly", ScheduledFor: &fire, StartBy: &by})
 		require.NoError(t, err)
-		_, err = s.JobsReclaimExpired(ctx)
+		_, err = s.JobsReclaimExpired(ctx, time.Time{})
 		require.NoError(t, err)
 		j, err := s.JobGet(ctx, id)
 		require.NoError(t, err)

@@ -378,7 +378,7 @@ func (w *wiring) pollLoop(ctx context.Context) error {
 		var res jobs.PollResult
 		if hints.Jobs {
 			res, err = r.Poll(ctx, jobs.Turn{FarmCapacity: farm, AheadCapacity: ahead, NextPoll: nextPoll, StartWindow: slot,
-				Widened: turn.Rank > 0, ClockStepped: stepped, Backlog: func(ctx context.Context, _ int) error { return reg.SignalBacklog(ctx, hold) }})
+				Widened: turn.Rank > 0, ClockStepped: stepped, DBClock: est.Now, Backlog: func(ctx context.Context, _ int) error { return reg.SignalBacklog(ctx, hold) }})
 		} else {
 			r.Idle()
 			err = nil

@@ -214,7 +214,18 @@ func scanClaim(r rowScanner) (Claim, error) {
 // becomes dead instead. In the same statement, a schedule's occurrence that
 // was not started by its start_by (run time plus tolerance) becomes missed.
 // It returns how many rows it changed.
-func (s *Store) JobsReclaimExpired(ctx context.Context) (int64, error) {
+//
+// A non-zero notAfter is the latest the database's clock may read for the
+// statement to change anything: the node's estimate of the database's now,
+// carried forward on its monotonic clock, with room for the statement's
+// deadline. A database clock that stepped ahead since the node last
+// sampled it then reclaims nothing, where every lease renewed before the
+// step would look run out.
+func (s *Store) JobsReclaimExpired(ctx context.Context, notAfter time.Time) (int64, error) {
+	guard := ""
+	if !notAfter.IsZero() {
+		guard = " AND {now} <= ?"
+	}
 	q := s.statement(`UPDATE {jobs} SET
   state = CASE WHEN state = 'ready' THEN 'missed' WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
   finished_at = CASE WHEN state = 'ready' OR attempt >= max_attempts THEN {now} ELSE NULL END,
@@ -223,12 +234,15 @@ func (s *Store) JobsReclaimExpired(ctx context.Context) (int64, error) {
   history = CASE WHEN state = 'ready' THEN history ELSE ` + historyLine(s.d, "owner_node", "started_at",
 		"CASE WHEN attempt >= max_attempts THEN "+s.d.TextParam()+" ELSE "+s.d.TextParam()+" END") + ` END,
   owner = NULL, lease_until = NULL
-WHERE (state = 'running' AND lease_until < {now}) OR (state = 'ready' AND start_by < {now})`)
+WHERE ((state = 'running' AND lease_until < {now}) OR (state = 'ready' AND start_by < {now}))` + guard)
 	// A missed occurrence was never attempted: only an expired lease adds a
 	// line to the history.
 	const lease = "lease expired: the node running it stopped renewing (crashed, froze or lost the database)"
 	args := append([]any{"missed: not started within its tolerance", lease}, historySeps()...)
 	args = append(args, historySuffix(StateDead, 0, lease), historySuffix(OutcomeReclaimed, 0, lease))
+	if guard != "" {
+		args = append(args, s.d.TimeArg(notAfter))
+	}
 	return s.execCount(ctx, "reclaim expired leases", q, args...)
 }
 

@@ -38,7 +38,7 @@ func TestJobHistory(t *testing.T) {
 		require.True(t, ok)
 
 		c = claim("node-b", -time.Second) // a lease already run out: the next reclaim takes it back
-		n, err := s.JobsReclaimExpired(ctx)
+		n, err := s.JobsReclaimExpired(ctx, time.Time{})
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
 

@@ -103,7 +103,10 @@ func sqlServerOps() []op {
 		{name: "JobInsert (run at)", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobInsert(ctx, atJob); return err }},
 		{name: "JobInsert (unique key taken)", sends: 2, respond: answer("DECLARE", duplicate(2601), 0),
 			run: func(ctx context.Context, s *store.Store) error { _, err := s.JobInsert(ctx, mJob); return err }},
-		{name: "JobsReclaimExpired", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.JobsReclaimExpired(ctx); return err }},
+		{name: "JobsReclaimExpired", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsReclaimExpired(ctx, time.Time{})
+			return err
+		}},
 		{name: "JobsLoad", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			_, err := s.JobsLoad(ctx, 0, 500*time.Millisecond, 100)
 			return err

@@ -281,7 +281,7 @@ func TestFinishFencedByToken(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, first, 1)
 
-		n, err := s.JobsReclaimExpired(ctx)
+		n, err := s.JobsReclaimExpired(ctx, time.Time{})
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n)
 
@@ -313,7 +313,7 @@ func TestReclaimExhaustedIsDead(t *testing.T) {
 		require.NoError(t, err)
 		_, err = s.JobsClaim(ctx, "inc-a", "node-a", 1, store.Lease(-time.Second))
 		require.NoError(t, err)
-		_, err = s.JobsReclaimExpired(ctx)
+		_, err = s.JobsReclaimExpired(ctx, time.Time{})
 		require.NoError(t, err)
 		j, err := s.JobGet(ctx, id)
 		require.NoError(t, err)

@@ -226,7 +226,7 @@ func TakeOver(t testing.TB, s *store.Store, id int64) store.Claim {
 	if err != nil {
 		t.Fatalf("expire the lease of job %d: %v", id, err)
 	}
-	if _, err := s.JobsReclaimExpired(ctx); err != nil {
+	if _, err := s.JobsReclaimExpired(ctx, time.Time{}); err != nil {
 		t.Fatalf("reclaim job %d: %v", id, err)
 	}
 	cs, err := s.JobsClaim(ctx, "inc-b", "node-b", 1, store.Lease(time.Minute))

@@ -119,7 +119,7 @@ UPDATE [sp_unit].[jobs] SET
   last_error = CASE WHEN state = 'ready' THEN @p1 ELSE @p2 END,
   history = CASE WHEN state = 'ready' THEN history ELSE RIGHT(CONCAT(history, attempt, @p3, owner_node, @p4, CONVERT(nvarchar(27), started_at, 121), @p5, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN attempt >= max_attempts THEN @p6 ELSE @p7 END), 8000) END,
   owner = NULL, lease_until = NULL
-WHERE (state = 'running' AND lease_until < SYSUTCDATETIME()) OR (state = 'ready' AND start_by < SYSUTCDATETIME());
+WHERE ((state = 'running' AND lease_until < SYSUTCDATETIME()) OR (state = 'ready' AND start_by < SYSUTCDATETIME()));
 
 -- JobsLoad
 -- @p1 int64, @p2 int64, @p3 int

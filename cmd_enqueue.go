@@ -30,7 +30,7 @@ func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	payloadFile := fs.String("payload-file", "", "read the request body from this file, or from standard input with - (at most 1 MiB)")
 	method := fs.String("method", "POST", "HTTP method: GET, POST, PUT, PATCH or DELETE")
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is dead (default jobs.max_attempts)")
-	timeout := fs.Duration("timeout", 0, "deadline of one call (default jobs.timeout)")
+	timeout := fs.Duration("timeout", 0, "deadline of one call (default jobs.timeout); if the node running it dies, the job waits this long (at least jobs.lease) for another node")
 	unique := fs.String("unique-key", "", "refuse the job if one with this key exists")
 	if err := parse(fs, args); err != nil {
 		return err

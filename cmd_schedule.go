@@ -31,7 +31,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 		misfire := fs.String("misfire", store.MisfireOnce, "after an outage: once (the latest missed runs once), skip (record missed), all (run each)")
 		overlap := fs.String("overlap", store.OverlapForbid, "forbid: an occurrence waits while the previous one runs; allow")
 		maxAttempts := fs.Int("max-attempts", 0, "attempts per occurrence (default jobs.max_attempts)")
-		timeout := fs.Duration("timeout", 0, "deadline of one call (default jobs.timeout)")
+		timeout := fs.Duration("timeout", 0, "deadline of one call (default jobs.timeout); if the node running it dies, the job waits this long (at least jobs.lease) for another node")
 		if err := parse(fs, args); err != nil {
 			return err
 		}

@@ -139,7 +139,11 @@ type Job struct {
 	Delay time.Duration
 	// MaxAttempts is the attempt budget; 0 is the client's default.
 	MaxAttempts int
-	// Timeout is one call's deadline; 0 is the node's jobs.timeout.
+	// Timeout is one call's deadline; 0 is the node's jobs.timeout. A
+	// claim holds the job from every other node until that deadline has
+	// passed (at least jobs.lease): if the node running it dies, the job
+	// waits this long for another node. Give a job the timeout it needs,
+	// not more.
 	Timeout time.Duration
 	// UniqueKey, when set, refuses a second job with the same key while
 	// the first is in the table (a *DuplicateError).

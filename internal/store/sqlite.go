@@ -49,8 +49,8 @@ func (SQLite) Tail(expr string, n int) string {
 // ClaimJobs needs no row locks: SQLite has one writer at a time, so the
 // subquery and the update see the same rows.
 func (SQLite) ClaimJobs() string {
-	return `UPDATE {jobs} SET state = 'running', owner = ?, owner_node = ?, token = token + 1,
-  attempt = attempt + 1, lease_until = {now+?}, started_at = {now}, start_by = NULL
+	return `UPDATE {jobs} SET state = 'running', owner = ?, owner_node = ?, token = token + ` + bumpBelow("token", maxToken) + `,
+  attempt = attempt + ` + bumpBelow("attempt", maxAttempt) + `, lease_until = {now+?}, started_at = {now}, start_by = NULL
 WHERE state = 'ready' AND id IN (
   SELECT c.id FROM {jobs} c WHERE c.state = 'ready' AND c.run_at <= {now} AND ` + claimable("c", "") + `
   ORDER BY c.run_at, c.id LIMIT ?)

@@ -224,7 +224,7 @@ func (s *Store) JobsReclaimExpired(ctx context.Context) (int64, error) {
   history = CASE WHEN state = 'ready' THEN history ELSE ` + historyLine(s.d, "owner_node", "started_at",
 		"CASE WHEN attempt >= max_attempts THEN "+s.d.TextParam()+" ELSE "+s.d.TextParam()+" END") + ` END,
   owner = NULL, lease_until = NULL
-WHERE (state = 'running' AND lease_until < {now}) OR (state = 'ready' AND start_by < {now})`)
+WHERE (state = 'running' AND (lease_until < {now} OR lease_until IS NULL)) OR (state = 'ready' AND start_by < {now})`)
 	// A missed occurrence was never attempted: only an expired lease adds a
 	// line to the history.
 	const lease = "lease expired: the node running it stopped renewing (crashed, froze or lost the database)"

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
@@ -197,6 +198,8 @@ func TestOddRowsAreSetAsideAndNeverBlockGoodJobs(t *testing.T) {
 		require.NoError(t, err, "the job list reads every row")
 		_, err = json.Marshal(list)
 		require.NoError(t, err, "the job list shows as JSON")
+		_, err = s.JobThroughput(ctx, time.Hour, 1000)
+		require.NoError(t, err, "the dashboard's throughput counts the rows set aside")
 		require.Zero(t, blocked, "%d of %d good jobs were not run once", blocked, len(good))
 		require.Zero(t, failed, "%d of %d odd kinds were not set aside as they should be", failed, len(odd))
 	})

@@ -234,10 +234,12 @@ func rawTime(v any) (*time.Time, string) {
 // setAside makes a row this owner claimed but cannot run dead, with the
 // reason as its last error and a line in its history. It is fenced by the
 // owner (the claim just wrote it; a row's token may be the one thing that
-// cannot be read) and by the running state.
+// cannot be read) and by the running state. The row was never started:
+// started_at goes back to NULL (the history line keeps the claim's), so
+// that no start delay is counted from a run_at that may be infinite.
 func (s *Store) setAside(ctx context.Context, id int64, owner, reason string) (bool, error) {
 	q := s.statement(`UPDATE {jobs} SET state = 'dead', owner = NULL, lease_until = NULL, finished_at = {now},
-  last_status = NULL, last_error = ?, history = ` + s.attemptLine() + `
+  started_at = NULL, last_status = NULL, last_error = ?, history = ` + s.attemptLine() + `
 WHERE id = ? AND owner = ? AND state = 'running'`)
 	args := append(append([]any{reason}, historySeps()...), historySuffix(StateDead, 0, reason), id, owner)
 	return s.fenced(ctx, fmt.Sprintf("set aside job %d", id), q, args...)

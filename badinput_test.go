@@ -199,6 +199,7 @@ func badInputs(t *testing.T) []badInput {
 		flagCase("enqueue -max-attempts int4", "-max-attempts 2147483648: must be between 1 and 1000", "enqueue", "-endpoint", "/x", "-max-attempts", "2147483648"),
 		flagCase("enqueue -max-attempts word", `invalid value "three" for flag -max-attempts`, "enqueue", "-endpoint", "/x", "-max-attempts", "three"),
 		flagCase("enqueue -at year 9999", `-at "9999-12-31T00:00:00Z": a job may be due at most 366 days ahead`, "enqueue", "-endpoint", "/x", "-at", "9999-12-31T00:00:00Z"),
+		flagCase("enqueue -at year 1", `-at "0001-01-01T00:00:00Z": a job's run time must not be before 1970-01-01`, "enqueue", "-endpoint", "/x", "-at", "0001-01-01T00:00:00Z"),
 		flagCase("enqueue -in 2000000h", "-in 2000000h0m0s: a job may be due at most 366 days (8784h) ahead", "enqueue", "-endpoint", "/x", "-in", "2000000h"),
 		flagCase("enqueue -in negative", "-in -1s: must not be negative", "enqueue", "-endpoint", "/x", "-in", "-1s"),
 		flagCase("enqueue -in word", `invalid value "soon" for flag -in`, "enqueue", "-endpoint", "/x", "-in", "soon"),

@@ -56,6 +56,9 @@ func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 		if t.After(time.Now().Add(jobs.MaxLeadTime)) {
 			return usageError{fmt.Sprintf("-at %q: a job may be due at most 366 days ahead", *at)}
 		}
+		if t.Before(jobs.MinRunAt) {
+			return usageError{fmt.Sprintf("-at %q: a job's run time must not be before 1970-01-01", *at)}
+		}
 		runAt = t
 	}
 	if err := checkCallFlags(*method, *timeout); err != nil {

@@ -203,6 +203,8 @@ func TestEntryPointRefuses(t *testing.T) {
 			{"negative delay", []arg{{"endpoint", "/x"}, {"delay_ms", int64(-1)}}, "must not be negative", false},
 			{"delay too far", []arg{{"endpoint", "/x"}, {"delay_ms", int64(367 * 24 * 3600 * 1000)}}, "more than 366 days ahead", false},
 			{"run time too far", []arg{{"endpoint", "/x"}, {"run_at", runAtArg(driver, far)}}, "run_at: run at", false},
+			{"run time before 1970", []arg{{"endpoint", "/x"}, {"run_at", runAtArg(driver, time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC))}}, "is before 1970-01-01", false},
+			{"run time in year 1", []arg{{"endpoint", "/x"}, {"run_at", runAtArg(driver, time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC))}}, "is before 1970-01-01", false},
 			{"run time and delay", []arg{{"endpoint", "/x"}, {"run_at", runAtArg(driver, time.Now())}, {"delay_ms", int64(5)}}, "give a run time or a delay, not both", false},
 			{"payload over 1 MiB", []arg{{"endpoint", "/x"}, {"payload", make([]byte, jobs.MaxPayload+1)}}, "payload: payload", false},
 			{"unique key too long", []arg{{"endpoint", "/x"}, {"unique_key", strings.Repeat("k", 451)}}, "at most 450 characters", false},
@@ -277,6 +279,14 @@ func TestEntryPointRefuses(t *testing.T) {
 			require.Contains(t, err.Error(), fmt.Sprintf("(id %d)", taken))
 		default:
 			require.Contains(t, err.Error(), "SELECT id FROM slotpoller_jobs WHERE unique_key = ?")
+		}
+
+		if driver == "postgres" {
+			// Times the Go client cannot even express.
+			for _, inf := range []string{"-infinity", "infinity"} {
+				_, err := db.ExecContext(ctx, "SELECT slotpoller_enqueue_v1(endpoint => '/x', run_at => '"+inf+"')")
+				require.ErrorContains(t, err, "run_at: run at", inf)
+			}
 		}
 
 		var n int

@@ -206,4 +206,4 @@ func splitScript(script string) []string {
 
 // bodyStart matches the first line of a statement with a body of
 // statements of its own.
-var bodyStart = regexp.MustCompile(`(?i)^CREATE\s+(OR\s+(REPLACE|ALTER)\s+)?(PROCEDURE|PROC|FUNCTION|TRIGGER)\b`)
+var bodyStart = regexp.MustCompile(`(?i)^(CREATE\s+(OR\s+(REPLACE|ALTER)\s+)?|ALTER\s+)(PROCEDURE|PROC|FUNCTION|TRIGGER)\b`)

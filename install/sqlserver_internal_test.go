@@ -77,19 +77,21 @@ func TestSplitScript(t *testing.T) {
 	}, got)
 }
 
-// A procedure, function or trigger has semicolons in its body: it is one
-// statement that ends at a line reading GO, which is not sent.
+// A procedure, function or trigger (created or altered) has semicolons in
+// its body: it is one statement that ends at a line reading GO, which is not sent.
 func TestSplitScriptBodies(t *testing.T) {
 	got := splitScript("CREATE TABLE a (x INT);\n" +
 		"CREATE PROCEDURE p AS\nBEGIN\n  SET NOCOUNT ON;\n  -- why\n  SELECT 1;\nEND;\ngo\n" +
 		"CREATE OR REPLACE FUNCTION f() RETURNS int AS $$\nBEGIN\n  RETURN 1;\nEND;\n$$ LANGUAGE plpgsql;\nGO\n" +
 		"create trigger t instead of insert on v begin\n  select 1;\nend;\nGO\n" +
+		"ALTER PROCEDURE p AS\nBEGIN\n  SELECT 2;\nEND;\nGO\n" +
 		"SELECT 2;\nGO\nSELECT 3;\n")
 	require.Equal(t, []string{
 		"CREATE TABLE a (x INT);\n",
 		"CREATE PROCEDURE p AS\nBEGIN\n  SET NOCOUNT ON;\n  SELECT 1;\nEND;\n",
 		"CREATE OR REPLACE FUNCTION f() RETURNS int AS $$\nBEGIN\n  RETURN 1;\nEND;\n$$ LANGUAGE plpgsql;\n",
 		"create trigger t instead of insert on v begin\n  select 1;\nend;\n",
+		"ALTER PROCEDURE p AS\nBEGIN\n  SELECT 2;\nEND;\n",
 		"SELECT 2;\n",
 		"SELECT 3;\n",
 	}, got)

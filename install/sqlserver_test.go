@@ -26,7 +26,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	})
 	applied, err := install.Migrate(context.Background(), s)
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9}, applied)
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, applied)
 
 	calls := tr.Calls()
 	for _, c := range calls {
@@ -56,7 +56,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 			require.Equal(t, "ADD", f[3], c.Query)
 			require.NotContains(t, c.Query, ",", "one column per ALTER TABLE ... ADD:\n%s", c.Query)
 			alters = append(alters, f[2]+" "+f[4])
-		case strings.HasPrefix(c.Query, "CREATE PROCEDURE"):
+		case strings.HasPrefix(c.Query, "CREATE PROCEDURE"), strings.HasPrefix(c.Query, "ALTER PROCEDURE"):
 			// A batch of its own, whole: its body holds semicolons.
 			require.True(t, strings.HasSuffix(strings.TrimSpace(c.Query), "SELECT @id AS id;\nEND;"), c.Query)
 			procs = append(procs, strings.Fields(c.Query)[2])
@@ -74,8 +74,8 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	}
 	require.Equal(t, []string{"[farm_jobs].[nodes]", "[farm_jobs].[jobs]", "[farm_jobs].[tasks]", "[farm_jobs].[schedules]"}, creates)
 	require.Equal(t, [][]any{{1, "init"}, {2, "tasks"}, {3, "schedules"}, {4, "history"}, {5, "retention"}, {6, "enqueue"},
-		{7, "placeholder"}, {8, "turns"}, {9, "liveness"}}, versions)
-	require.Equal(t, []string{"[farm_jobs].[enqueue_v1]"}, procs)
+		{7, "placeholder"}, {8, "turns"}, {9, "liveness"}, {10, "reserved"}, {11, "odd_rows"}}, versions)
+	require.Equal(t, []string{"[farm_jobs].[enqueue_v1]", "[farm_jobs].[enqueue_v1]"}, procs, "created (6), then altered (11)")
 	require.Equal(t, []string{"[farm_jobs].[jobs] schedule", "[farm_jobs].[jobs] scheduled_for", "[farm_jobs].[jobs] start_by",
 		"[farm_jobs].[jobs] exclusive", "[farm_jobs].[jobs] history", "[farm_jobs].[nodes] turns", "[farm_jobs].[nodes] live_until", "[farm_jobs].[nodes] lock_key"}, alters,
 		"schedules, then the history, add their columns to jobs, then the dashboard's turns to nodes, one per ALTER")

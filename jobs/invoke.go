@@ -518,6 +518,15 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 			return Result{Verdict: Fail, Err: err.Error()}
 		}
 	}
+	// The protocol's own values that come from the row: one that no
+	// request can carry fails the call at once, never a retry.
+	for _, h := range [...]struct{ name, value string }{
+		{HeaderIdempotencyKey, c.IdempotencyKey}, {HeaderTask, c.Task}, {HeaderNode, c.Node},
+	} {
+		if i := indexHeaderControl(h.value); i >= 0 {
+			return Result{Verdict: Fail, Err: fmt.Sprintf("%s %q has a control character at byte %d; a request header cannot carry it", h.name, h.value, i)}
+		}
+	}
 
 	callCtx, cancel := context.WithTimeoutCause(ctx, c.Timeout, errCallTimeout)
 	defer cancel()
@@ -616,12 +625,22 @@ func checkHeader(name, value string) error {
 			return fmt.Errorf("extra header name %q is not a valid HTTP token", name)
 		}
 	}
-	for i := 0; i < len(value); i++ {
-		if c := value[i]; (c < 0x20 && c != '\t') || c == 0x7f {
-			return fmt.Errorf("extra header %s has a control character in its value", name)
-		}
+	if indexHeaderControl(value) >= 0 {
+		return fmt.Errorf("extra header %s has a control character in its value", name)
 	}
 	return nil
+}
+
+// indexHeaderControl is the index of the first byte of a header value
+// that net/http refuses to send (a control character other than tab), or
+// -1.
+func indexHeaderControl(value string) int {
+	for i := 0; i < len(value); i++ {
+		if c := value[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return i
+		}
+	}
+	return -1
 }
 
 func isTokenChar(c byte) bool {

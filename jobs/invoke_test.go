@@ -382,6 +382,12 @@ func TestInvokeRefusesBadCalls(t *testing.T) {
 		"bad header value": func(c *Call) {
 			c.Headers = map[string]string{"X-Ok": "a\r\nX-Injected: 1"}
 		},
+		// Values a row brings that no header can carry: a request that
+		// cannot be built is no reason to retry.
+		"idempotency key with CR/LF": func(c *Call) { c.IdempotencyKey = "k\r\nX-Injected: 1" },
+		"idempotency key with a NUL": func(c *Call) { c.IdempotencyKey = "k\x00" },
+		"task name with a newline":   func(c *Call) { c.Task = "feed\n" },
+		"node name with a DEL":       func(c *Call) { c.Node = "node\x7f" },
 	}
 	for name, mutate := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -75,6 +75,11 @@ const MaxAttempts = 1000
 // mistyped -at 9999-12-31, -in 2000000h) would sit in the table forever.
 const MaxLeadTime = 366 * 24 * time.Hour
 
+// MinRunAt is the earliest run time a job may be given: a past one means
+// now, and one before it (a zero time, a Unix time of the wrong sign) is a
+// mistake no door takes.
+var MinRunAt = time.Unix(0, 0).UTC()
+
 // validateNewJob checks what Enqueue stores beyond the endpoint and method.
 func validateNewJob(maxAttempts int, timeout, delay time.Duration, runAt *time.Time) error {
 	if maxAttempts < 1 || maxAttempts > MaxAttempts {
@@ -92,6 +97,9 @@ func validateNewJob(maxAttempts int, timeout, delay time.Duration, runAt *time.T
 	// The local clock is good enough for a bound a year away.
 	if runAt != nil && runAt.After(time.Now().Add(MaxLeadTime)) {
 		return &FieldError{"run_at", fmt.Sprintf("run at %s is more than 366 days ahead; a job may be due at most that far ahead", runAt.UTC().Format(time.RFC3339))}
+	}
+	if runAt != nil && runAt.Before(MinRunAt) {
+		return &FieldError{"run_at", fmt.Sprintf("run at %s is before 1970-01-01; a job's run time must be a real time (a past one means now)", runAt.UTC().Format(time.RFC3339))}
 	}
 	return nil
 }

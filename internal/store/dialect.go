@@ -223,7 +223,11 @@ func ExpandScript(d Dialect, script string) string {
 }
 
 // dbTime scans a time column whichever way the driver returns it: time.Time
-// (PostgreSQL, SQL Server) or integer Unix milliseconds (SQLite).
+// (PostgreSQL, SQL Server) or integer Unix milliseconds (SQLite). A time
+// beyond the years 1 to 9999 (PostgreSQL's infinity, a SQLite integer out
+// of range), which a row only holds if it was written directly, reads as
+// the nearest of those bounds, so that such a row can still be listed and
+// shown; the claim reads its columns itself and sets such a row aside.
 type dbTime struct {
 	T     time.Time
 	Valid bool
@@ -234,23 +238,31 @@ func (t *dbTime) Scan(v any) error {
 	case nil:
 		t.T, t.Valid = time.Time{}, false
 	case time.Time:
-		t.T, t.Valid = x.UTC(), true
+		t.T, t.Valid = clampRowTime(x.UTC()), true
 	case int64:
-		t.T, t.Valid = time.UnixMilli(x).UTC(), true
+		t.T, t.Valid = clampRowTime(time.UnixMilli(max(min(x, maxRowTime.UnixMilli()), minRowTime.UnixMilli())).UTC()), true
 	case float64:
+		x = max(min(x, float64(maxRowTime.UnixMilli())), float64(minRowTime.UnixMilli()))
 		t.T, t.Valid = time.UnixMicro(int64(x*1000)).UTC(), true
 	case []byte:
 		return t.Scan(string(x))
 	case string:
-		if ms, err := strconv.ParseInt(x, 10, 64); err == nil {
-			t.T, t.Valid = time.UnixMilli(ms).UTC(), true
+		switch x {
+		case "infinity":
+			t.T, t.Valid = maxRowTime, true
 			return nil
+		case "-infinity":
+			t.T, t.Valid = minRowTime, true
+			return nil
+		}
+		if ms, err := strconv.ParseInt(x, 10, 64); err == nil {
+			return t.Scan(ms)
 		}
 		p, err := time.Parse(time.RFC3339Nano, x)
 		if err != nil {
 			return fmt.Errorf("read time column: %q is not a time", x)
 		}
-		t.T, t.Valid = p.UTC(), true
+		t.T, t.Valid = clampRowTime(p.UTC()), true
 	default:
 		return fmt.Errorf("read time column: unexpected %T", v)
 	}

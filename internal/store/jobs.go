@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -198,20 +199,20 @@ VALUES (?, ?, ?, 'running', {now}, 1, ?, ?, ?, ?, 1, {now}, ?, ?, ?, ?, ?, ?, {n
 	return c, nil
 }
 
-// scanClaim reads a row of claimedColumns.
+// scanClaim reads a row of claimedColumns; a row the node cannot run is
+// an error (see readClaim).
 func scanClaim(r rowScanner) (Claim, error) {
-	var c Claim
-	var timeoutMS int64
-	var runAt, scheduledFor dbTime
-	err := r.Scan(&c.ID, &c.Token, &c.Attempt, &c.MaxAttempts, &c.Endpoint, &c.Method, &c.Payload,
-		&c.IdempotencyKey, &timeoutMS, &runAt, &scheduledFor)
-	c.Timeout, c.RunAt, c.ScheduledFor = time.Duration(timeoutMS)*time.Millisecond, runAt.T, scheduledFor.ptr()
+	c, reason, err := readClaim(r)
+	if err == nil && reason != "" {
+		err = fmt.Errorf("job %d: %s", c.ID, reason)
+	}
 	return c, err
 }
 
 // JobsReclaimExpired returns running jobs whose lease ran out (their node
 // died or froze) to the queue, due now; a job that has used all its attempts
-// becomes dead instead. In the same statement, a schedule's occurrence that
+// becomes dead instead (a running job without a lease, which no door
+// writes, counts as expired). In the same statement, a schedule's occurrence that
 // was not started by its start_by (run time plus tolerance) becomes missed.
 // It returns how many rows it changed.
 //
@@ -234,7 +235,7 @@ func (s *Store) JobsReclaimExpired(ctx context.Context, notAfter time.Time) (int
   history = CASE WHEN state = 'ready' THEN history ELSE ` + historyLine(s.d, "owner_node", "started_at",
 		"CASE WHEN attempt >= max_attempts THEN "+s.d.TextParam()+" ELSE "+s.d.TextParam()+" END") + ` END,
   owner = NULL, lease_until = NULL
-WHERE ((state = 'running' AND lease_until < {now}) OR (state = 'ready' AND start_by < {now}))` + guard)
+WHERE ((state = 'running' AND (lease_until < {now} OR lease_until IS NULL)) OR (state = 'ready' AND start_by < {now}))` + guard)
 	// A missed occurrence was never attempted: only an expired lease adds a
 	// line to the history.
 	const lease = "lease expired: the node running it stopped renewing (crashed, froze or lost the database)"
@@ -297,12 +298,17 @@ FROM (` + q + `) AS pending`)
 }
 
 // JobsClaim claims up to limit due jobs for owner (an incarnation) with a
-// lease, bumping each job's fencing token.
+// lease, bumping each job's fencing token. A claimed row the node cannot
+// run is set aside (see oddrows.go) and not returned.
 func (s *Store) JobsClaim(ctx context.Context, owner, ownerNode string, limit int, hold Hold) ([]Claim, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
-	return queryAll(ctx, s, "claim jobs", s.statement(s.d.ClaimJobs()), append([]any{owner, ownerNode, limit}, hold.args()...), scanClaim)
+	rows, err := queryAll(ctx, s, "claim jobs", s.statement(s.d.ClaimJobs()), append([]any{owner, ownerNode, limit}, hold.args()...), scanClaimRow)
+	if err != nil {
+		return nil, err
+	}
+	return s.setAsideOdd(ctx, owner, rows)
 }
 
 // JobRenewLeaseIfRunning extends the lease of a job this node holds. It
@@ -386,17 +392,20 @@ const jobColumns = `id, endpoint, method, payload, state, run_at, attempt, max_a
 
 func scanJob(sc rowScanner) (Job, error) {
 	var j Job
-	var runAt, lease, created, started, finished, scheduledFor dbTime
-	var timeoutMS int64
+	// A row may hold what no door writes (see oddrows.go): it is shown as
+	// well as it can be, never refused.
+	var runAt, lease, created, started, finished, scheduledFor shownTime
+	var attempt, maxAttempts, token, timeoutMS shownInt
 	var unique, owner, ownerNode, lastErr, schedule sql.NullString
 	var status sql.NullInt64
-	err := sc.Scan(&j.ID, &j.Endpoint, &j.Method, &j.Payload, &j.State, &runAt, &j.Attempt, &j.MaxAttempts, &timeoutMS,
-		&unique, &j.IdempotencyKey, &owner, &ownerNode, &j.Token, &lease, &created, &started, &finished, &status, &lastErr,
+	err := sc.Scan(&j.ID, &j.Endpoint, &j.Method, &j.Payload, &j.State, &runAt, &attempt, &maxAttempts, &timeoutMS,
+		&unique, &j.IdempotencyKey, &owner, &ownerNode, &token, &lease, &created, &started, &finished, &status, &lastErr,
 		&schedule, &scheduledFor)
 	if err != nil {
 		return j, err
 	}
-	j.RunAt, j.Timeout = runAt.T, time.Duration(timeoutMS)*time.Millisecond
+	j.Attempt, j.MaxAttempts, j.Token = int(attempt), int(maxAttempts), int64(token)
+	j.RunAt, j.Timeout = runAt.T, time.Duration(min(max(int64(timeoutMS), 0), math.MaxInt64/int64(time.Millisecond)))*time.Millisecond
 	j.UniqueKey, j.Owner, j.OwnerNode, j.LastError = unique.String, owner.String, ownerNode.String, lastErr.String
 	j.LeaseUntil, j.Created, j.Started, j.Finished = lease.ptr(), created.T, started.ptr(), finished.ptr()
 	j.LastStatus = int(status.Int64)

@@ -120,8 +120,8 @@ func (Postgres) ClaimJobs() string {
 	return `WITH picked AS (
   SELECT c.id FROM {jobs} c WHERE c.state = 'ready' AND c.run_at <= {now} AND ` + claimable("c", "") + `
   ORDER BY c.run_at, c.id LIMIT $3 FOR UPDATE OF c SKIP LOCKED)
-UPDATE {jobs} SET state = 'running', owner = $1, owner_node = $2, token = token + 1,
-  attempt = attempt + 1, started_at = {now}, start_by = NULL,
+UPDATE {jobs} SET state = 'running', owner = $1, owner_node = $2, token = token + ` + bumpBelow("token", maxToken) + `,
+  attempt = attempt + ` + bumpBelow("attempt", maxAttempt) + `, started_at = {now}, start_by = NULL,
   lease_until = ` + Postgres{}.NowPlusMillisOf(holdMillis("timeout_ms", "$4", "$5", "$6", "$7")) + `
 FROM picked WHERE {jobs}.id = picked.id AND {jobs}.state = 'ready'
 RETURNING ` + qualified("{jobs}", claimedColumns)

@@ -52,8 +52,8 @@ func (SQLite) Tail(expr string, n int) string {
 // ClaimJobs needs no row locks: SQLite has one writer at a time, so the
 // subquery and the update see the same rows.
 func (SQLite) ClaimJobs() string {
-	return `UPDATE {jobs} SET state = 'running', owner = ?1, owner_node = ?2, token = token + 1,
-  attempt = attempt + 1, lease_until = ` + SQLite{}.NowPlusMillisOf(holdMillis("timeout_ms", "?4", "?5", "?6", "?7")) + `,
+	return `UPDATE {jobs} SET state = 'running', owner = ?1, owner_node = ?2, token = token + ` + bumpBelow("token", maxToken) + `,
+  attempt = attempt + ` + bumpBelow("attempt", maxAttempt) + `, lease_until = ` + SQLite{}.NowPlusMillisOf(holdMillis("timeout_ms", "?4", "?5", "?6", "?7")) + `,
   started_at = {now}, start_by = NULL
 WHERE state = 'ready' AND id IN (
   SELECT c.id FROM {jobs} c WHERE c.state = 'ready' AND c.run_at <= {now} AND ` + claimable("c", "") + `

@@ -217,10 +217,10 @@ var sqlServerOutputTypes = map[string]string{
 // other.
 //
 // Parameters are numbered by hand to keep the order every dialect shares:
-// owner, owner_node, lease ms, limit.
+// owner, owner_node, limit, and the hold (Hold.args).
 func (SQLServer) ClaimJobs() string {
-	return `UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
-  attempt = j.attempt + 1, started_at = {now}, start_by = NULL,
+	return `UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + ` + bumpBelow("j.token", maxToken) + `,
+  attempt = j.attempt + ` + bumpBelow("j.attempt", maxAttempt) + `, started_at = {now}, start_by = NULL,
   lease_until = ` + SQLServer{}.NowPlusMillisOf(holdMillis("j.timeout_ms", "@p4", "@p5", "@p6", "@p7")) + `
 {output ` + claimedColumns + `}
 FROM {jobs} AS j WITH (ROWLOCK) INNER JOIN (

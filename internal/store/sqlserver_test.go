@@ -462,7 +462,10 @@ func TestSQLServerClaim(t *testing.T) {
 		"EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule)\n    AND NOT EXISTS",
 		"WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME()",
 		"ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id",
-		"owner = @p1, owner_node = @p2, token = j.token + 1",
+		// A counter at its type's maximum is not bumped: the row is set
+		// aside rather than failing the claim of every row.
+		"owner = @p1, owner_node = @p2, token = j.token + CASE WHEN j.token < 9223372036854775807 THEN 1 ELSE 0 END",
+		"attempt = j.attempt + CASE WHEN j.attempt < 2147483647 THEN 1 ELSE 0 END",
 		"lease_until = DATEADD(millisecond, CAST(CASE WHEN j.timeout_ms <= 0 OR j.timeout_ms > 86400000 THEN CAST(@p4 AS BIGINT) WHEN j.timeout_ms > CAST(@p5 AS BIGINT) " +
 			"THEN j.timeout_ms + CAST(@p6 AS BIGINT) ELSE CAST(@p7 AS BIGINT) END AS int), SYSUTCDATETIME())",
 		"OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, " +

@@ -119,7 +119,7 @@ UPDATE [sp_unit].[jobs] SET
   last_error = CASE WHEN state = 'ready' THEN @p1 ELSE @p2 END,
   history = CASE WHEN state = 'ready' THEN history ELSE RIGHT(CONCAT(history, attempt, @p3, owner_node, @p4, CONVERT(nvarchar(27), started_at, 121), @p5, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN attempt >= max_attempts THEN @p6 ELSE @p7 END), 8000) END,
   owner = NULL, lease_until = NULL
-WHERE ((state = 'running' AND lease_until < SYSUTCDATETIME()) OR (state = 'ready' AND start_by < SYSUTCDATETIME()));
+WHERE ((state = 'running' AND (lease_until < SYSUTCDATETIME() OR lease_until IS NULL)) OR (state = 'ready' AND start_by < SYSUTCDATETIME()));
 
 -- JobsLoad
 -- @p1 int64, @p2 int64, @p3 int
@@ -136,8 +136,8 @@ FROM (SELECT TOP (@p3) j.run_at, j.start_by FROM [sp_unit].[jobs] j
 -- JobsClaim
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int, @p4 int64, @p5 int64, @p6 int64, @p7 int64
 DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7));
-UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + 1,
-  attempt = j.attempt + 1, started_at = SYSUTCDATETIME(), start_by = NULL,
+UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + CASE WHEN j.token < 9223372036854775807 THEN 1 ELSE 0 END,
+  attempt = j.attempt + CASE WHEN j.attempt < 2147483647 THEN 1 ELSE 0 END, started_at = SYSUTCDATETIME(), start_by = NULL,
   lease_until = DATEADD(millisecond, CAST(CASE WHEN j.timeout_ms <= 0 OR j.timeout_ms > 86400000 THEN CAST(@p4 AS BIGINT) WHEN j.timeout_ms > CAST(@p5 AS BIGINT) THEN j.timeout_ms + CAST(@p6 AS BIGINT) ELSE CAST(@p7 AS BIGINT) END AS int), SYSUTCDATETIME())
 OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for INTO @out
 FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN (

@@ -65,6 +65,16 @@ func oddRows() []oddRow {
 			state: store.StateDone, called: true},
 		{name: "running with lease_until NULL", set: each(`state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = NULL, started_at = {now}, attempt = 1, token = 1`),
 			state: store.StateDone, called: true},
+		{name: "running with lease_until infinity", set: map[string]string{
+			"postgres":  `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = 'infinity', started_at = {now}, attempt = 1, token = 1`,
+			"sqlite":    `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = 9223372036854775807, started_at = {now}, attempt = 1, token = 1`,
+			"sqlserver": `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = '9999-12-31', started_at = {now}, attempt = 1, token = 1`},
+			state: store.StateDone, called: true},
+		{name: "running with a lease a year ahead", set: map[string]string{
+			"postgres":  `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = clock_timestamp() + interval '365 days', started_at = {now}, attempt = 1, token = 1`,
+			"sqlite":    `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = {now} + 31536000000, started_at = {now}, attempt = 1, token = 1`,
+			"sqlserver": `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = DATEADD(day, 365, SYSUTCDATETIME()), started_at = {now}, attempt = 1, token = 1`},
+			state: store.StateDone, called: true},
 		// States.
 		{name: "unknown state", set: each(`state = 'zombie'`), state: "zombie"},
 		// Counters.

@@ -10,6 +10,10 @@ import (
 // any door accepts (jobs.MaxCallTimeout).
 const MaxHeldTimeout = 24 * time.Hour
 
+// MaxHold bounds every hold a claim or a renewal writes: the longest
+// lease (24h) or the longest call and its margin, with a day to spare.
+const MaxHold = 2*MaxHeldTimeout + 24*time.Hour
+
 // Hold is how long a claim keeps a job or a task from every other node,
 // counted from the database's now at the claim and at every renewal.
 //

@@ -214,7 +214,10 @@ func scanClaim(r rowScanner) (Claim, error) {
 // becomes dead instead (a running job without a lease, which no door
 // writes, counts as expired). In the same statement, a schedule's occurrence that
 // was not started by its start_by (run time plus tolerance) becomes missed.
-// It returns how many rows it changed.
+// It returns how many rows it changed. A running job with no lease, or
+// with one further ahead than any claim writes (MaxHold: written
+// directly, or by a database clock stepped back by more than a day), is
+// taken as expired: it would otherwise be held for ever.
 //
 // A non-zero notAfter is the latest the database's clock may read for the
 // statement to change anything: the node's estimate of the database's now,
@@ -235,12 +238,13 @@ func (s *Store) JobsReclaimExpired(ctx context.Context, notAfter time.Time) (int
   history = CASE WHEN state = 'ready' THEN history ELSE ` + historyLine(s.d, "owner_node", "started_at",
 		"CASE WHEN attempt >= max_attempts THEN "+s.d.TextParam()+" ELSE "+s.d.TextParam()+" END") + ` END,
   owner = NULL, lease_until = NULL
-WHERE ((state = 'running' AND (lease_until < {now} OR lease_until IS NULL)) OR (state = 'ready' AND start_by < {now}))` + guard)
+WHERE ((state = 'running' AND (lease_until < {now} OR lease_until IS NULL OR lease_until > {now+?}))
+  OR (state = 'ready' AND start_by < {now}))` + guard)
 	// A missed occurrence was never attempted: only an expired lease adds a
 	// line to the history.
 	const lease = "lease expired: the node running it stopped renewing (crashed, froze or lost the database)"
 	args := append([]any{"missed: not started within its tolerance", lease}, historySeps()...)
-	args = append(args, historySuffix(StateDead, 0, lease), historySuffix(OutcomeReclaimed, 0, lease))
+	args = append(args, historySuffix(StateDead, 0, lease), historySuffix(OutcomeReclaimed, 0, lease), millis(MaxHold))
 	if guard != "" {
 		args = append(args, s.d.TimeArg(notAfter))
 	}

@@ -111,7 +111,7 @@ SELECT id FROM @out ORDER BY id;
 SELECT id FROM [sp_unit].[jobs] WHERE unique_key = @p1;
 
 -- JobsReclaimExpired
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 int64
 UPDATE [sp_unit].[jobs] SET
   state = CASE WHEN state = 'ready' THEN 'missed' WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
   finished_at = CASE WHEN state = 'ready' OR attempt >= max_attempts THEN SYSUTCDATETIME() ELSE NULL END,
@@ -119,7 +119,8 @@ UPDATE [sp_unit].[jobs] SET
   last_error = CASE WHEN state = 'ready' THEN @p1 ELSE @p2 END,
   history = CASE WHEN state = 'ready' THEN history ELSE RIGHT(CONCAT(history, attempt, @p3, owner_node, @p4, CONVERT(nvarchar(27), started_at, 121), @p5, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN attempt >= max_attempts THEN @p6 ELSE @p7 END), 8000) END,
   owner = NULL, lease_until = NULL
-WHERE ((state = 'running' AND (lease_until < SYSUTCDATETIME() OR lease_until IS NULL)) OR (state = 'ready' AND start_by < SYSUTCDATETIME()));
+WHERE ((state = 'running' AND (lease_until < SYSUTCDATETIME() OR lease_until IS NULL OR lease_until > DATEADD(millisecond, CAST(@p8 % 86400000 AS int), DATEADD(day, CAST(@p8 / 86400000 AS int), SYSUTCDATETIME()))))
+  OR (state = 'ready' AND start_by < SYSUTCDATETIME()));
 
 -- JobsLoad
 -- @p1 int64, @p2 int64, @p3 int

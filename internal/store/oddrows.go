@@ -38,8 +38,8 @@ const (
 )
 
 // maxTimeoutMS is the longest call timeout a row may carry (the invoker's
-// 24 hours).
-const maxTimeoutMS = 24 * 60 * 60 * 1000
+// 24 hours, the longest a hold covers).
+const maxTimeoutMS = int64(MaxHeldTimeout / time.Millisecond)
 
 // Time bounds of a row: years 1 to 9999, what every dialect and JSON
 // represent.

@@ -118,6 +118,7 @@ var sqlServerChaos = chaosProfile{
 type chaosCall struct {
 	kind       string // "task" or "job"
 	key        string // task name or job id
+	path       string
 	node       string
 	token      int64
 	start, end time.Time
@@ -139,7 +140,7 @@ type chaosRecorder struct {
 }
 
 func (r *chaosRecorder) handler(w http.ResponseWriter, req *http.Request) {
-	c := chaosCall{node: req.Header.Get("X-Slotpoller-Node"), start: time.Now()}
+	c := chaosCall{node: req.Header.Get("X-Slotpoller-Node"), path: req.URL.Path, start: time.Now()}
 	c.token, _ = strconv.ParseInt(req.Header.Get("X-Slotpoller-Token"), 10, 64)
 	c.deadline, _ = time.Parse(jobs.DeadlineFormat, req.Header.Get(jobs.HeaderDeadline))
 	var work time.Duration

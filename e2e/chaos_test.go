@@ -11,9 +11,17 @@ package e2e
 // Server: every node's relay cut, as the server is shared with the other
 // packages' tests) — while endless tasks run and one-off jobs are
 // enqueued. It judges the farm only by what the endpoint saw: each call's
-// interval, from its arrival to its answer or to the caller going away. A short mode runs in the normal test command; set
+// interval, from its arrival to its answer or to the caller going away;
+// the endpoint honours its X-Slotpoller-Deadline header (it stops there,
+// done or not, and answers 503). Scenarios of their own reuse the farm:
+// a frozen node's job calls longer than the lease, judged by an endpoint
+// that works on when its caller goes away (chaosdeadline_test.go); the
+// database clock stepped an hour each way under libfaketime
+// (chaosclock_test.go); rows no node can run among good jobs
+// (chaospoison_test.go). A short mode runs in the normal test command; set
 // SLOTPOLLER_CHAOS_DURATION (e.g. 10m) for a long run of repeated fault
-// cycles, and SLOTPOLLER_CHAOS_REPORT to a file to get the summary there.
+// cycles, and SLOTPOLLER_CHAOS_REPORT to a file to get every chaos test's
+// summary added there.
 
 import (
 	"bytes"

@@ -159,8 +159,11 @@ func (r *chaosRecorder) handler(w http.ResponseWriter, req *http.Request) {
 	}()
 	if task := req.Header.Get("X-Slotpoller-Task"); task != "" {
 		c.kind, c.key = "task", task
-		if req.URL.Path == "/tasks/slow" {
+		switch req.URL.Path {
+		case "/tasks/slow":
 			work = r.slowCall
+		case "/tasks/long": // longer than any task call may be: it ends at its deadline
+			work = r.longCall
 		}
 	} else {
 		c.kind, c.key = "job", req.Header.Get("X-Slotpoller-Job")

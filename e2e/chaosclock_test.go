@@ -59,10 +59,10 @@ func TestChaosDatabaseClockSteps(t *testing.T) {
 	)
 	rec := &chaosRecorder{slowCall: fastChaos.slowCall, longCall: longCall, stubborn: true}
 	f := newScenarioFarm(t, s, db, rec, "SLOTPOLLER_JOBS_LEASE="+lease.String())
+	f.addSlowTasks(chaosSlowTasks)
 	for i := range chaosTasks / 2 {
 		require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: fmt.Sprintf("feed-%d", i), Endpoint: "/tasks/feed", Every: fastChaos.every}))
 	}
-	f.addSlowTasks(chaosSlowTasks)
 	// Occurrences every second, materialized ahead and waiting ready, with
 	// a tolerance no healthy farm comes near.
 	require.NoError(t, jobs.AddSchedule(ctx, s, store.Schedule{Name: "tick", Every: time.Second, Endpoint: "/schedules/tick",
@@ -213,9 +213,9 @@ func TestChaosDatabaseClockSteps(t *testing.T) {
 		stepList = append(stepList, fmt.Sprintf("%+v (%d long calls in flight)", st.offset, st.inFlight))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "### database clock steps (postgres under libfaketime)\n\n3 nodes, job lease %v, %d long jobs of %v calls per step, %d tasks (%d with %v calls), "+
+	fmt.Fprintf(&b, "### database clock steps (postgres under libfaketime)\n\n3 nodes, job lease %v, %d long jobs of %v calls per step, %d tasks (%d with %v calls, one ending each call at its deadline), "+
 		"a schedule every 1s (tolerance 5s, misfire skip), a job enqueued every 100 ms; the database clock set to real time %s, %v apart; "+
-		"%d jobs in all. %v in all.\n\n", lease, longJobs, longCall, chaosTasks/2+chaosSlowTasks, chaosSlowTasks, fastChaos.slowCall,
+		"%d jobs in all. %v in all.\n\n", lease, longJobs, longCall, chaosTasks/2+chaosSlowTasks+1, chaosSlowTasks+1, fastChaos.slowCall,
 		strings.Join(stepList, ", then "), settle, len(ids), time.Since(began).Round(time.Second))
 	fmt.Fprintf(&b, "| overlapping job calls | longest | overlapping task calls | longest | attempts burned by a step | rows reclaimed or missed (node logs) | occurrences missed | schedule's missed count | calls past their deadline | jobs left waiting (long ones) | schedule calls in the %v after the last step |\n", settle)
 	fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n| %d | %v | %d | %v | %d | %d | %d | %d | %d | %d (%d) | %d |\n",

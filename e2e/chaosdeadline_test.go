@@ -31,21 +31,25 @@ import (
 )
 
 // newScenarioFarm starts the three nodes of a chaos scenario on db, with
-// the fast chaos timing and extra settings (a later value wins), and waits
-// until they are live.
+// the chaos timing of its database and extra settings (a later value
+// wins), and waits until they are live.
 func newScenarioFarm(t *testing.T, s *store.Store, db storetest.DB, rec *chaosRecorder, extra ...string) *chaosFarm {
 	srv := httptest.NewServer(http.HandlerFunc(rec.handler))
 	t.Cleanup(srv.Close)
-	f := &chaosFarm{t: t, driver: db.Driver, db: db, profile: fastChaos, base: srv.URL, store: s,
+	p := fastChaos
+	if db.Driver == "sqlserver" {
+		p = sqlServerChaos
+	}
+	f := &chaosFarm{t: t, driver: db.Driver, db: db, profile: p, base: srv.URL, store: s,
 		nodes: map[string]*node{}, env: map[string][]string{}, rec: rec}
 	for _, name := range []string{"node-a", "node-b", "node-c"} {
-		e := append(db.ExtraEnv(), "SLOTPOLLER_ROTATION_SLOT="+fastChaos.slot.String(),
-			"SLOTPOLLER_CHECKIN_HEARTBEAT="+fastChaos.heartbeat.String(), "SLOTPOLLER_JOBS_MAX_ATTEMPTS=20",
+		e := append(db.ExtraEnv(), "SLOTPOLLER_ROTATION_SLOT="+p.slot.String(),
+			"SLOTPOLLER_CHECKIN_HEARTBEAT="+p.heartbeat.String(), "SLOTPOLLER_JOBS_MAX_ATTEMPTS=20",
 			"SLOTPOLLER_JOBS_BACKOFF_MAX=1s", "SLOTPOLLER_LOG_LEVEL=info")
 		f.env[name] = env(db.Driver, db.DSN, name, srv.URL, append(e, extra...)...)
 		f.start(name)
 	}
-	waitFor(t, 30*time.Second, "3 live nodes", func() bool { return liveNodes(t, s) == chaosNodes })
+	waitFor(t, 60*time.Second, "3 live nodes", func() bool { return liveNodes(t, s) == chaosNodes })
 	return f
 }
 

@@ -29,41 +29,79 @@ type poisonRow struct {
 	runnable bool
 }
 
-// postgresPoison are the rows TestChaosPoisonRows writes on PostgreSQL.
-var postgresPoison = []poisonRow{
-	{what: "run_at infinity", values: `'/jobs/poison', 'POST', 'ready', 'infinity', 0, 3, 'poison-1', 0, NULL, NULL, NULL, NULL`},
-	{what: "run_at -infinity", values: `'/jobs/poison', 'POST', 'ready', '-infinity', 0, 3, 'poison-2', 0, NULL, NULL, NULL, NULL`, runnable: true},
-	{what: "token at the largest BIGINT", values: `'/jobs/poison', 'POST', 'ready', now(), 0, 3, 'poison-3', 9223372036854775807, NULL, NULL, NULL, NULL`},
-	{what: "attempt at the largest INTEGER", values: `'/jobs/poison', 'POST', 'ready', now(), 2147483647, 2147483647, 'poison-4', 0, NULL, NULL, NULL, NULL`},
-	{what: "idempotency key with CR/LF", values: `'/jobs/poison', 'POST', 'ready', now(), 0, 3, E'poison-5\r\nX-Injected: 1', 0, NULL, NULL, NULL, NULL`},
-	{what: "running with lease_until NULL", values: `'/jobs/poison', 'POST', 'running', now(), 1, 3, 'poison-6', 1, 'gone-incarnation', 'gone-node', NULL, now()`},
-	{what: "endpoint on another host", values: `'http://example.invalid/steal', 'POST', 'ready', now(), 0, 3, 'poison-7', 0, NULL, NULL, NULL, NULL`},
+// poisonLiterals are a dialect's spelling of the values the rows need.
+type poisonLiterals struct {
+	latest, earliest string // the run times furthest ahead and behind the column holds
+	crlfKey          string // an idempotency key with CR/LF and a header after them
 }
 
-// TestChaosPoisonRows writes job rows no node can run (an infinite run
-// time, a token or attempt at the largest value its column holds, an
-// idempotency key that is no header value, a running job without a lease,
-// an endpoint on another host) among good jobs that trickle in to 3 nodes
-// on PostgreSQL. A good job must be called within its normal start bound
-// whatever rows sit beside it, no node may die of a row, and each poison
-// row must end failed or dead with its reason in last_error (or done, the
-// one whose call can be made).
+var poisonByDriver = map[string]poisonLiterals{
+	"postgres": {`'infinity'`, `'-infinity'`, `E'poison-5\r\nX-Injected: 1'`},
+	// run_at holds milliseconds; SQLite keeps whatever a column is given.
+	"sqlite":    {`'infinity'`, `-9223372036854775807`, `'poison-5' || char(13) || char(10) || 'X-Injected: 1'`},
+	"sqlserver": {`'9999-12-31T23:59:59.9999999'`, `'0001-01-01T00:00:00'`, `N'poison-5' + CHAR(13) + CHAR(10) + N'X-Injected: 1'`},
+}
+
+// poisonRows are the rows TestChaosPoisonRows writes on driver; each has
+// an idempotency key "poison-N..." of its own.
+func poisonRows(driver string) []poisonRow {
+	l := poisonByDriver[driver]
+	ready := func(runAt, attempt, maxAttempts, key, token string) string {
+		return fmt.Sprintf(`'/jobs/poison', 'POST', 'ready', %s, %s, %s, %s, %s, NULL, NULL, NULL, NULL`, runAt, attempt, maxAttempts, key, token)
+	}
+	return []poisonRow{
+		{what: "run_at the latest time", values: ready(l.latest, "0", "3", "'poison-1'", "0")},
+		{what: "run_at the earliest time", values: ready(l.earliest, "0", "3", "'poison-2'", "0"), runnable: true},
+		{what: "token at the largest BIGINT", values: ready("{now}", "0", "3", "'poison-3'", "9223372036854775807")},
+		{what: "attempt at the largest INTEGER", values: ready("{now}", "2147483647", "2147483647", "'poison-4'", "0")},
+		{what: "idempotency key with CR/LF", values: ready("{now}", "0", "3", l.crlfKey, "0")},
+		{what: "running with lease_until NULL", values: `'/jobs/poison', 'POST', 'running', {now}, 1, 3, 'poison-6', 1, 'gone-incarnation', 'gone-node', NULL, {now}`},
+		{what: "endpoint on another host", values: ready("{now}", "0", "3", "'poison-7'", "0")},
+	}
+}
+
+// TestChaosPoisonRows writes job rows no node can run (a run time at the
+// end of time, and at its beginning; a token or attempt at the largest
+// value its column holds; an idempotency key that is no header value; a
+// running job without a lease; an endpoint on another host) among good
+// jobs that trickle in to 3 nodes. A good job must be called within its
+// normal start bound whatever rows sit beside it, no node may die of a
+// row, and each poison row must end failed or dead with its reason in
+// last_error (or done, the one whose call can be made).
 //
+// SQLite and PostgreSQL run in the short mode; SQL Server (the T-SQL test
+// server, slow to warm up three nodes) with SLOTPOLLER_CHAOS_DURATION.
 // SLOTPOLLER_CHAOS_POISON=text writes only the rows whose description
 // holds text (e.g. "token"), to tell which row does what.
 func TestChaosPoisonRows(t *testing.T) {
-	storetest.RequirePostgres(t)
-	poison := postgresPoison
+	for _, driver := range []string{"sqlite", "postgres", "sqlserver"} {
+		t.Run(driver, func(t *testing.T) {
+			switch driver {
+			case "postgres":
+				storetest.RequirePostgres(t)
+			case "sqlserver":
+				storetest.RequireSQLServer(t)
+				if chaosDuration(t) == 0 {
+					t.Skip("SQL Server: the poison rows run in the long mode only (SLOTPOLLER_CHAOS_DURATION), as three nodes take a minute to warm up on the T-SQL test server")
+				}
+			}
+			chaosPoisonRows(t, driver)
+		})
+	}
+}
+
+func chaosPoisonRows(t *testing.T, driver string) {
+	poison := poisonRows(driver)
 	if only := os.Getenv("SLOTPOLLER_CHAOS_POISON"); only != "" {
 		poison = nil
-		for _, row := range postgresPoison {
+		for _, row := range poisonRows(driver) {
 			if strings.Contains(row.what, only) {
 				poison = append(poison, row)
 			}
 		}
 		require.NotEmpty(t, poison, "SLOTPOLLER_CHAOS_POISON=%q matches no poison row", only)
 	}
-	s, db := storetest.OpenDB(t, "postgres")
+	s, db := storetest.OpenDB(t, driver)
 	began := time.Now()
 	ctx := context.Background()
 	rec := &chaosRecorder{slowCall: fastChaos.slowCall, longCall: fastChaos.longCall}
@@ -74,7 +112,7 @@ func TestChaosPoisonRows(t *testing.T) {
 	// slack a busy test machine needs.
 	bound := chaosNodes*p.slot + p.slot + p.slack + time.Second
 
-	before, after := 3*time.Second, 12*time.Second
+	before, after := 2*time.Second, 8*time.Second
 	if d := chaosDuration(t); d > after {
 		after = d
 	}
@@ -113,10 +151,12 @@ func TestChaosPoisonRows(t *testing.T) {
 	time.Sleep(before)
 	var poisonIDs []int64
 	for _, row := range poison {
+		_, err := s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `INSERT INTO {jobs} (endpoint, method, state, run_at, attempt, max_attempts,
+  idem_key, token, owner, owner_node, lease_until, started_at, created_at) VALUES (`+row.values+`, {now})`))
+		require.NoError(t, err, "write the poison row %q", row.what)
 		var id int64
-		q := store.Expand(s.Dialect(), `INSERT INTO {jobs} (endpoint, method, state, run_at, attempt, max_attempts, idem_key, token,
-  owner, owner_node, lease_until, started_at, created_at) VALUES (`+row.values+`, now()) RETURNING id`)
-		require.NoError(t, s.DB().QueryRowContext(ctx, q).Scan(&id), "write the poison row %q", row.what)
+		key := row.values[strings.Index(row.values, "poison-") : strings.Index(row.values, "poison-")+len("poison-N")]
+		require.NoError(t, s.DB().QueryRowContext(ctx, store.Expand(s.Dialect(), `SELECT id FROM {jobs} WHERE idem_key LIKE ?`), key+"%").Scan(&id))
 		poisonIDs = append(poisonIDs, id)
 	}
 	mu.Lock()
@@ -208,8 +248,8 @@ func TestChaosPoisonRows(t *testing.T) {
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "### poison rows among good jobs (postgres)\n\n3 nodes, slot %v; a good job enqueued every 50 ms for %v, %d poison rows written with SQL after %v; start bound %v. %v in all.\n\n",
-		p.slot, before+after, len(poisonIDs), before, bound, time.Since(began).Round(time.Second))
+	fmt.Fprintf(&b, "### poison rows among good jobs (%s)\n\n3 nodes, slot %v; a good job enqueued every 50 ms for %v, %d poison rows written with SQL after %v; start bound %v. %v in all.\n\n",
+		driver, p.slot, before+after, len(poisonIDs), before, bound, time.Since(began).Round(time.Second))
 	fmt.Fprintf(&b, "| good jobs | good jobs delayed by a poison row | slowest start of the jobs called before the poison | of those enqueued after | nodes died | poison rows not ended (failed/dead) |\n")
 	fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|\n| %d | %d | %v | %v | %d | %d |\n\n", len(goods), delayed,
 		slowest(waitsBefore).Round(time.Millisecond), slowest(waitsAfter).Round(time.Millisecond), crashed, notEnded)

@@ -839,7 +839,7 @@ func (f *chaosFarm) judge(s *store.Store, calls []chaosCall, ids []int64, atEnd 
 		boundHead = "bound (not enforced; a re-call by any node counts)"
 	}
 	fmt.Fprintf(&b, "| fault | node | tasks moved | slowest re-call | %s |\n|---|---|---:|---:|---:|\n%s\n\n", boundHead, strings.Join(rows, "\n"))
-	fmt.Fprintf(&b, "| node-fault failover p50 | max | stale task calls | overlapping task calls | jobs lost | jobs not done | jobs re-run after a crash | overlapping job calls | job calls cut by a blip |\n")
+	fmt.Fprintf(&b, "| node-fault failover p50 | max | stale task calls | overlapping task calls | jobs lost | jobs not done | jobs re-run after a crash | jobs run twice at once | job calls cut by a blip |\n")
 	fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n| %v | %v | %d | %d | %d | %d | %d | %d | %d |\n\n",
 		p50.Round(time.Millisecond), worst.Round(time.Millisecond), stale, overlaps, lost, notDone, reruns, concurrent, cutByBlip)
 	watch := time.Duration(p.stepTurns) * (chaosNodes + 1) * p.slot

@@ -126,7 +126,7 @@ var sqlServerChaos = chaosProfile{
 type chaosCall struct {
 	kind       string // "task" or "job"
 	key        string // task name or job id
-	path       string
+	path       string // the endpoint called
 	node       string
 	token      int64
 	start, end time.Time

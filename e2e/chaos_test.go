@@ -11,9 +11,17 @@ package e2e
 // Server: every node's relay cut, as the server is shared with the other
 // packages' tests) — while endless tasks run and one-off jobs are
 // enqueued. It judges the farm only by what the endpoint saw: each call's
-// interval, from its arrival to its answer or to the caller going away. A short mode runs in the normal test command; set
+// interval, from its arrival to its answer or to the caller going away;
+// the endpoint honours its X-Slotpoller-Deadline header (it stops there,
+// done or not, and answers 503). Scenarios of their own reuse the farm:
+// a frozen node's job calls longer than the lease, judged by an endpoint
+// that works on when its caller goes away (chaosdeadline_test.go); the
+// database clock stepped an hour each way under libfaketime
+// (chaosclock_test.go); rows no node can run among good jobs
+// (chaospoison_test.go). A short mode runs in the normal test command; set
 // SLOTPOLLER_CHAOS_DURATION (e.g. 10m) for a long run of repeated fault
-// cycles, and SLOTPOLLER_CHAOS_REPORT to a file to get the summary there.
+// cycles, and SLOTPOLLER_CHAOS_REPORT to a file to get every chaos test's
+// summary added there.
 
 import (
 	"bytes"
@@ -118,22 +126,31 @@ var sqlServerChaos = chaosProfile{
 type chaosCall struct {
 	kind       string // "task" or "job"
 	key        string // task name or job id
+	path       string // the endpoint called
 	node       string
 	token      int64
 	start, end time.Time
-	cancelled  bool // the caller went away before the work was done
+	cancelled  bool      // the caller went away before the work was done
+	deadline   time.Time // X-Slotpoller-Deadline (zero when absent or unreadable)
+	cut        bool      // the deadline came before the work was done: answered 503
 }
 
 type chaosRecorder struct {
 	slowCall, longCall time.Duration
-	mu                 sync.Mutex
-	calls              []chaosCall
-	open               map[*http.Request]chaosCall // calls in progress
+	// stubborn makes the endpoint work on when its caller goes away (as an
+	// endpoint that does not watch its connection does): its call then
+	// ends only at its answer, when its work is done or its deadline
+	// header has come. Otherwise a call ends when its caller goes away too.
+	stubborn bool
+	mu       sync.Mutex
+	calls    []chaosCall
+	open     map[*http.Request]chaosCall // calls in progress
 }
 
 func (r *chaosRecorder) handler(w http.ResponseWriter, req *http.Request) {
-	c := chaosCall{node: req.Header.Get("X-Slotpoller-Node"), start: time.Now()}
+	c := chaosCall{node: req.Header.Get("X-Slotpoller-Node"), path: req.URL.Path, start: time.Now()}
 	c.token, _ = strconv.ParseInt(req.Header.Get("X-Slotpoller-Token"), 10, 64)
+	c.deadline, _ = time.Parse(jobs.DeadlineFormat, req.Header.Get(jobs.HeaderDeadline))
 	var work time.Duration
 	defer func() {
 		r.mu.Lock()
@@ -142,8 +159,11 @@ func (r *chaosRecorder) handler(w http.ResponseWriter, req *http.Request) {
 	}()
 	if task := req.Header.Get("X-Slotpoller-Task"); task != "" {
 		c.kind, c.key = "task", task
-		if req.URL.Path == "/tasks/slow" {
+		switch req.URL.Path {
+		case "/tasks/slow":
 			work = r.slowCall
+		case "/tasks/long": // longer than any task call may be: it ends at its deadline
+			work = r.longCall
 		}
 	} else {
 		c.kind, c.key = "job", req.Header.Get("X-Slotpoller-Job")
@@ -158,19 +178,32 @@ func (r *chaosRecorder) handler(w http.ResponseWriter, req *http.Request) {
 	}
 	r.open[req] = c
 	r.mu.Unlock()
+	// The endpoint honours its deadline header: it stops working there,
+	// done or not, and says it did not finish.
+	if !c.deadline.IsZero() && c.start.Add(work).After(c.deadline) {
+		work, c.cut = max(0, c.deadline.Sub(c.start)), true
+	}
 	if work > 0 {
 		// The call ends when the work is done or when the caller goes away
 		// (its lease could not be confirmed, it was lost, the node died):
 		// that is the interval in which the endpoint worked for it.
 		t := time.NewTimer(work)
+		gone := req.Context().Done()
+		if r.stubborn {
+			gone = nil
+		}
 		select {
 		case <-t.C:
-		case <-req.Context().Done():
+		case <-gone:
 			t.Stop()
 			c.cancelled = true
 		}
 	}
-	w.WriteHeader(http.StatusNoContent)
+	if c.cut && !c.cancelled {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	} else {
+		w.WriteHeader(http.StatusNoContent)
+	}
 	c.end = time.Now()
 	r.mu.Lock()
 	r.calls = append(r.calls, c)
@@ -251,12 +284,7 @@ func (f *chaosFarm) start(name string) {
 }
 
 func TestChaos(t *testing.T) {
-	duration := time.Duration(0)
-	if v := os.Getenv("SLOTPOLLER_CHAOS_DURATION"); v != "" {
-		d, err := time.ParseDuration(v)
-		require.NoError(t, err, "SLOTPOLLER_CHAOS_DURATION")
-		duration = d
-	}
+	duration := chaosDuration(t)
 	var reports []string
 	t.Run("sqlite", func(t *testing.T) {
 		s, db := storetest.OpenDB(t, "sqlite")
@@ -281,9 +309,32 @@ func TestChaos(t *testing.T) {
 		s, db := storetest.OpenDB(t, "sqlserver")
 		reports = append(reports, runChaos(t, s, db, nil, sqlServerChaos, duration))
 	})
-	if path := os.Getenv("SLOTPOLLER_CHAOS_REPORT"); path != "" && len(reports) > 0 {
-		require.NoError(t, os.WriteFile(path, []byte(strings.Join(reports, "\n")), 0o644))
+	appendChaosReport(t, strings.Join(reports, "\n"))
+}
+
+// chaosDuration is SLOTPOLLER_CHAOS_DURATION: 0 for the short mode.
+func chaosDuration(t *testing.T) time.Duration {
+	v := os.Getenv("SLOTPOLLER_CHAOS_DURATION")
+	if v == "" {
+		return 0
 	}
+	d, err := time.ParseDuration(v)
+	require.NoError(t, err, "SLOTPOLLER_CHAOS_DURATION")
+	return d
+}
+
+// appendChaosReport adds a summary to the file SLOTPOLLER_CHAOS_REPORT
+// names, if it names one: every chaos test of a run adds its own.
+func appendChaosReport(t *testing.T, report string) {
+	path := os.Getenv("SLOTPOLLER_CHAOS_REPORT")
+	if path == "" || report == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	require.NoError(t, err)
+	_, err = f.WriteString(report + "\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
 }
 
 // runChaos runs the farm on db, reached by the nodes each through a relay

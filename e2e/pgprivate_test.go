@@ -3,6 +3,8 @@
 package e2e
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // privatePostgres is a PostgreSQL server of the test's own, so that the
@@ -21,15 +24,38 @@ type privatePostgres struct {
 	dir    string
 	port   int
 	asRoot bool
+	// clockFile, when set, holds the offset of the server's clock: the
+	// server runs under libfaketime, which reads it afresh on every clock
+	// reading (FAKETIME_NO_CACHE), so writing it steps the clock of every
+	// backend at once.
+	clockFile string
+	env       []string // of every server tool, before its arguments (through env)
 }
+
+// libfaketime is where Debian's libfaketime package puts the library.
+const libfaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 // startPrivatePostgres initialises and starts a throwaway cluster, or skips
 // the test saying why it cannot.
 func startPrivatePostgres(t *testing.T) *privatePostgres {
+	return startPrivatePostgresWith(t, false)
+}
+
+// startPrivatePostgresWithFakeClock starts a throwaway cluster whose clock
+// the test steps (SetClockOffset), or skips the test saying why it cannot.
+// CI installs libfaketime (.ci/run), so the test runs there.
+func startPrivatePostgresWithFakeClock(t *testing.T) *privatePostgres {
+	if _, err := os.Stat(libfaketime); err != nil {
+		t.Skipf("no libfaketime (%s: %v): skipping the test that steps the database clock; apt-get install faketime libfaketime", libfaketime, err)
+	}
+	return startPrivatePostgresWith(t, true)
+}
+
+func startPrivatePostgresWith(t *testing.T, fakeClock bool) *privatePostgres {
 	t.Helper()
 	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
 	if len(matches) == 0 {
-		t.Skip("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin): skipping the test that restarts PostgreSQL")
+		t.Skip("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin): skipping the test that needs a PostgreSQL server of its own")
 	}
 	p := &privatePostgres{t: t, bin: filepath.Dir(matches[len(matches)-1]), asRoot: os.Geteuid() == 0}
 	dir, err := os.MkdirTemp("", "slotpoller-pg-")
@@ -38,6 +64,16 @@ func startPrivatePostgres(t *testing.T) *privatePostgres {
 	}
 	p.dir = dir
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	if fakeClock {
+		p.clockFile = filepath.Join(dir, "clock-offset")
+		if err := os.WriteFile(p.clockFile, []byte("+0\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Only wall-clock readings are offset: the server's timeouts and
+		// waits run on its monotonic clock, as a real clock step leaves it.
+		p.env = []string{"LD_PRELOAD=" + libfaketime, "FAKETIME_TIMESTAMP_FILE=" + p.clockFile,
+			"FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1"}
+	}
 	if p.asRoot {
 		// PostgreSQL refuses to run as root.
 		if out, err := exec.Command("chown", "-R", "postgres:postgres", dir).CombinedOutput(); err != nil {
@@ -65,14 +101,16 @@ func startPrivatePostgres(t *testing.T) *privatePostgres {
 }
 
 func (p *privatePostgres) run(tool string, args ...string) ([]byte, error) {
-	path := filepath.Join(p.bin, tool)
-	var cmd *exec.Cmd
-	if p.asRoot {
-		cmd = exec.Command("runuser", append([]string{"-u", "postgres", "--", path}, args...)...)
-	} else {
-		cmd = exec.Command(path, args...)
+	argv := append([]string{filepath.Join(p.bin, tool)}, args...)
+	if len(p.env) > 0 {
+		// Through env, so that runuser's reset of the environment cannot
+		// drop it; the postmaster passes it on to every backend it forks.
+		argv = append(append([]string{"env"}, p.env...), argv...)
 	}
-	return cmd.CombinedOutput()
+	if p.asRoot {
+		argv = append([]string{"runuser", "-u", "postgres", "--"}, argv...)
+	}
+	return exec.Command(argv[0], argv[1:]...).CombinedOutput()
 }
 
 // DSN is the connection string of the private server.
@@ -86,5 +124,33 @@ func (p *privatePostgres) Restart() {
 	// output open.
 	if out, err := p.run("pg_ctl", "-D", filepath.Join(p.dir, "data"), "-l", filepath.Join(p.dir, "log"), "-m", "fast", "-w", "restart"); err != nil {
 		p.t.Fatalf("restart private PostgreSQL: %v: %s", err, out)
+	}
+}
+
+// SetClockOffset steps the server's clock to real time + offset, and
+// checks that the server's clock_timestamp() moved there: a step that did
+// not happen must not pass for one the farm rode out.
+func (p *privatePostgres) SetClockOffset(offset time.Duration) {
+	p.t.Helper()
+	if p.clockFile == "" {
+		p.t.Fatal("SetClockOffset: the private PostgreSQL was not started with a fake clock")
+	}
+	if err := os.WriteFile(p.clockFile, []byte(fmt.Sprintf("%+d\n", int64(offset/time.Second))), 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	db, err := sql.Open("pgx", p.DSN())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var now time.Time
+	t0 := time.Now()
+	if err := db.QueryRowContext(ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
+		p.t.Fatalf("read the stepped clock: %v", err)
+	}
+	if got := now.Sub(t0); got < offset-5*time.Second || got > offset+5*time.Second {
+		p.t.Fatalf("the database clock did not step: it reads real time %+v, want %+v", got.Round(time.Millisecond), offset)
 	}
 }

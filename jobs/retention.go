@@ -32,7 +32,13 @@ const (
 type PruneStore interface {
 	JobsPrune(ctx context.Context, state string, age time.Duration, limit int) (int64, error)
 	NodesPrune(ctx context.Context, age time.Duration) (int64, error)
+	JobsSetAsideUnreachable(ctx context.Context, beyond time.Duration, limit int) (int64, error)
 }
+
+// Unreachable is how far ahead a ready job's run time lies when no door
+// wrote it (MaxLeadTime, and a day for a database clock stepped back): the
+// pruner's look sets such jobs aside, dead, with the reason.
+const Unreachable = MaxLeadTime + 24*time.Hour
 
 // PruneOptions say what a node deletes and how fast.
 type PruneOptions struct {
@@ -72,6 +78,7 @@ type Pruner struct {
 // PruneResult is what one turn did.
 type PruneResult struct {
 	Jobs, Nodes int64 // rows deleted
+	SetAside    int64 // ready jobs due beyond Unreachable, set aside dead
 	Statements  int
 	Behind      bool // stopped by the budget with rows still due
 	Skipped     bool // caught up, and the idle pause is not over
@@ -103,7 +110,8 @@ func NewPruner(s PruneStore, opts PruneOptions) *Pruner {
 	return p
 }
 
-// Enabled reports whether the pruner deletes anything at all.
+// Enabled reports whether the pruner deletes anything at all. It looks for
+// unreachable jobs whether or not.
 func (p *Pruner) Enabled() bool { return len(p.states) > 0 || p.opts.Nodes > 0 }
 
 // Turn runs retention for one of the node's turns as slot owner. While
@@ -111,11 +119,22 @@ func (p *Pruner) Enabled() bool { return len(p.states) > 0 || p.opts.Nodes > 0 }
 func (p *Pruner) Turn(ctx context.Context) (PruneResult, error) {
 	var res PruneResult
 	now := p.opts.Clock.Monotonic()
-	if !p.Enabled() || (!p.behind && now < p.next) {
+	if !p.behind && now < p.next {
 		res.Skipped = true
 		return res, nil
 	}
 	deadline := now + p.opts.Budget
+	if !p.behind {
+		n, err := p.s.JobsSetAsideUnreachable(ctx, Unreachable, p.opts.Batch)
+		res.Statements++
+		res.SetAside = n
+		if err != nil {
+			return res, err
+		}
+		if n > 0 {
+			p.opts.Logger.Warn("set aside ready jobs due further ahead than any door accepts; see their last_error", "count", n)
+		}
+	}
 	if !p.behind && p.opts.Nodes > 0 {
 		n, err := p.s.NodesPrune(ctx, p.opts.Nodes)
 		res.Statements++

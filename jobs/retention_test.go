@@ -21,6 +21,8 @@ type pruneDB struct {
 	limits []int                    // the limit of every job delete
 	ages   map[string]time.Duration // the age each state was pruned with
 	nodes  int                      // node deletes
+	looks  int                      // looks for unreachable jobs
+	beyond time.Duration            // how far ahead they were looked for
 	fail   error
 }
 
@@ -42,6 +44,13 @@ func (d *pruneDB) NodesPrune(context.Context, time.Duration) (int64, error) {
 	return 0, nil
 }
 
+func (d *pruneDB) JobsSetAsideUnreachable(_ context.Context, beyond time.Duration, _ int) (int64, error) {
+	d.clk.Advance(d.cost)
+	d.looks++
+	d.beyond = beyond
+	return 0, nil
+}
+
 func newPruneDB(cost time.Duration, due map[string]int) *pruneDB {
 	return &pruneDB{clk: clock.NewFake(t0), cost: cost, due: due, ages: map[string]time.Duration{}}
 }
@@ -57,20 +66,22 @@ func TestPrunerCatchesUpThenLooksOncePerIdle(t *testing.T) {
 
 	res, err := p.Turn(ctx)
 	require.NoError(t, err)
-	require.Equal(t, jobs.PruneResult{Jobs: 1203, Statements: 1 + 3 + 4}, res, "nodes, done in three batches, one each for the others")
+	require.Equal(t, jobs.PruneResult{Jobs: 1203, Statements: 1 + 1 + 3 + 4}, res, "unreachable jobs, nodes, done in three batches, one each for the others")
 	require.Equal(t, retention, db.ages, "each state with its own retention")
 	require.Equal(t, 1, db.nodes)
+	require.Equal(t, 1, db.looks)
+	require.Equal(t, jobs.MaxLeadTime+24*time.Hour, db.beyond, "further than any door writes")
 
 	res, err = p.Turn(ctx)
 	require.NoError(t, err)
 	require.True(t, res.Skipped, "caught up: nothing sent until the idle pause is over")
-	require.Equal(t, 8, len(db.limits)+db.nodes)
+	require.Equal(t, 9, len(db.limits)+db.nodes+db.looks)
 
 	db.clk.Advance(time.Minute)
 	res, err = p.Turn(ctx)
 	require.NoError(t, err)
 	require.False(t, res.Skipped)
-	require.Equal(t, 6, res.Statements)
+	require.Equal(t, 7, res.Statements)
 	for _, l := range db.limits {
 		require.Equal(t, 500, l)
 	}
@@ -135,9 +146,11 @@ func TestPrunerKeepsWhatHasNoRetention(t *testing.T) {
 
 	none := jobs.NewPruner(db, jobs.PruneOptions{Clock: db.clk})
 	require.False(t, none.Enabled())
+	looks := db.looks
 	res, err = none.Turn(context.Background())
 	require.NoError(t, err)
-	require.True(t, res.Skipped)
+	require.Equal(t, jobs.PruneResult{Statements: 1}, res, "no retention: only the look for unreachable jobs")
+	require.Equal(t, looks+1, db.looks)
 }
 
 // A failed delete is tried again at the next turn, not after the idle pause.

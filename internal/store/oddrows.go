@@ -337,3 +337,19 @@ func (n *shownInt) Scan(v any) error {
 	*n = shownInt(i)
 	return nil
 }
+
+// JobsSetAsideUnreachable sets aside, dead, up to limit ready jobs due
+// further ahead than beyond (a run time of infinity, or years ahead:
+// written directly, past what any door accepts). No claim would ever take
+// them, and they would wait unseen for ever; set aside, they show with
+// their reason. One seek from the far end of the ready rows' (run_at, id)
+// index, which finds nothing on a sound table. It returns how many it set
+// aside.
+func (s *Store) JobsSetAsideUnreachable(ctx context.Context, beyond time.Duration, limit int) (int64, error) {
+	where := "state = 'ready' AND run_at > {now+?}"
+	pick, args := s.firstRows("id", "FROM {jobs} WHERE "+where, []any{millis(beyond)}, limit)
+	q := s.statement(`UPDATE {jobs} SET state = 'dead', finished_at = {now}, last_error = ?
+WHERE ` + where + ` AND id IN (` + pick + `)`)
+	why := CannotRun + "run_at is more than " + beyond.String() + " ahead, further than any door accepts; no claim would ever take it"
+	return s.execCount(ctx, "set aside jobs due beyond any door's reach", q, append([]any{why, millis(beyond)}, args...)...)
+}

@@ -267,3 +267,36 @@ func TestJobCountsCapped100k(t *testing.T) {
 }
 
 func sortDurations(d []time.Duration) { sort.Slice(d, func(i, j int) bool { return d[i] < d[j] }) }
+
+// A ready job due further ahead than any door writes (a run time of
+// infinity, or years ahead, written directly) is never claimed: it is set
+// aside, dead, with its reason, and a job due within reach is left alone.
+func TestUnreachableJobsAreSetAside(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		fillJobs(t, s, 3, store.StateReady, -1, 2*366*24*time.Hour, 0) // two years ahead
+		fillJobs(t, s, 2, store.StateReady, -1, 300*24*time.Hour, 0)   // within reach
+		n, err := s.JobsSetAsideUnreachable(ctx, 367*24*time.Hour, 2)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n, "at most the limit at a time")
+		n, err = s.JobsSetAsideUnreachable(ctx, 367*24*time.Hour, 2)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		all, err := s.JobsList(ctx, store.JobFilter{Limit: 10})
+		require.NoError(t, err)
+		dead := 0
+		for _, j := range all {
+			if j.State == store.StateDead {
+				dead++
+				require.Contains(t, j.LastError, store.CannotRun+"run_at is more than")
+				continue
+			}
+			require.Equal(t, store.StateReady, j.State)
+		}
+		require.Equal(t, 3, dead)
+		n, err = s.JobsSetAsideUnreachable(ctx, 367*24*time.Hour, 2)
+		require.NoError(t, err)
+		require.Zero(t, n)
+	})
+}

@@ -172,6 +172,10 @@ func sqlServerOps() []op {
 			return err
 		}},
 		{name: "NodesPrune", sends: 1, run: func(ctx context.Context, s *store.Store) error { _, err := s.NodesPrune(ctx, 24*time.Hour); return err }},
+		{name: "JobsSetAsideUnreachable", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsSetAsideUnreachable(ctx, 367*24*time.Hour, 500)
+			return err
+		}},
 		{name: "JobsRenewLeases", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			_, err := s.JobsRenewLeases(ctx, "inc-MARK", store.Lease(15*time.Second))
 			return err

@@ -265,6 +265,11 @@ DELETE FROM [sp_unit].[jobs] WHERE state = 'done' AND finished_at IS NOT NULL AN
 -- @p1 int64
 DELETE FROM [sp_unit].[nodes] WHERE last_seen < DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()));
 
+-- JobsSetAsideUnreachable
+-- @p1 mssql.NVarCharMax, @p2 int64, @p3 int, @p4 int64
+UPDATE [sp_unit].[jobs] SET state = 'dead', finished_at = SYSUTCDATETIME(), last_error = @p1
+WHERE state = 'ready' AND run_at > DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME())) AND id IN (SELECT TOP (@p3) id FROM [sp_unit].[jobs] WHERE state = 'ready' AND run_at > DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())));
+
 -- JobsRenewLeases
 -- @p1 int64, @p2 int64, @p3 int64, @p4 int64, @p5 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT, token BIGINT);

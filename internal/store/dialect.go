@@ -92,6 +92,11 @@ type Dialect interface {
 //
 //	{now}        the database clock
 //	{now+?}      the database clock plus ? milliseconds
+//	{seeknow+?}  the same, read once for the statement: a bound an index
+//	             can seek on (seekClock)
+//	{endpoint_key} the endpoint as its index orders it (endpointKey)
+//	{unlikely}(c) a condition c that keeps few rows, for a planner that
+//	             cannot estimate it (unlikelyHint)
 //	{nodes} etc. table names
 //	{returning c} / {output c}  the clauses that hand back written rows
 //	?            bind parameters, numbered in order
@@ -111,7 +116,18 @@ func expand(d Dialect, q string) string {
 	if b, ok := d.(outputBatch); ok && output != "" {
 		q = b.wrapOutput(output, q)
 	}
-	r := strings.NewReplacer(append([]string{"{now+?}", d.NowPlusMillis(), "{now}", d.Now()}, tableMarkers(d)...)...)
+	seekNow, endpoint, unlikely := d.NowPlusMillis(), "endpoint", ""
+	if c, ok := d.(seekClock); ok {
+		seekNow = c.SeekNowPlusMillis()
+	}
+	if k, ok := d.(endpointKey); ok {
+		endpoint = k.EndpointKey()
+	}
+	if h, ok := d.(unlikelyHint); ok {
+		unlikely = h.Unlikely()
+	}
+	r := strings.NewReplacer(append([]string{"{now+?}", d.NowPlusMillis(), "{now}", d.Now(),
+		"{seeknow+?}", seekNow, "{endpoint_key}", endpoint, "{unlikely}", unlikely}, tableMarkers(d)...)...)
 	return rebind(d, r.Replace(q))
 }
 
@@ -122,6 +138,58 @@ func tableMarkers(d Dialect) []string {
 		pairs = append(pairs, "{"+t+"}", d.Table(t))
 	}
 	return pairs
+}
+
+// seekClock is a dialect whose {now+?} is read anew for every row (on
+// PostgreSQL clock_timestamp() is volatile), which no index can seek on.
+// Its SeekNowPlusMillis is the database's time at the start of the
+// statement plus ? milliseconds: the admin reads' time bounds (created
+// within the last 10 s), where a statement's own microseconds do not
+// matter and a seek does. Elsewhere {seeknow+?} is {now+?}.
+type seekClock interface {
+	SeekNowPlusMillis() string
+}
+
+// endpointKey is a dialect whose index on the endpoint orders an
+// expression of it, not the column in the database's collation: a prefix
+// is sought as a range in binary order (prefixRange). Elsewhere
+// {endpoint_key} is endpoint.
+type endpointKey interface {
+	EndpointKey() string
+}
+
+// unlikelyHint is a dialect whose planner cannot estimate how many rows a
+// condition on an expression keeps (SQLite has no statistics of ranges,
+// and its time bound is computed in the statement): it takes a range as
+// keeping a quarter of the table, and walks the table newest first rather
+// than seek and sort. Unlikely names the function that tells it the
+// condition keeps few rows. Elsewhere {unlikely}(c) is (c).
+type unlikelyHint interface {
+	Unlikely() string
+}
+
+// perCallPlan is a dialect whose database reuses a statement's plan across
+// calls: PostgreSQL gives a prepared statement, after five calls, a generic
+// plan made for any arguments; SQL Server caches the plan made for the
+// first call's. An admin read's best plan depends on its arguments (a
+// filter that keeps no row must seek, one that keeps most may walk the
+// table newest first), and a reused plan that walks reads the whole table
+// for a filter that keeps no row: these reads are planned on every call
+// (planPerCall).
+type perCallPlan interface {
+	// PlanPerCall returns the expanded statement q and its arguments, as
+	// the driver receives them, changed so that the database plans q for
+	// these arguments.
+	PlanPerCall(q string, args []any) (string, []any)
+}
+
+// planPerCall is q and args made to be planned on every call, where the
+// dialect needs it (perCallPlan).
+func (s *Store) planPerCall(q string, args []any) (string, []any) {
+	if p, ok := s.d.(perCallPlan); ok {
+		return p.PlanPerCall(q, args)
+	}
+	return q, args
 }
 
 // outputBatch is a dialect whose Output clause writes the rows into a

@@ -31,18 +31,18 @@ type adminRead struct {
 	name        string
 	walk        bool
 	sqliteWalks bool
-	stmt        func(s *store.Store, mid int64) (string, []any)
+	stmt        func(s *store.Store, mid int64) (string, []any, error)
 }
 
-func list(f store.JobFilter) func(*store.Store, int64) (string, []any) {
-	return func(s *store.Store, mid int64) (string, []any) {
+func list(f store.JobFilter) func(*store.Store, int64) (string, []any, error) {
+	return func(s *store.Store, mid int64) (string, []any, error) {
 		if f.Limit == 0 {
 			f.Limit = 100 // the API's default page
 		}
 		if f.Before < 0 {
 			f.Before = mid
 		}
-		return s.ListStatement(f)
+		return s.ListStatement(context.Background(), f)
 	}
 }
 
@@ -84,19 +84,24 @@ var adminReads = []adminRead{
 	{name: "list state=retrying endpoint=/jobs/7", stmt: list(store.JobFilter{States: retrying.States, Retrying: true, EndpointPrefix: "/jobs/7"})},
 	{name: "list endpoint=/nomatch since=1h", stmt: list(store.JobFilter{EndpointPrefix: "/nomatch", Since: hour})},
 	{name: "list max page", walk: true, stmt: list(store.JobFilter{Limit: 1000})},
-	{name: "retry id", stmt: func(s *store.Store, mid int64) (string, []any) {
-		return s.RetryStatement(store.JobFilter{ID: mid, Limit: 1}, "op")
+	{name: "retry id", stmt: func(s *store.Store, mid int64) (string, []any, error) {
+		return s.RetryStatement(context.Background(), store.JobFilter{ID: mid, Limit: 1}, "op")
 	}},
-	{name: "retry state=dead endpoint=/nomatch", stmt: func(s *store.Store, _ int64) (string, []any) {
-		return s.RetryStatement(store.JobFilter{States: []string{store.StateDead}, EndpointPrefix: "/nomatch", Limit: 1000}, "op")
+	{name: "retry state=dead endpoint=/nomatch", stmt: func(s *store.Store, _ int64) (string, []any, error) {
+		return s.RetryStatement(context.Background(), store.JobFilter{States: []string{store.StateDead}, EndpointPrefix: "/nomatch", Limit: 1000}, "op")
 	}},
-	{name: "retry state=missed since=1h", stmt: func(s *store.Store, _ int64) (string, []any) {
-		return s.RetryStatement(store.JobFilter{States: []string{store.StateMissed}, Since: hour, Limit: 1000}, "op")
+	{name: "retry state=missed since=1h", stmt: func(s *store.Store, _ int64) (string, []any, error) {
+		return s.RetryStatement(context.Background(), store.JobFilter{States: []string{store.StateMissed}, Since: hour, Limit: 1000}, "op")
 	}},
 	// Each count stops at its cap: a walk of a state that holds many
 	// rows stops there (Babelfish walks the table for done).
-	{name: "counts", walk: true, stmt: func(s *store.Store, _ int64) (string, []any) { return s.CountsStatement(10_000) }},
-	{name: "throughput", stmt: func(s *store.Store, _ int64) (string, []any) { return s.ThroughputStatement(hour, 50_000) }},
+	{name: "counts", walk: true, stmt: func(s *store.Store, _ int64) (string, []any, error) {
+		q, args := s.CountsStatement(10_000)
+		return q, args, nil
+	}},
+	{name: "throughput", stmt: func(s *store.Store, _ int64) (string, []any, error) {
+		return s.ThroughputStatement(context.Background(), hour, 50_000)
+	}},
 }
 
 // Every read the API and the dashboard make of the jobs table seeks, or
@@ -129,7 +134,8 @@ func TestAdminReadsAtAMillionRows(t *testing.T) {
 		mid := int64(n / 2)
 
 		for _, r := range adminReads {
-			q, args := r.stmt(s, mid)
+			q, args, err := r.stmt(s, mid)
+			require.NoError(t, err)
 			switch driver {
 			case "postgres":
 				checkPostgresPlan(t, s, r, q, args)

@@ -38,7 +38,10 @@ func (s *Store) JobThroughput(ctx context.Context, window time.Duration, limit i
 	if limit < 1 {
 		limit = 1
 	}
-	q, args := s.throughputStatement(window, limit)
+	q, args, err := s.throughputStatement(ctx, window, limit)
+	if err != nil {
+		return Throughput{}, fmt.Errorf("read job throughput: %w", err)
+	}
 	type row struct {
 		ago         int
 		state       string
@@ -87,12 +90,17 @@ func (s *Store) JobThroughput(ctx context.Context, window time.Duration, limit i
 // throughputStatement is JobThroughput's statement and its arguments,
 // planned for them on every call: a plan made for any window would not
 // know the window's rows are few.
-func (s *Store) throughputStatement(window time.Duration, limit int) (string, []any) {
+func (s *Store) throughputStatement(ctx context.Context, window time.Duration, limit int) (string, []any, error) {
 	d := s.d
 	pick, args := s.firstRows(
 		"state, "+d.MillisBetween("finished_at", "{now}")+" / 60000 AS ago, "+d.MillisBetween("run_at", "started_at")+" AS delay_ms",
 		"FROM {jobs} WHERE state IN ('done', 'failed', 'dead') AND finished_at IS NOT NULL AND finished_at > {seeknow+?} ORDER BY finished_at DESC",
-		[]any{-millis(window)}, limit)
-	return s.planPerCall(s.statement(`SELECT ago, state, COUNT(*), CAST(COALESCE(SUM(delay_ms), 0) AS BIGINT), CAST(COALESCE(MAX(delay_ms), 0) AS BIGINT)
+		[]any{seekOffset(-millis(window))}, limit)
+	args, err := s.seekArgs(ctx, args)
+	if err != nil {
+		return "", nil, err
+	}
+	q, args := s.planPerCall(s.statement(`SELECT ago, state, COUNT(*), CAST(COALESCE(SUM(delay_ms), 0) AS BIGINT), CAST(COALESCE(MAX(delay_ms), 0) AS BIGINT)
 FROM (`+pick+`) x GROUP BY ago, state ORDER BY ago`), args)
+	return q, args, nil
 }

@@ -13,6 +13,7 @@
 package store
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"regexp"
@@ -95,8 +96,6 @@ type Dialect interface {
 //	{seeknow+?}  the same, read once for the statement: a bound an index
 //	             can seek on (seekClock)
 //	{endpoint_key} the endpoint as its index orders it (endpointKey)
-//	{unlikely}(c) a condition c that keeps few rows, for a planner that
-//	             cannot estimate it (unlikelyHint)
 //	{nodes} etc. table names
 //	{returning c} / {output c}  the clauses that hand back written rows
 //	?            bind parameters, numbered in order
@@ -116,18 +115,15 @@ func expand(d Dialect, q string) string {
 	if b, ok := d.(outputBatch); ok && output != "" {
 		q = b.wrapOutput(output, q)
 	}
-	seekNow, endpoint, unlikely := d.NowPlusMillis(), "endpoint", ""
+	seekNow, endpoint := d.NowPlusMillis(), "endpoint"
 	if c, ok := d.(seekClock); ok {
 		seekNow = c.SeekNowPlusMillis()
 	}
 	if k, ok := d.(endpointKey); ok {
 		endpoint = k.EndpointKey()
 	}
-	if h, ok := d.(unlikelyHint); ok {
-		unlikely = h.Unlikely()
-	}
 	r := strings.NewReplacer(append([]string{"{now+?}", d.NowPlusMillis(), "{now}", d.Now(),
-		"{seeknow+?}", seekNow, "{endpoint_key}", endpoint, "{unlikely}", unlikely}, tableMarkers(d)...)...)
+		"{seeknow+?}", seekNow, "{endpoint_key}", endpoint}, tableMarkers(d)...)...)
 	return rebind(d, r.Replace(q))
 }
 
@@ -158,14 +154,46 @@ type endpointKey interface {
 	EndpointKey() string
 }
 
-// unlikelyHint is a dialect whose planner cannot estimate how many rows a
-// condition on an expression keeps (SQLite has no statistics of ranges,
-// and its time bound is computed in the statement): it takes a range as
-// keeping a quarter of the table, and walks the table newest first rather
-// than seek and sort. Unlikely names the function that tells it the
-// condition keeps few rows. Elsewhere {unlikely}(c) is (c).
-type unlikelyHint interface {
-	Unlikely() string
+// boundByValue is a dialect whose planner estimates a range from its
+// statistics (SQLite's STAT4) only when the bound is a bare parameter, not
+// an expression of its clock: its {seeknow+?} is a bare ?, and the store
+// sends the database's time, read just before, plus the offset
+// (seekArgs). Without it SQLite takes any time range for a quarter of the
+// table and walks it newest first, through every row when the range
+// keeps none.
+type boundByValue interface {
+	boundByValue()
+}
+
+// seekOffset is the argument of a {seeknow+?}: milliseconds from the
+// database's now.
+type seekOffset int64
+
+// seekArgs resolves the seekOffsets among args: to the database's time
+// plus the offset where the dialect bounds by value (boundByValue), read
+// once for all of them, else to the offset itself.
+func (s *Store) seekArgs(ctx context.Context, args []any) ([]any, error) {
+	_, byValue := s.d.(boundByValue)
+	var now time.Time
+	out := make([]any, len(args))
+	for i, a := range args {
+		o, ok := a.(seekOffset)
+		switch {
+		case !ok:
+			out[i] = a
+		case !byValue:
+			out[i] = int64(o)
+		default:
+			if now.IsZero() {
+				var err error
+				if now, err = s.Now(ctx); err != nil {
+					return nil, err
+				}
+			}
+			out[i] = s.d.TimeArg(now.Add(time.Duration(o) * time.Millisecond))
+		}
+	}
+	return out, nil
 }
 
 // perCallPlan is a dialect whose database reuses a statement's plan across

@@ -87,14 +87,12 @@ func (f JobFilter) where() (string, []any) {
 		args = append(args, utf8.RuneCountInString(f.EndpointPrefix), f.EndpointPrefix)
 	}
 	// The time bounds are read once per statement ({seeknow+?}), so that
-	// the index on created_at seeks on them. A list since a time asks for
-	// the recent jobs, which are few: said so where the planner cannot
-	// know it ({unlikely}).
+	// the index on created_at seeks on them.
 	if f.Since > 0 {
-		conds, args = append(conds, "{unlikely}(created_at >= {seeknow+?})"), append(args, -millis(f.Since))
+		conds, args = append(conds, "created_at >= {seeknow+?}"), append(args, seekOffset(-millis(f.Since)))
 	}
 	if f.Until > 0 {
-		conds, args = append(conds, "created_at < {seeknow+?}"), append(args, -millis(f.Until))
+		conds, args = append(conds, "created_at < {seeknow+?}"), append(args, seekOffset(-millis(f.Until)))
 	}
 	if f.Before > 0 {
 		conds, args = append(conds, "id < ?"), append(args, f.Before)
@@ -140,16 +138,24 @@ func (s *Store) JobsList(ctx context.Context, f JobFilter) ([]Job, error) {
 	if f.Limit <= 0 {
 		return nil, errors.New("list jobs: a limit is required")
 	}
-	q, args := s.listStatement(f)
+	q, args, err := s.listStatement(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
 	return queryAll(ctx, s, "list jobs", q, args, scanJob)
 }
 
 // listStatement is JobsList's statement and its arguments, planned for
 // them on every call: which plan is best depends on the filter's values.
-func (s *Store) listStatement(f JobFilter) (string, []any) {
+func (s *Store) listStatement(ctx context.Context, f JobFilter) (string, []any, error) {
 	where, args := f.where()
 	q, args := rowLimit(s.d, `SELECT `+jobColumns+` FROM {jobs} WHERE `+where+` ORDER BY id DESC`, args, f.Limit)
-	return s.planPerCall(s.statement(q), args)
+	args, err := s.seekArgs(ctx, args)
+	if err != nil {
+		return "", nil, err
+	}
+	q, args = s.planPerCall(s.statement(q), args)
+	return q, args, nil
 }
 
 // noTime is a NULL of a time column's type, for the start of an operator's
@@ -182,7 +188,10 @@ func (s *Store) JobsRetry(ctx context.Context, f JobFilter, actor string) (int64
 	if f.Limit <= 0 {
 		return 0, errors.New("retry jobs: a limit is required")
 	}
-	q, args := s.retryStatement(f, actor)
+	q, args, err := s.retryStatement(ctx, f, actor)
+	if err != nil {
+		return 0, fmt.Errorf("retry jobs: %w", err)
+	}
 	if q == "" {
 		return 0, nil
 	}
@@ -191,7 +200,7 @@ func (s *Store) JobsRetry(ctx context.Context, f JobFilter, actor string) (int64
 
 // retryStatement is JobsRetry's statement and its arguments, planned for
 // them on every call as a list is; "" when f selects no retryable state.
-func (s *Store) retryStatement(f JobFilter, actor string) (string, []any) {
+func (s *Store) retryStatement(ctx context.Context, f JobFilter, actor string) (string, []any, error) {
 	var states []string
 	for _, st := range RetryableStates {
 		if len(f.States) == 0 || slices.Contains(f.States, st) {
@@ -199,7 +208,7 @@ func (s *Store) retryStatement(f JobFilter, actor string) (string, []any) {
 		}
 	}
 	if len(states) == 0 {
-		return "", nil
+		return "", nil, nil
 	}
 	f.States = states
 	where, wargs := f.where()
@@ -214,7 +223,12 @@ WHERE id IN (` + pick + `) AND state IN (?` + strings.Repeat(", ?", len(states)-
 	for _, st := range states {
 		args = append(args, st)
 	}
-	return s.planPerCall(q, args)
+	args, err := s.seekArgs(ctx, args)
+	if err != nil {
+		return "", nil, err
+	}
+	q, args = s.planPerCall(q, args)
+	return q, args, nil
 }
 
 func cut(s string, n int) string {

@@ -23,10 +23,11 @@ func (SQLite) Now() string                    { return "CAST(unixepoch('now','su
 func (SQLite) NowPlusMillis() string          { return "(CAST(unixepoch('now','subsec')*1000 AS INTEGER) + ?)" }
 func (SQLite) Table(name string) string       { return "slotpoller_" + name }
 
-// Unlikely is SQLite's hint that a condition keeps few rows (see
-// unlikelyHint): a list since a time then seeks on created_at.
-func (SQLite) Unlikely() string        { return "unlikely" }
-func (SQLite) TimeArg(t time.Time) any { return t.UnixMilli() }
+// SeekNowPlusMillis is a bare parameter, which the store fills with the
+// database's time plus the offset (see boundByValue).
+func (SQLite) SeekNowPlusMillis() string { return "?" }
+func (SQLite) boundByValue()             {}
+func (SQLite) TimeArg(t time.Time) any   { return t.UnixMilli() }
 
 // Arg turns a time into the integer milliseconds of SQLite's time columns,
 // and a NULL time into a NULL integer.

@@ -214,7 +214,7 @@ SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, time
 -- JobsList
 -- @p1 int, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 int, @p5 mssql.NVarCharMax, @p6 int64, @p7 int64
 SELECT TOP (@p1) id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for FROM [sp_unit].[jobs] WHERE 1 = 1 AND state = 'ready' AND attempt > 0 AND endpoint_head >= @p2 AND endpoint_head < @p3 AND SUBSTRING(endpoint, 1, @p4) = @p5 AND (created_at >= DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME()))) AND id < @p7 ORDER BY id DESC OPTION (RECOMPILE);
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for FROM [sp_unit].[jobs] WHERE 1 = 1 AND state = 'ready' AND attempt > 0 AND endpoint_head >= @p2 AND endpoint_head < @p3 AND SUBSTRING(endpoint, 1, @p4) = @p5 AND created_at >= DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME())) AND id < @p7 ORDER BY id DESC OPTION (RECOMPILE);
 
 -- JobCancelIfWaiting
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int64
@@ -227,7 +227,7 @@ WHERE id = @p6 AND state = 'ready';
 UPDATE [sp_unit].[jobs] SET state = 'ready', run_at = SYSUTCDATETIME(), attempt = 0, finished_at = NULL,
   start_by = NULL, owner = NULL, lease_until = NULL,
   history = RIGHT(CONCAT(history, attempt, @p1, @p2, @p3, CONVERT(nvarchar(27), NULLIF(started_at, started_at), 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
-WHERE id IN (SELECT TOP (@p6) id FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN (@p7, @p8) AND (created_at >= DATEADD(millisecond, CAST(@p9 % 86400000 AS int), DATEADD(day, CAST(@p9 / 86400000 AS int), SYSUTCDATETIME()))) ORDER BY id DESC) AND state IN (@p10, @p11) OPTION (RECOMPILE);
+WHERE id IN (SELECT TOP (@p6) id FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN (@p7, @p8) AND created_at >= DATEADD(millisecond, CAST(@p9 % 86400000 AS int), DATEADD(day, CAST(@p9 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY id DESC) AND state IN (@p10, @p11) OPTION (RECOMPILE);
 
 -- JobsByUniqueKey
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax

@@ -31,19 +31,17 @@ type Throughput struct {
 // JobThroughput counts the jobs that finished done, failed or dead within
 // window before the database's now, per minute, with their start delays.
 // One statement that reads at most limit rows (the newest finished jobs,
-// a seek on the index on (state, finished_at)) whatever the table's size:
-// a dashboard refreshing it costs the same on a busy farm.
+// a seek on the index on (state, finished_at) from the window's start,
+// read once for the statement so that it bounds the seek) whatever the
+// table's size: a dashboard refreshing it costs the same on a busy farm.
 func (s *Store) JobThroughput(ctx context.Context, window time.Duration, limit int) (Throughput, error) {
 	if limit < 1 {
 		limit = 1
 	}
-	d := s.d
-	pick, args := s.firstRows(
-		"state, "+d.MillisBetween("finished_at", "{now}")+" / 60000 AS ago, "+d.MillisBetween("run_at", "started_at")+" AS delay_ms",
-		"FROM {jobs} WHERE state IN ('done', 'failed', 'dead') AND finished_at IS NOT NULL AND finished_at > {now+?} ORDER BY finished_at DESC",
-		[]any{-millis(window)}, limit)
-	q := expand(d, `SELECT ago, state, COUNT(*), CAST(COALESCE(SUM(delay_ms), 0) AS BIGINT), CAST(COALESCE(MAX(delay_ms), 0) AS BIGINT)
-FROM (`+pick+`) x GROUP BY ago, state ORDER BY ago`)
+	q, args, err := s.throughputStatement(ctx, window, limit)
+	if err != nil {
+		return Throughput{}, fmt.Errorf("read job throughput: %w", err)
+	}
 	type row struct {
 		ago         int
 		state       string
@@ -87,4 +85,22 @@ FROM (`+pick+`) x GROUP BY ago, state ORDER BY ago`)
 		return t, fmt.Errorf("read job throughput: %d rows counted, more than the limit %d", t.Rows, limit)
 	}
 	return t, nil
+}
+
+// throughputStatement is JobThroughput's statement and its arguments,
+// planned for them on every call: a plan made for any window would not
+// know the window's rows are few.
+func (s *Store) throughputStatement(ctx context.Context, window time.Duration, limit int) (string, []any, error) {
+	d := s.d
+	pick, args := s.firstRows(
+		"state, "+d.MillisBetween("finished_at", "{now}")+" / 60000 AS ago, "+d.MillisBetween("run_at", "started_at")+" AS delay_ms",
+		"FROM {jobs} WHERE state IN ('done', 'failed', 'dead') AND finished_at IS NOT NULL AND finished_at > {seeknow+?} ORDER BY finished_at DESC",
+		[]any{seekOffset(-millis(window))}, limit)
+	args, err := s.seekArgs(ctx, args)
+	if err != nil {
+		return "", nil, err
+	}
+	q, args := s.planPerCall(s.statement(`SELECT ago, state, COUNT(*), CAST(COALESCE(SUM(delay_ms), 0) AS BIGINT), CAST(COALESCE(MAX(delay_ms), 0) AS BIGINT)
+FROM (`+pick+`) x GROUP BY ago, state ORDER BY ago`), args)
+	return q, args, nil
 }

@@ -13,6 +13,7 @@
 package store
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"regexp"
@@ -98,6 +99,9 @@ type Dialect interface {
 //	{now}        the database clock
 //	{now+?}      the database clock plus ? milliseconds
 //	{now+hold}   the database clock plus a row's hold (four ?, Hold.args)
+//	{seeknow+?}  the database clock plus ? milliseconds, read once for the
+//	             statement: a bound an index can seek on (seekClock)
+//	{endpoint_key} the endpoint as its index orders it (endpointKey)
 //	{nodes} etc. table names
 //	{returning c} / {output c}  the clauses that hand back written rows
 //	?            bind parameters, numbered in order
@@ -117,8 +121,16 @@ func expand(d Dialect, q string) string {
 	if b, ok := d.(outputBatch); ok && output != "" {
 		q = b.wrapOutput(output, q)
 	}
+	seekNow, endpoint := d.NowPlusMillis(), "endpoint"
+	if c, ok := d.(seekClock); ok {
+		seekNow = c.SeekNowPlusMillis()
+	}
+	if k, ok := d.(endpointKey); ok {
+		endpoint = k.EndpointKey()
+	}
 	r := strings.NewReplacer(append([]string{holdMarker, d.NowPlusMillisOf(holdMillis("timeout_ms", "?", "?", "?", "?")),
-		"{now+?}", d.NowPlusMillis(), "{now}", d.Now()}, tableMarkers(d)...)...)
+		"{now+?}", d.NowPlusMillis(), "{now}", d.Now(),
+		"{seeknow+?}", seekNow, "{endpoint_key}", endpoint}, tableMarkers(d)...)...)
 	return rebind(d, r.Replace(q))
 }
 
@@ -129,6 +141,90 @@ func tableMarkers(d Dialect) []string {
 		pairs = append(pairs, "{"+t+"}", d.Table(t))
 	}
 	return pairs
+}
+
+// seekClock is a dialect whose {now+?} is read anew for every row (on
+// PostgreSQL clock_timestamp() is volatile), which no index can seek on.
+// Its SeekNowPlusMillis is the database's time at the start of the
+// statement plus ? milliseconds: the admin reads' time bounds (created
+// within the last 10 s), where a statement's own microseconds do not
+// matter and a seek does. Elsewhere {seeknow+?} is {now+?}.
+type seekClock interface {
+	SeekNowPlusMillis() string
+}
+
+// endpointKey is a dialect whose index on the endpoint orders an
+// expression of it, not the column in the database's collation: a prefix
+// is sought as a range in binary order (prefixRange). Elsewhere
+// {endpoint_key} is endpoint.
+type endpointKey interface {
+	EndpointKey() string
+}
+
+// boundByValue is a dialect whose planner estimates a range from its
+// statistics (SQLite's STAT4) only when the bound is a bare parameter, not
+// an expression of its clock: its {seeknow+?} is a bare ?, and the store
+// sends the database's time, read just before, plus the offset
+// (seekArgs). Without it SQLite takes any time range for a quarter of the
+// table and walks it newest first, through every row when the range
+// keeps none.
+type boundByValue interface {
+	boundByValue()
+}
+
+// seekOffset is the argument of a {seeknow+?}: milliseconds from the
+// database's now.
+type seekOffset int64
+
+// seekArgs resolves the seekOffsets among args: to the database's time
+// plus the offset where the dialect bounds by value (boundByValue), read
+// once for all of them, else to the offset itself.
+func (s *Store) seekArgs(ctx context.Context, args []any) ([]any, error) {
+	_, byValue := s.d.(boundByValue)
+	var now time.Time
+	out := make([]any, len(args))
+	for i, a := range args {
+		o, ok := a.(seekOffset)
+		switch {
+		case !ok:
+			out[i] = a
+		case !byValue:
+			out[i] = int64(o)
+		default:
+			if now.IsZero() {
+				var err error
+				if now, err = s.Now(ctx); err != nil {
+					return nil, err
+				}
+			}
+			out[i] = s.d.TimeArg(now.Add(time.Duration(o) * time.Millisecond))
+		}
+	}
+	return out, nil
+}
+
+// perCallPlan is a dialect whose database reuses a statement's plan across
+// calls: PostgreSQL gives a prepared statement, after five calls, a generic
+// plan made for any arguments; SQL Server caches the plan made for the
+// first call's. An admin read's best plan depends on its arguments (a
+// filter that keeps no row must seek, one that keeps most may walk the
+// table newest first), and a reused plan that walks reads the whole table
+// for a filter that keeps no row: these reads are planned on every call
+// (planPerCall).
+type perCallPlan interface {
+	// PlanPerCall returns the expanded statement q and its arguments, as
+	// the driver receives them, changed so that the database plans q for
+	// these arguments.
+	PlanPerCall(q string, args []any) (string, []any)
+}
+
+// planPerCall is q and args made to be planned on every call, where the
+// dialect needs it (perCallPlan).
+func (s *Store) planPerCall(q string, args []any) (string, []any) {
+	if p, ok := s.d.(perCallPlan); ok {
+		return p.PlanPerCall(q, args)
+	}
+	return q, args
 }
 
 // outputBatch is a dialect whose Output clause writes the rows into a

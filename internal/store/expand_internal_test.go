@@ -3,6 +3,7 @@ package store
 import (
 	"database/sql"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -48,4 +49,28 @@ func TestTheStatementCacheBoundHoldsUnderRaces(t *testing.T) {
 	s.statements.byText.Range(func(any, any) bool { kept++; return true })
 	require.Equal(t, maxExpanded, kept)
 	require.Equal(t, int64(maxExpanded), s.statements.count.Load())
+}
+
+// A prefix's range holds every endpoint that starts with it, in byte order
+// (the order of the endpoint's index on every database), and SUBSTRING
+// stays the judge of the rest.
+func TestPrefixRangeHoldsEveryEndpointWithThePrefix(t *testing.T) {
+	for _, c := range []struct{ prefix, lo, hi string }{
+		{"/jobs/7", "/jobs/7", "/jobs/8"},
+		{"/a~", "/a~", "/a\x7f"},
+		{"/a\x7fb", "/a", "/b"},
+		{"/é/x", "/", "0"},
+		{strings.Repeat("a", 300), strings.Repeat("a", 200), strings.Repeat("a", 199) + "b"},
+	} {
+		lo, hi, ok := prefixRange(c.prefix)
+		require.True(t, ok, c.prefix)
+		require.Equal(t, c.lo, lo, c.prefix)
+		require.Equal(t, c.hi, hi, c.prefix)
+		for _, tail := range []string{"", "\x00", "~", "\x7f", "é", "\uffff", "\U0010ffff/z"} {
+			e := c.prefix + tail
+			require.True(t, lo <= e && e < hi, "%q not in [%q, %q)", e, lo, hi)
+		}
+	}
+	_, _, ok := prefixRange("é")
+	require.False(t, ok, "no ASCII character to bound the range with")
 }

@@ -1,9 +1,35 @@
 package store
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // LoadStatement is JobsLoad's statement and arguments, for tests that look
 // at how the database plans it.
 func (s *Store) LoadStatement(nextPoll, window time.Duration, limit int) (string, []any) {
 	return s.loadStatement(nextPoll, window, limit)
+}
+
+// The admin reads' statements and arguments, as the driver receives them,
+// for tests that look at how the database plans them.
+
+func (s *Store) ListStatement(ctx context.Context, f JobFilter) (string, []any, error) {
+	q, args, err := s.listStatement(ctx, f)
+	return q, s.args(args), err
+}
+
+func (s *Store) RetryStatement(ctx context.Context, f JobFilter, actor string) (string, []any, error) {
+	q, args, err := s.retryStatement(ctx, f, actor)
+	return q, s.args(args), err
+}
+
+func (s *Store) ThroughputStatement(ctx context.Context, window time.Duration, limit int) (string, []any, error) {
+	q, args, err := s.throughputStatement(ctx, window, limit)
+	return q, s.args(args), err
+}
+
+func (s *Store) CountsStatement(limit int) (string, []any) {
+	q, args := s.countsStatement(limit)
+	return q, s.args(args)
 }

@@ -60,31 +60,67 @@ func (f JobFilter) where() (string, []any) {
 	if f.ID != 0 {
 		conds, args = append(conds, "id = ?"), append(args, f.ID)
 	}
-	if len(f.States) > 0 {
-		conds = append(conds, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
-		for _, st := range f.States {
-			args = append(args, st)
+	if f.Retrying && slices.Equal(f.States, []string{StateReady}) {
+		// The jobs backing off after a failure, in the words of the
+		// partial index on them (migration 5): a filter made of
+		// parameters would not match it in a plan made for any value.
+		conds = append(conds, "state = '"+StateReady+"' AND attempt > 0")
+	} else {
+		if len(f.States) > 0 {
+			conds = append(conds, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
+			for _, st := range f.States {
+				args = append(args, st)
+			}
+		}
+		if f.Retrying {
+			conds = append(conds, "attempt > 0")
 		}
 	}
-	if f.Retrying {
-		conds = append(conds, "attempt > 0")
-	}
 	if f.EndpointPrefix != "" {
-		// SUBSTRING, not LIKE: a prefix is compared as it is, with no
-		// wildcard to escape.
+		// A range of the index on the endpoint finds the candidates
+		// (prefixRange); SUBSTRING, not LIKE, decides: a prefix is
+		// compared as it is, with no wildcard to escape.
+		if lo, hi, ok := prefixRange(f.EndpointPrefix); ok {
+			conds, args = append(conds, "{endpoint_key} >= ? AND {endpoint_key} < ?"), append(args, lo, hi)
+		}
 		conds = append(conds, "SUBSTRING(endpoint, 1, ?) = ?")
 		args = append(args, utf8.RuneCountInString(f.EndpointPrefix), f.EndpointPrefix)
 	}
+	// The time bounds are read once per statement ({seeknow+?}), so that
+	// the index on created_at seeks on them.
 	if f.Since > 0 {
-		conds, args = append(conds, "created_at >= {now+?}"), append(args, -millis(f.Since))
+		conds, args = append(conds, "created_at >= {seeknow+?}"), append(args, seekOffset(-millis(f.Since)))
 	}
 	if f.Until > 0 {
-		conds, args = append(conds, "created_at < {now+?}"), append(args, -millis(f.Until))
+		conds, args = append(conds, "created_at < {seeknow+?}"), append(args, seekOffset(-millis(f.Until)))
 	}
 	if f.Before > 0 {
 		conds, args = append(conds, "id < ?"), append(args, f.Before)
 	}
 	return strings.Join(conds, " AND "), args
+}
+
+// maxPrefixRange is the most characters of an endpoint prefix that its
+// range bounds: fewer than the 400 of SQL Server's endpoint_head.
+const maxPrefixRange = 200
+
+// prefixRange returns bounds lo <= e < hi that every endpoint e starting
+// with prefix satisfies in binary order, the order of the endpoint's
+// index on every database (UTF-8 bytes, code points, UTF-16 units: they
+// agree on ASCII). They are made of prefix's leading ASCII characters (at
+// most maxPrefixRange), hi with the last one the next character; without
+// such a character there is no range (ok false) and only SUBSTRING
+// decides. The range narrows the candidates only: SUBSTRING stays exact.
+func prefixRange(prefix string) (lo, hi string, ok bool) {
+	n := 0
+	for n < len(prefix) && n < maxPrefixRange && prefix[n] < utf8.RuneSelf-1 {
+		n++ // up to DEL (0x7f) excluded: the last character must have a successor
+	}
+	if n == 0 {
+		return "", "", false
+	}
+	lo = prefix[:n]
+	return lo, lo[:n-1] + string(lo[n-1]+1), true
 }
 
 // rowLimit puts the dialect's row limit into q, which starts with
@@ -102,9 +138,24 @@ func (s *Store) JobsList(ctx context.Context, f JobFilter) ([]Job, error) {
 	if f.Limit <= 0 {
 		return nil, errors.New("list jobs: a limit is required")
 	}
+	q, args, err := s.listStatement(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	return queryAll(ctx, s, "list jobs", q, args, scanJob)
+}
+
+// listStatement is JobsList's statement and its arguments, planned for
+// them on every call: which plan is best depends on the filter's values.
+func (s *Store) listStatement(ctx context.Context, f JobFilter) (string, []any, error) {
 	where, args := f.where()
 	q, args := rowLimit(s.d, `SELECT `+jobColumns+` FROM {jobs} WHERE `+where+` ORDER BY id DESC`, args, f.Limit)
-	return queryAll(ctx, s, "list jobs", s.statement(q), args, scanJob)
+	args, err := s.seekArgs(ctx, args)
+	if err != nil {
+		return "", nil, err
+	}
+	q, args = s.planPerCall(s.statement(q), args)
+	return q, args, nil
 }
 
 // noTime is a NULL of a time column's type, for the start of an operator's
@@ -137,6 +188,19 @@ func (s *Store) JobsRetry(ctx context.Context, f JobFilter, actor string) (int64
 	if f.Limit <= 0 {
 		return 0, errors.New("retry jobs: a limit is required")
 	}
+	q, args, err := s.retryStatement(ctx, f, actor)
+	if err != nil {
+		return 0, fmt.Errorf("retry jobs: %w", err)
+	}
+	if q == "" {
+		return 0, nil
+	}
+	return s.execCount(ctx, "retry jobs", q, args...)
+}
+
+// retryStatement is JobsRetry's statement and its arguments, planned for
+// them on every call as a list is; "" when f selects no retryable state.
+func (s *Store) retryStatement(ctx context.Context, f JobFilter, actor string) (string, []any, error) {
 	var states []string
 	for _, st := range RetryableStates {
 		if len(f.States) == 0 || slices.Contains(f.States, st) {
@@ -144,7 +208,7 @@ func (s *Store) JobsRetry(ctx context.Context, f JobFilter, actor string) (int64
 		}
 	}
 	if len(states) == 0 {
-		return 0, nil
+		return "", nil, nil
 	}
 	f.States = states
 	where, wargs := f.where()
@@ -159,7 +223,12 @@ WHERE id IN (` + pick + `) AND state IN (?` + strings.Repeat(", ?", len(states)-
 	for _, st := range states {
 		args = append(args, st)
 	}
-	return s.execCount(ctx, "retry jobs", q, args...)
+	args, err := s.seekArgs(ctx, args)
+	if err != nil {
+		return "", nil, err
+	}
+	q, args = s.planPerCall(q, args)
+	return q, args, nil
 }
 
 func cut(s string, n int) string {

@@ -83,7 +83,25 @@ func (Postgres) NowPlusMillisOf(expr string) string {
 	return "(clock_timestamp() + CAST(" + expr + " AS double precision) * interval '1 millisecond')"
 }
 func (Postgres) Table(name string) string { return "slotpoller_" + name }
-func (Postgres) TimeArg(t time.Time) any  { return t.UTC() }
+
+// SeekNowPlusMillis: statement_timestamp() is stable, so an index seeks on
+// it (see seekClock).
+func (Postgres) SeekNowPlusMillis() string {
+	return "(statement_timestamp() + CAST(? AS double precision) * interval '1 millisecond')"
+}
+
+// PlanPerCall runs the statement as the unnamed statement, described
+// first (pgx's QueryExecModeDescribeExec: two round trips), which
+// PostgreSQL plans for the arguments of each call, not as a named prepared
+// statement that may get a generic plan (see perCallPlan).
+func (Postgres) PlanPerCall(q string, args []any) (string, []any) {
+	return q, append([]any{pgx.QueryExecModeDescribeExec}, args...)
+}
+
+// EndpointKey is the endpoint in byte order, as the index of migration 10
+// orders it whatever the database's collation.
+func (Postgres) EndpointKey() string     { return `endpoint COLLATE "C"` }
+func (Postgres) TimeArg(t time.Time) any { return t.UTC() }
 
 // Arg hands pgx a valid time as the UTC time TimeArg makes of it; every
 // other value, typed NULLs included, pgx binds as it is.

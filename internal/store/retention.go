@@ -94,13 +94,8 @@ func (t JobTally) Show(state string) string {
 	return fmt.Sprint(t.Counts[state])
 }
 
-// JobCountsCapped counts the jobs of each state of CountStates, stopping at
-// limit in each: one statement reading at most limit index entries per
-// state, whatever the size of the table (JobCounts reads every row).
-func (s *Store) JobCountsCapped(ctx context.Context, limit int) (JobTally, error) {
-	if limit < 1 {
-		limit = 1
-	}
+// countsStatement is JobCountsCapped's statement and its arguments.
+func (s *Store) countsStatement(limit int) (string, []any) {
 	conds := map[string]string{StateRetrying: "state = 'ready' AND attempt > 0 AND run_at > {now}"}
 	var parts []string
 	var args []any
@@ -113,7 +108,17 @@ func (s *Store) JobCountsCapped(ctx context.Context, limit int) (JobTally, error
 		parts = append(parts, fmt.Sprintf("SELECT %d AS k, COUNT(*) AS n FROM (%s) c%d", i, pick, i))
 		args = append(args, a...)
 	}
-	q := s.statement(strings.Join(parts, "\nUNION ALL "))
+	return s.statement(strings.Join(parts, "\nUNION ALL ")), args
+}
+
+// JobCountsCapped counts the jobs of each state of CountStates, stopping at
+// limit in each: one statement reading at most limit index entries per
+// state, whatever the size of the table (JobCounts reads every row).
+func (s *Store) JobCountsCapped(ctx context.Context, limit int) (JobTally, error) {
+	if limit < 1 {
+		limit = 1
+	}
+	q, args := s.countsStatement(limit)
 	t := JobTally{Counts: map[string]int{}, Cap: limit}
 	err := s.retry(ctx, func() error {
 		rows, err := s.query(ctx, q, args...)

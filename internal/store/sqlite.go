@@ -25,7 +25,12 @@ func (SQLite) NowPlusMillisOf(expr string) string {
 	return "(CAST(unixepoch('now','subsec')*1000 AS INTEGER) + (" + expr + "))"
 }
 func (SQLite) Table(name string) string { return "slotpoller_" + name }
-func (SQLite) TimeArg(t time.Time) any  { return t.UnixMilli() }
+
+// SeekNowPlusMillis is a bare parameter, which the store fills with the
+// database's time plus the offset (see boundByValue).
+func (SQLite) SeekNowPlusMillis() string { return "?" }
+func (SQLite) boundByValue()             {}
+func (SQLite) TimeArg(t time.Time) any   { return t.UnixMilli() }
 
 // Arg turns a time into the integer milliseconds of SQLite's time columns,
 // and a NULL time into a NULL integer.

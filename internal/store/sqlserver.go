@@ -82,6 +82,17 @@ func (SQLServer) NowPlusMillisOf(expr string) string {
 	return "DATEADD(millisecond, CAST(" + expr + " AS int), SYSUTCDATETIME())"
 }
 
+// EndpointKey is the computed column of migration 10: the endpoint's first
+// 400 characters in a binary collation, which an index can hold (the
+// endpoint, NVARCHAR(MAX), cannot be an index key).
+func (SQLServer) EndpointKey() string { return "endpoint_head" }
+
+// PlanPerCall asks for a plan made for each call's arguments (see
+// perCallPlan): a compile per call, which an admin read can afford.
+func (SQLServer) PlanPerCall(q string, args []any) (string, []any) {
+	return q + " OPTION (RECOMPILE)", args
+}
+
 func sqlServerPlusMillis(p, again string) string {
 	return "DATEADD(millisecond, CAST(" + p + " % 86400000 AS int), DATEADD(day, CAST(" + again + " / 86400000 AS int), SYSUTCDATETIME()))"
 }

@@ -213,9 +213,9 @@ SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, time
   owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, history FROM [sp_unit].[jobs] WHERE id = @p1;
 
 -- JobsList
--- @p1 int, @p2 mssql.NVarCharMax, @p3 int, @p4 mssql.NVarCharMax, @p5 int64, @p6 int64
+-- @p1 int, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 int, @p5 mssql.NVarCharMax, @p6 int64, @p7 int64
 SELECT TOP (@p1) id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN (@p2) AND attempt > 0 AND SUBSTRING(endpoint, 1, @p3) = @p4 AND created_at >= DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME())) AND id < @p6 ORDER BY id DESC;
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for FROM [sp_unit].[jobs] WHERE 1 = 1 AND state = 'ready' AND attempt > 0 AND endpoint_head >= @p2 AND endpoint_head < @p3 AND SUBSTRING(endpoint, 1, @p4) = @p5 AND created_at >= DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME())) AND id < @p7 ORDER BY id DESC OPTION (RECOMPILE);
 
 -- JobCancelIfWaiting
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int64
@@ -228,7 +228,7 @@ WHERE id = @p6 AND state = 'ready';
 UPDATE [sp_unit].[jobs] SET state = 'ready', run_at = SYSUTCDATETIME(), attempt = 0, finished_at = NULL,
   start_by = NULL, owner = NULL, lease_until = NULL,
   history = RIGHT(CONCAT(history, attempt, @p1, @p2, @p3, CONVERT(nvarchar(27), NULLIF(started_at, started_at), 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
-WHERE id IN (SELECT TOP (@p6) id FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN (@p7, @p8) AND created_at >= DATEADD(millisecond, CAST(@p9 % 86400000 AS int), DATEADD(day, CAST(@p9 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY id DESC) AND state IN (@p10, @p11);
+WHERE id IN (SELECT TOP (@p6) id FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN (@p7, @p8) AND created_at >= DATEADD(millisecond, CAST(@p9 % 86400000 AS int), DATEADD(day, CAST(@p9 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY id DESC) AND state IN (@p10, @p11) OPTION (RECOMPILE);
 
 -- JobsByUniqueKey
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax
@@ -422,7 +422,7 @@ SELECT id FROM @out ORDER BY id;
 -- JobThroughput
 -- @p1 int, @p2 int64
 SELECT ago, state, COUNT(*), CAST(COALESCE(SUM(delay_ms), 0) AS BIGINT), CAST(COALESCE(MAX(delay_ms), 0) AS BIGINT)
-FROM (SELECT TOP (@p1) state, DATEDIFF_BIG(millisecond, finished_at, SYSUTCDATETIME()) / 60000 AS ago, DATEDIFF_BIG(millisecond, run_at, started_at) AS delay_ms FROM [sp_unit].[jobs] WHERE state IN ('done', 'failed', 'dead') AND finished_at IS NOT NULL AND finished_at > DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY finished_at DESC) x GROUP BY ago, state ORDER BY ago;
+FROM (SELECT TOP (@p1) state, DATEDIFF_BIG(millisecond, finished_at, SYSUTCDATETIME()) / 60000 AS ago, DATEDIFF_BIG(millisecond, run_at, started_at) AS delay_ms FROM [sp_unit].[jobs] WHERE state IN ('done', 'failed', 'dead') AND finished_at IS NOT NULL AND finished_at > DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY finished_at DESC) x GROUP BY ago, state ORDER BY ago OPTION (RECOMPILE);
 
 -- ScheduleOutcomes
 SELECT schedule, SUM(CASE WHEN state = 'missed' THEN 1 ELSE 0 END), COUNT(*)

@@ -1,2 +1,0 @@
--- Version 10 is held for a change made beside the odd-rows one (version
--- 11); until it comes, it is empty.

@@ -16,6 +16,15 @@ ALTER PROCEDURE [{schema}].[enqueue_v1]
 AS
 BEGIN
   SET NOCOUNT ON;
+  -- A write to a table with an index on a computed column (endpoint_head,
+  -- migration 10) needs these settings, and a caller's session may have
+  -- others (DB-Library and FreeTDS clients start with ANSI_WARNINGS off).
+  -- Set in the procedure, they last until it returns.
+  SET ANSI_WARNINGS ON;
+  SET ARITHABORT ON;
+  SET ANSI_PADDING ON;
+  SET CONCAT_NULL_YIELDS_NULL ON;
+  SET NUMERIC_ROUNDABORT OFF;
   DECLARE @now DATETIME2(7) = SYSUTCDATETIME();
   DECLARE @problem NVARCHAR(2000) = NULL;
   DECLARE @shown NVARCHAR(300) = N'"' + LEFT(COALESCE(@endpoint, N''), 200) + N'"';

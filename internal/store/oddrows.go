@@ -350,6 +350,6 @@ func (s *Store) JobsSetAsideUnreachable(ctx context.Context, beyond time.Duratio
 	pick, args := s.firstRows("id", "FROM {jobs} WHERE "+where, []any{millis(beyond)}, limit)
 	q := s.statement(`UPDATE {jobs} SET state = 'dead', finished_at = {now}, last_error = ?
 WHERE ` + where + ` AND id IN (` + pick + `)`)
-	why := CannotRun + "run_at is more than " + beyond.String() + " ahead, further than any door accepts; no claim would ever take it"
+	why := CannotRun + "run_at is more than " + strconv.FormatInt(int64(beyond/(24*time.Hour)), 10) + " days ahead, further than any door accepts; no claim would ever take it"
 	return s.execCount(ctx, "set aside jobs due beyond any door's reach", q, append([]any{why, millis(beyond)}, args...)...)
 }

@@ -155,18 +155,36 @@ func parse(fs *flag.FlagSet, args []string) error {
 }
 
 func loadConfig(path string) (service.Config, error) {
-	cfg, _, err := loadConfigWith(path, nil)
+	cfg, _, err := loadConfigWith(path, "", nil)
 	return cfg, err
 }
 
 // loadConfigWith loads the configuration with command-line overrides and
 // says where each value came from.
-func loadConfigWith(path string, flags []service.Flag) (service.Config, service.Sources, error) {
+//
+// envFile, when set, is an environment file (`run -env-file`, as the
+// service runs on System V init): its variables are added to the
+// environment, and win over the process's own.
+func loadConfigWith(path, envFile string, flags []service.Flag) (service.Config, service.Sources, error) {
 	explicit := path != ""
 	if !explicit {
 		path = "config.yaml"
 	}
-	return service.LoadWithSources(path, explicit, os.Environ(), flags...)
+	environ := os.Environ()
+	if envFile != "" {
+		extra, err := install.ReadEnvFile(envFile)
+		if err != nil {
+			return service.Config{}, nil, err
+		}
+		environ = append(environ, extra...)
+	}
+	return service.LoadWithSources(path, explicit, environ, flags...)
+}
+
+// addEnvFileFlag defines -env-file on fs.
+func addEnvFileFlag(fs *flag.FlagSet) *string {
+	return fs.String("env-file", "", "environment file to read SLOTPOLLER_* variables from (one NAME=value a line, the value literal); "+
+		"`slotpoller install` writes one on System V init")
 }
 
 // overrideFlags are the flags that override a key of the configuration.

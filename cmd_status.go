@@ -34,10 +34,10 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	if !*asJSON {
 		fmt.Fprintln(stdout, "service:", svc)
 	}
-	err := withStore(*cfgPath, func(ctx context.Context, cfg service.Config, s *store.Store) error {
+	err := withStore(*cfgPath, dbRead, func(ctx context.Context, cfg service.Config, s *store.Store) error {
 		rep, err := service.Status(ctx, s, time.Duration(cfg.Checkin.TTL))
 		if err != nil {
-			return err
+			return inDatabase(cfg, err)
 		}
 		if *asJSON {
 			return encode(statusJSON{Service: svc, StatusReport: &rep})

@@ -19,7 +19,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/slotpoller/slotpoller/install"
@@ -214,8 +217,38 @@ func addOverrideFlags(fs *flag.FlagSet) func() []service.Flag {
 	}
 }
 
+// dbUse is what a one-shot verb does with the database.
+type dbUse int
+
+const (
+	// dbRead shows what is there (status, job list, ...): a missing
+	// SQLite file is nothing to show, and is not created.
+	dbRead dbUse = iota
+	// dbWrite changes rows, which a missing SQLite file does not hold:
+	// it is not created either.
+	dbWrite
+	// dbCreate sets the database up (schema migrate): a missing SQLite
+	// file is created, as a node's start does.
+	dbCreate
+)
+
 // openStore connects for a one-shot verb: it fails fast, unlike `run`.
-func openStore(ctx context.Context, cfg service.Config) (*store.Store, error) {
+// Only dbCreate makes a SQLite file that is not there: opening one
+// creates it, and a verb that reads or changes rows would leave an empty
+// database behind, beside the one that was meant.
+func openStore(ctx context.Context, cfg service.Config, use dbUse) (*store.Store, error) {
+	if cfg.Database.Driver == "sqlite" && use != dbCreate {
+		if path := sqliteFile(cfg.Database.DSN); path != "" {
+			if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+				what := "nothing to show"
+				if use == dbWrite {
+					what = "no jobs, schedules or tasks yet"
+				}
+				return nil, fmt.Errorf("no database at %s (%s): a node creates it at its first start, as does `slotpoller schema migrate`; "+
+					"check database.dsn with `slotpoller config show`", path, what)
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	s, err := store.Open(ctx, cfg.Database.Driver, cfg.Database.DSN, store.WithSchema(cfg.Database.Schema))
@@ -255,14 +288,44 @@ func checkName(kind, name string) error {
 	return nil
 }
 
+// inDatabase says which database err is about: the driver and the DSN,
+// its password masked.
+func inDatabase(cfg service.Config, err error) error {
+	return fmt.Errorf("%w (database: %s %s)", err, cfg.Database.Driver, service.MaskDSN(cfg.Database.DSN))
+}
+
+// sqliteFile is the file a SQLite DSN names: a plain path, or the path of
+// a "file:" URI; "" for an in-memory database.
+func sqliteFile(dsn string) string {
+	if rest, ok := strings.CutPrefix(dsn, "file:"); ok {
+		path, query, _ := strings.Cut(rest, "?")
+		if strings.Contains(query, "mode=memory") || path == ":memory:" || path == "" {
+			return ""
+		}
+		if p, err := url.PathUnescape(path); err == nil {
+			path = p
+		}
+		if h, ok := strings.CutPrefix(path, "//"); ok { // file://host/path
+			if i := strings.IndexByte(h, '/'); i >= 0 {
+				path = h[i:]
+			}
+		}
+		return path
+	}
+	if dsn == "" || dsn == ":memory:" {
+		return ""
+	}
+	return dsn
+}
+
 // withStore loads the configuration and connects for a one-shot verb.
-func withStore(cfgPath string, f func(context.Context, service.Config, *store.Store) error) error {
+func withStore(cfgPath string, use dbUse, f func(context.Context, service.Config, *store.Store) error) error {
 	cfg, err := loadConfig(cfgPath)
 	if err != nil {
 		return err
 	}
 	ctx := context.Background()
-	s, err := openStore(ctx, cfg)
+	s, err := openStore(ctx, cfg, use)
 	if err != nil {
 		return err
 	}
@@ -271,10 +334,10 @@ func withStore(cfgPath string, f func(context.Context, service.Config, *store.St
 }
 
 // withSchema is withStore for verbs that need the schema in place.
-func withSchema(cfgPath string, f func(context.Context, service.Config, *store.Store) error) error {
-	return withStore(cfgPath, func(ctx context.Context, cfg service.Config, s *store.Store) error {
+func withSchema(cfgPath string, use dbUse, f func(context.Context, service.Config, *store.Store) error) error {
+	return withStore(cfgPath, use, func(ctx context.Context, cfg service.Config, s *store.Store) error {
 		if err := install.Check(ctx, s); err != nil {
-			return err
+			return inDatabase(cfg, err)
 		}
 		return f(ctx, cfg, s)
 	})

@@ -208,9 +208,9 @@ func SysvScript(s ServiceSpec) (string, error) {
 }
 
 // shellQuote quotes s as one word for a POSIX shell: in single quotes,
-// within which nothing is special, a quote written '\''. A "{" is written
-// outside the quotes, \{, so that no "{{" reaches kardianos/service's
-// template engine.
+// within which nothing is special. A single quote closes them, is written
+// \' and opens them again; a "{" is written \{ the same way, so that no
+// "{{" reaches kardianos/service's template engine.
 func shellQuote(s string) string {
 	var b strings.Builder
 	b.WriteByte('\'')

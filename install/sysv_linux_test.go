@@ -147,6 +147,13 @@ func TestSysvInstallStartStopUninstall(t *testing.T) {
 	require.NotEmpty(t, log, "the node logs to %s", SysvLogFile(name))
 	require.NotContains(t, string(log), key)
 
+	// restart starts a stopped node, and stops a running one first.
+	require.NoError(t, controlService(name, "restart"))
+	require.True(t, queryService(name).Running, "%s", queryService(name))
+	require.NoError(t, controlService(name, "restart"))
+	require.True(t, queryService(name).Running, "%s", queryService(name))
+
+	// uninstall stops the node, waiting for it as stop does.
 	removed, err := uninstallService(name)
 	require.NoError(t, err)
 	require.Contains(t, removed, SysvScriptPath(name))
@@ -160,4 +167,22 @@ func TestSysvInstallStartStopUninstall(t *testing.T) {
 	_, err = uninstallService(name)
 	require.ErrorContains(t, err, "not installed")
 	require.False(t, strings.Contains(strings.Join(removed, " "), dir), "uninstall leaves the user's files alone")
+	require.NoFileExists(t, SysvPidFile(name))
+	require.FileExists(t, dsn, "uninstall leaves the database alone")
+
+	// What an install by an earlier version left after its uninstall (the
+	// links, the pid file, two logs) goes at the next uninstall.
+	var debris []string
+	for _, l := range []string{"/etc/rc2.d/S50" + name, "/etc/rc0.d/K02" + name} {
+		require.NoError(t, os.Symlink(SysvScriptPath(name), l))
+		debris = append(debris, l)
+	}
+	for _, f := range []string{SysvPidFile(name), "/var/log/" + name + ".log", "/var/log/" + name + ".err"} {
+		require.NoError(t, os.WriteFile(f, []byte("x\n"), 0o644))
+		debris = append(debris, f)
+	}
+	removed, err = uninstallService(name)
+	require.NoError(t, err)
+	require.ElementsMatch(t, debris, removed)
+	require.Empty(t, sysvLeftovers(name))
 }

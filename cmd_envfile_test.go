@@ -41,4 +41,12 @@ func TestEnvFileSetsTheEnvironment(t *testing.T) {
 	code, _, errOut = cli(t, "run", "-config", cfg, "-env-file", filepath.Join(dir, "missing.env"))
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "missing.env")
+
+	// status looks at the database the file names.
+	db := filepath.Join(dir, "node's farm.db")
+	sqliteEnv := filepath.Join(dir, "sqlite.env")
+	require.NoError(t, os.WriteFile(sqliteEnv, []byte("SLOTPOLLER_DATABASE_DRIVER=sqlite\nSLOTPOLLER_DATABASE_DSN="+db+"\n"), 0o600))
+	code, _, errOut = cli(t, "status", "-config", cfg, "-env-file", sqliteEnv)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "no database at "+db+" (nothing to show)")
 }

@@ -320,7 +320,12 @@ func sqliteFile(dsn string) string {
 
 // withStore loads the configuration and connects for a one-shot verb.
 func withStore(cfgPath string, use dbUse, f func(context.Context, service.Config, *store.Store) error) error {
-	cfg, err := loadConfig(cfgPath)
+	return withStoreEnv(cfgPath, "", use, f)
+}
+
+// withStoreEnv is withStore with an environment file (-env-file).
+func withStoreEnv(cfgPath, envFile string, use dbUse, f func(context.Context, service.Config, *store.Store) error) error {
+	cfg, _, err := loadConfigWith(cfgPath, envFile, nil)
 	if err != nil {
 		return err
 	}

@@ -2,12 +2,12 @@
 // operator's verbs: install the node as an OS service, enqueue jobs, show
 // the farm's status, migrate the schema.
 //
-//	slotpoller run [-config PATH] [-log-format json|text] [-log-level LEVEL] [-node-name NAME] [-admin-listen ADDR]
+//	slotpoller run [-config PATH] [-env-file PATH] [-log-format json|text] [-log-level LEVEL] [-node-name NAME] [-admin-listen ADDR]
 //	slotpoller install [-config PATH] | uninstall | start | stop | restart
 //	slotpoller config show [-config PATH] [-json]
 //	slotpoller enqueue -endpoint PATH [-in DURATION | -at RFC3339] [-payload TEXT] [-max-attempts N] ...
 //	slotpoller job list|show|retry|cancel ...
-//	slotpoller status [-json] [-config PATH]
+//	slotpoller status [-json] [-config PATH] [-env-file PATH]
 //	slotpoller task add|list|delete ...
 //	slotpoller schedule add|list|remove|pause|resume ...
 //	slotpoller schema migrate|status [-config PATH]

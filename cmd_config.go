@@ -19,10 +19,11 @@ func cmdConfig(args []string, stdout, stderr io.Writer) error {
 	fs, cfgPath := newFlags("config show", stderr)
 	asJSON := fs.Bool("json", false, "print JSON: the config file and a settings array of key, value and source")
 	overrides := addOverrideFlags(fs)
+	envFile := addEnvFileFlag(fs)
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
-	cfg, src, err := loadConfigWith(*cfgPath, overrides())
+	cfg, src, err := loadConfigWith(*cfgPath, *envFile, overrides())
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 			return nil
 		}
 	}
-	return withClient(cfg, func(ctx context.Context, c *client.Client) error {
+	return withClient(cfg, dbWrite, func(ctx context.Context, c *client.Client) error {
 		id, err := c.Enqueue(ctx, client.Job{Endpoint: *endpoint, Method: *method, Payload: body,
 			RunAt: runAt, Delay: *in, MaxAttempts: *maxAttempts, Timeout: *timeout, UniqueKey: *unique})
 		if err != nil {
@@ -217,15 +217,15 @@ func flagGiven(fs *flag.FlagSet, name string) bool {
 
 // withClient connects a client for a one-shot verb, once the schema is
 // in place.
-func withClient(cfg service.Config, f func(context.Context, *client.Client) error) error {
+func withClient(cfg service.Config, use dbUse, f func(context.Context, *client.Client) error) error {
 	ctx := context.Background()
-	s, err := openStore(ctx, cfg)
+	s, err := openStore(ctx, cfg, use)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	if err := install.Check(ctx, s); err != nil {
-		return err
+		return inDatabase(cfg, err)
 	}
 	c, err := newClient(s, cfg)
 	if err != nil {

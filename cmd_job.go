@@ -41,7 +41,7 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 		if err := checkFilter(f, *limit < 1); err != nil {
 			return err
 		}
-		return jobClient(*cfgPath, func(ctx context.Context, c *client.Client) error {
+		return jobClient(*cfgPath, dbRead, func(ctx context.Context, c *client.Client) error {
 			page, err := c.List(ctx, f)
 			if err != nil {
 				return err
@@ -60,7 +60,7 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return jobClient(*cfgPath, func(ctx context.Context, c *client.Client) error {
+		return jobClient(*cfgPath, dbRead, func(ctx context.Context, c *client.Client) error {
 			j, err := c.Get(ctx, id)
 			if err != nil {
 				return err
@@ -75,7 +75,7 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return jobClient(*cfgPath, func(ctx context.Context, c *client.Client) error {
+		return jobClient(*cfgPath, dbWrite, func(ctx context.Context, c *client.Client) error {
 			if err := c.Cancel(ctx, id); err != nil {
 				return err
 			}
@@ -109,7 +109,7 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 		if err := checkFilter(f, *limit < 1); err != nil {
 			return err
 		}
-		return jobClient(*cfgPath, func(ctx context.Context, c *client.Client) error {
+		return jobClient(*cfgPath, dbWrite, func(ctx context.Context, c *client.Client) error {
 			if id != 0 {
 				if err := c.Retry(ctx, id); err != nil {
 					return err
@@ -173,12 +173,12 @@ func checkFilter(f client.Filter, badLimit bool) error {
 	return nil
 }
 
-func jobClient(cfgPath string, f func(context.Context, *client.Client) error) error {
+func jobClient(cfgPath string, use dbUse, f func(context.Context, *client.Client) error) error {
 	cfg, err := loadConfig(cfgPath)
 	if err != nil {
 		return err
 	}
-	return withClient(cfg, f)
+	return withClient(cfg, use, f)
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -17,10 +17,11 @@ import (
 func cmdRun(args []string, stderr io.Writer) error {
 	fs, cfgPath := newFlags("run", stderr)
 	overrides := addOverrideFlags(fs)
+	envFile := addEnvFileFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, _, err := loadConfigWith(*cfgPath, overrides())
+	cfg, _, err := loadConfigWith(*cfgPath, *envFile, overrides())
 	if err != nil {
 		if !kservice.Interactive() {
 			reportToServiceLog("slotpoller run: " + err.Error())

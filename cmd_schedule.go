@@ -55,7 +55,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 		if err := jobs.ValidateEndpoint(*endpoint); err != nil {
 			return usageError{fmt.Sprintf("-endpoint %q: %v", *endpoint, err)}
 		}
-		return withSchema(*cfgPath, func(ctx context.Context, cfg service.Config, s *store.Store) error {
+		return withSchema(*cfgPath, dbWrite, func(ctx context.Context, cfg service.Config, s *store.Store) error {
 			attempts := *maxAttempts
 			if attempts == 0 {
 				attempts = cfg.Jobs.MaxAttempts
@@ -78,7 +78,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 		if err := parse(fs, args); err != nil {
 			return err
 		}
-		return withSchema(*cfgPath, func(ctx context.Context, _ service.Config, s *store.Store) error {
+		return withSchema(*cfgPath, dbRead, func(ctx context.Context, _ service.Config, s *store.Store) error {
 			rep, err := service.ScheduleReport(ctx, s)
 			if err != nil {
 				return err
@@ -98,7 +98,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 		if *name == "" {
 			return usageError{"-name is required"}
 		}
-		return withSchema(*cfgPath, func(ctx context.Context, _ service.Config, s *store.Store) error {
+		return withSchema(*cfgPath, dbWrite, func(ctx context.Context, _ service.Config, s *store.Store) error {
 			var ok bool
 			var err error
 			switch sub {

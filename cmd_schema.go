@@ -19,14 +19,21 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
-	return withStore(*cfgPath, func(ctx context.Context, _ service.Config, s *store.Store) error {
+	use := dbRead
+	if sub == "migrate" {
+		use = dbCreate
+	}
+	return withStore(*cfgPath, use, func(ctx context.Context, cfg service.Config, s *store.Store) error {
 		if sub == "status" {
 			cur, latest, err := install.Status(ctx, s)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "schema version %d; this binary's latest is %d\n", cur, latest)
-			return install.Check(ctx, s)
+			if err := install.Check(ctx, s); err != nil {
+				return inDatabase(cfg, err)
+			}
+			return nil
 		}
 		applied, err := install.Migrate(ctx, s)
 		if err != nil {

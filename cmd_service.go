@@ -50,10 +50,13 @@ func cmdInstall(args []string, stdout, stderr io.Writer) error {
 	}
 	spec := install.ServiceSpec{Executable: exe, ConfigPath: abs, Env: carriedEnv(cfg, src, environ),
 		StopBound: service.StopTimeout(cfg)}
-	if err := install.InstallService(spec); err != nil {
+	inst, err := install.InstallService(spec)
+	if err != nil {
 		return err
 	}
-	writeInstalled(stdout, spec, cfg)
+	writeInstalled(stdout, inst.Spec, cfg)
+	writeInstalledFiles(stdout, inst)
+	fmt.Fprintln(stdout, "start it with: slotpoller start")
 	return nil
 }
 
@@ -75,7 +78,17 @@ func writeInstalled(w io.Writer, spec install.ServiceSpec, cfg service.Config) {
 	stop, drain, ttl := spec.ManagerStopTimeout(), time.Duration(cfg.Jobs.DrainTimeout), time.Duration(cfg.Checkin.TTL)
 	fmt.Fprintf(w, "  stop timeout %v (jobs.drain_timeout %v + checkin.ttl %v + %v)\n",
 		stop, service.Duration(drain), service.Duration(ttl), service.Duration(stop-drain-ttl))
-	fmt.Fprintln(w, "start it with: slotpoller start")
+}
+
+// writeInstalledFiles tells which files install wrote and where the
+// node's log goes.
+func writeInstalledFiles(w io.Writer, inst install.Installed) {
+	for _, f := range inst.Files {
+		fmt.Fprintf(w, "  wrote %s\n", f)
+	}
+	if inst.Log != "" {
+		fmt.Fprintf(w, "  log %s\n", inst.Log)
+	}
 }
 
 func quoteWord(s string) string {
@@ -113,7 +126,11 @@ func cmdUninstall(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := install.UninstallService(); err != nil {
+	removed, err := install.UninstallService()
+	for _, p := range removed {
+		fmt.Fprintf(stdout, "removed %s\n", p)
+	}
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "uninstalled service %q\n", install.ServiceName)

@@ -21,6 +21,7 @@ type statusJSON struct {
 func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	fs, cfgPath := newFlags("status", stderr)
 	asJSON := fs.Bool("json", false, "print JSON: an object with the local service, a nodes array and job counts")
+	envFile := addEnvFileFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -34,10 +35,10 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	if !*asJSON {
 		fmt.Fprintln(stdout, "service:", svc)
 	}
-	err := withStore(*cfgPath, func(ctx context.Context, cfg service.Config, s *store.Store) error {
+	err := withStoreEnv(*cfgPath, *envFile, dbRead, func(ctx context.Context, cfg service.Config, s *store.Store) error {
 		rep, err := service.Status(ctx, s, time.Duration(cfg.Checkin.TTL))
 		if err != nil {
-			return err
+			return inDatabase(cfg, err)
 		}
 		if *asJSON {
 			return encode(statusJSON{Service: svc, StatusReport: &rep})

@@ -2,12 +2,12 @@
 // operator's verbs: install the node as an OS service, enqueue jobs, show
 // the farm's status, migrate the schema.
 //
-//	slotpoller run [-config PATH] [-log-format json|text] [-log-level LEVEL] [-node-name NAME] [-admin-listen ADDR]
+//	slotpoller run [-config PATH] [-env-file PATH] [-log-format json|text] [-log-level LEVEL] [-node-name NAME] [-admin-listen ADDR]
 //	slotpoller install [-config PATH] | uninstall | start | stop | restart
 //	slotpoller config show [-config PATH] [-json]
 //	slotpoller enqueue -endpoint PATH [-in DURATION | -at RFC3339] [-payload TEXT] [-max-attempts N] ...
 //	slotpoller job list|show|retry|cancel ...
-//	slotpoller status [-json] [-config PATH]
+//	slotpoller status [-json] [-config PATH] [-env-file PATH]
 //	slotpoller task add|list|delete ...
 //	slotpoller schedule add|list|remove|pause|resume ...
 //	slotpoller schema migrate|status [-config PATH]
@@ -19,7 +19,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/slotpoller/slotpoller/install"
@@ -155,18 +158,36 @@ func parse(fs *flag.FlagSet, args []string) error {
 }
 
 func loadConfig(path string) (service.Config, error) {
-	cfg, _, err := loadConfigWith(path, nil)
+	cfg, _, err := loadConfigWith(path, "", nil)
 	return cfg, err
 }
 
 // loadConfigWith loads the configuration with command-line overrides and
 // says where each value came from.
-func loadConfigWith(path string, flags []service.Flag) (service.Config, service.Sources, error) {
+//
+// envFile, when set, is an environment file (`run -env-file`, as the
+// service runs on System V init): its variables are added to the
+// environment, and win over the process's own.
+func loadConfigWith(path, envFile string, flags []service.Flag) (service.Config, service.Sources, error) {
 	explicit := path != ""
 	if !explicit {
 		path = "config.yaml"
 	}
-	return service.LoadWithSources(path, explicit, os.Environ(), flags...)
+	environ := os.Environ()
+	if envFile != "" {
+		extra, err := install.ReadEnvFile(envFile)
+		if err != nil {
+			return service.Config{}, nil, err
+		}
+		environ = append(environ, extra...)
+	}
+	return service.LoadWithSources(path, explicit, environ, flags...)
+}
+
+// addEnvFileFlag defines -env-file on fs.
+func addEnvFileFlag(fs *flag.FlagSet) *string {
+	return fs.String("env-file", "", "environment file to read SLOTPOLLER_* variables from (one NAME=value a line, the value literal); "+
+		"`slotpoller install` writes one on System V init")
 }
 
 // overrideFlags are the flags that override a key of the configuration.
@@ -196,8 +217,38 @@ func addOverrideFlags(fs *flag.FlagSet) func() []service.Flag {
 	}
 }
 
+// dbUse is what a one-shot verb does with the database.
+type dbUse int
+
+const (
+	// dbRead shows what is there (status, job list, ...): a missing
+	// SQLite file is nothing to show, and is not created.
+	dbRead dbUse = iota
+	// dbWrite changes rows, which a missing SQLite file does not hold:
+	// it is not created either.
+	dbWrite
+	// dbCreate sets the database up (schema migrate): a missing SQLite
+	// file is created, as a node's start does.
+	dbCreate
+)
+
 // openStore connects for a one-shot verb: it fails fast, unlike `run`.
-func openStore(ctx context.Context, cfg service.Config) (*store.Store, error) {
+// Only dbCreate makes a SQLite file that is not there: opening one
+// creates it, and a verb that reads or changes rows would leave an empty
+// database behind, beside the one that was meant.
+func openStore(ctx context.Context, cfg service.Config, use dbUse) (*store.Store, error) {
+	if cfg.Database.Driver == "sqlite" && use != dbCreate {
+		if path := sqliteFile(cfg.Database.DSN); path != "" {
+			if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+				what := "nothing to show"
+				if use == dbWrite {
+					what = "no jobs, schedules or tasks yet"
+				}
+				return nil, fmt.Errorf("no database at %s (%s): a node creates it at its first start, as does `slotpoller schema migrate`; "+
+					"check database.dsn with `slotpoller config show`", path, what)
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	s, err := store.Open(ctx, cfg.Database.Driver, cfg.Database.DSN, store.WithSchema(cfg.Database.Schema))
@@ -237,14 +288,49 @@ func checkName(kind, name string) error {
 	return nil
 }
 
+// inDatabase says which database err is about: the driver and the DSN,
+// its password masked.
+func inDatabase(cfg service.Config, err error) error {
+	return fmt.Errorf("%w (database: %s %s)", err, cfg.Database.Driver, service.MaskDSN(cfg.Database.DSN))
+}
+
+// sqliteFile is the file a SQLite DSN names: a plain path, or the path of
+// a "file:" URI; "" for an in-memory database.
+func sqliteFile(dsn string) string {
+	if rest, ok := strings.CutPrefix(dsn, "file:"); ok {
+		path, query, _ := strings.Cut(rest, "?")
+		if strings.Contains(query, "mode=memory") || path == ":memory:" || path == "" {
+			return ""
+		}
+		if p, err := url.PathUnescape(path); err == nil {
+			path = p
+		}
+		if h, ok := strings.CutPrefix(path, "//"); ok { // file://host/path
+			if i := strings.IndexByte(h, '/'); i >= 0 {
+				path = h[i:]
+			}
+		}
+		return path
+	}
+	if dsn == "" || dsn == ":memory:" {
+		return ""
+	}
+	return dsn
+}
+
 // withStore loads the configuration and connects for a one-shot verb.
-func withStore(cfgPath string, f func(context.Context, service.Config, *store.Store) error) error {
-	cfg, err := loadConfig(cfgPath)
+func withStore(cfgPath string, use dbUse, f func(context.Context, service.Config, *store.Store) error) error {
+	return withStoreEnv(cfgPath, "", use, f)
+}
+
+// withStoreEnv is withStore with an environment file (-env-file).
+func withStoreEnv(cfgPath, envFile string, use dbUse, f func(context.Context, service.Config, *store.Store) error) error {
+	cfg, _, err := loadConfigWith(cfgPath, envFile, nil)
 	if err != nil {
 		return err
 	}
 	ctx := context.Background()
-	s, err := openStore(ctx, cfg)
+	s, err := openStore(ctx, cfg, use)
 	if err != nil {
 		return err
 	}
@@ -253,10 +339,10 @@ func withStore(cfgPath string, f func(context.Context, service.Config, *store.St
 }
 
 // withSchema is withStore for verbs that need the schema in place.
-func withSchema(cfgPath string, f func(context.Context, service.Config, *store.Store) error) error {
-	return withStore(cfgPath, func(ctx context.Context, cfg service.Config, s *store.Store) error {
+func withSchema(cfgPath string, use dbUse, f func(context.Context, service.Config, *store.Store) error) error {
+	return withStore(cfgPath, use, func(ctx context.Context, cfg service.Config, s *store.Store) error {
 		if err := install.Check(ctx, s); err != nil {
-			return err
+			return inDatabase(cfg, err)
 		}
 		return f(ctx, cfg, s)
 	})

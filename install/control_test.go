@@ -47,30 +47,30 @@ func (f *fakeService) Restart() error {
 // change needs only `slotpoller restart`, whether the node runs or not.
 func TestRestartStartsAStoppedService(t *testing.T) {
 	stopped := &fakeService{status: kservice.StatusStopped}
-	require.NoError(t, control(stopped, "restart"))
+	require.NoError(t, control(stopped, ServiceName, "restart"))
 	require.Equal(t, []string{"start"}, stopped.did)
 
 	running := &fakeService{status: kservice.StatusRunning}
-	require.NoError(t, control(running, "restart"))
+	require.NoError(t, control(running, ServiceName, "restart"))
 	require.Equal(t, []string{"restart"}, running.did)
 
 	missing := &fakeService{statusErr: kservice.ErrNotInstalled}
-	require.ErrorContains(t, control(missing, "restart"), "not installed")
+	require.ErrorContains(t, control(missing, ServiceName, "restart"), "not installed")
 	require.Empty(t, missing.did)
 }
 
 func TestControlStartAndStop(t *testing.T) {
 	s := &fakeService{status: kservice.StatusStopped}
-	require.NoError(t, control(s, "start"))
-	require.NoError(t, control(s, "stop"))
+	require.NoError(t, control(s, ServiceName, "start"))
+	require.NoError(t, control(s, ServiceName, "stop"))
 	require.Equal(t, []string{"start", "stop"}, s.did)
-	require.ErrorContains(t, control(s, "reload"), "unknown action")
+	require.ErrorContains(t, control(s, ServiceName, "reload"), "unknown action")
 }
 
 // A service that stops between the status and the restart is started.
 func TestRestartStartsAServiceThatStoppedMeanwhile(t *testing.T) {
 	s := &stoppingService{fakeService{status: kservice.StatusRunning}}
-	require.NoError(t, control(s, "restart"))
+	require.NoError(t, control(s, ServiceName, "restart"))
 	require.Equal(t, []string{"restart", "start"}, s.did)
 }
 

@@ -1,8 +1,9 @@
 package install
 
-// The OS service: slotpoller registered with systemd or the Windows service
-// manager through github.com/kardianos/service, to run `slotpoller run
-// -config <absolute path>` with the node's environment overrides.
+// The OS service: slotpoller registered with systemd, System V init or the
+// Windows service manager through github.com/kardianos/service, to run
+// `slotpoller run -config <absolute path>` with the node's environment
+// overrides.
 
 import (
 	"errors"
@@ -36,11 +37,13 @@ const (
 	// a node that exited again.
 	restartDelay = 5 * time.Second
 
-	// systemdUnitPath is where kardianos/service writes a system unit.
-	systemdUnitPath = "/etc/systemd/system/" + ServiceName + ".service"
-	// sysvScriptPath is where it writes a System V init script.
-	sysvScriptPath = "/etc/init.d/" + ServiceName
+	// systemdPlatform is kardianos/service's name for systemd.
+	systemdPlatform = "linux-systemd"
 )
+
+// systemdUnitPath is where kardianos/service writes the system unit of the
+// service name.
+func systemdUnitPath(name string) string { return "/etc/systemd/system/" + name + ".service" }
 
 // ErrPrivileges means a service operation was refused for lack of rights.
 var ErrPrivileges = errors.New("needs administrative rights: run as root/Administrator")
@@ -56,6 +59,9 @@ type EnvVar struct {
 
 // ServiceSpec is what the OS service runs.
 type ServiceSpec struct {
+	// Name is the service's name; "" means ServiceName. Tests install
+	// under names of their own.
+	Name string
 	// Executable is the absolute path of the slotpoller binary.
 	Executable string
 	// ConfigPath is the absolute path of the config file, passed as
@@ -64,6 +70,12 @@ type ServiceSpec struct {
 	// Env are the SLOTPOLLER_* variables the node runs with (its
 	// environment overrides at install time).
 	Env []EnvVar
+	// EnvFile, when set, is the root-only file the node reads Env from
+	// (run -env-file): install sets it where the service manager cannot
+	// carry the environment safely (System V init) and writes the file.
+	// Otherwise the service manager carries Env (systemd's Environment=,
+	// the Windows service's registry key).
+	EnvFile string
 	// StopBound is how long the program takes at most to stop
 	// (service.StopTimeout: jobs.drain_timeout + checkin.ttl + 17s); the
 	// service manager waits ManagerStopMargin longer before it kills the
@@ -73,7 +85,29 @@ type ServiceSpec struct {
 
 // Arguments are the command-line arguments of the service's process.
 func (s ServiceSpec) Arguments() []string {
-	return []string{"run", "-config", s.ConfigPath}
+	args := []string{"run", "-config", s.ConfigPath}
+	if s.EnvFile != "" {
+		args = append(args, "-env-file", s.EnvFile)
+	}
+	return args
+}
+
+func (s ServiceSpec) name() string {
+	if s.Name == "" {
+		return ServiceName
+	}
+	return s.Name
+}
+
+// validServiceName: a name that is safe in a path and a shell glob.
+func validServiceName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // ManagerStopTimeout is how long the service manager waits for a stop
@@ -85,6 +119,12 @@ func (s ServiceSpec) ManagerStopTimeout() time.Duration {
 
 func (s ServiceSpec) validate() error {
 	var errs []error
+	if !validServiceName(s.name()) {
+		errs = append(errs, fmt.Errorf("service: %q is not a service name (letters, digits, - and _)", s.name()))
+	}
+	if s.EnvFile != "" && !filepath.IsAbs(s.EnvFile) {
+		errs = append(errs, fmt.Errorf("service: the environment file path %q is not absolute", s.EnvFile))
+	}
 	if !filepath.IsAbs(s.Executable) {
 		errs = append(errs, fmt.Errorf("service: the executable path %q is not absolute", s.Executable))
 	}
@@ -253,19 +293,27 @@ func serviceConfig(s ServiceSpec) (*kservice.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := make(map[string]string, len(s.Env))
-	for _, e := range s.Env {
-		env[e.Name] = e.Value
+	script, err := SysvScript(s)
+	if err != nil {
+		return nil, err
+	}
+	var env map[string]string
+	if s.EnvFile == "" {
+		env = make(map[string]string, len(s.Env))
+		for _, e := range s.Env {
+			env[e.Name] = e.Value
+		}
 	}
 	return &kservice.Config{
-		Name:        ServiceName,
-		DisplayName: ServiceName,
+		Name:        s.name(),
+		DisplayName: s.name(),
 		Description: serviceDescription,
 		Executable:  s.Executable,
 		Arguments:   s.Arguments(),
 		EnvVars:     env,
 		Option: kservice.KeyValue{
 			"SystemdScript": unit,
+			"SysvScript":    script,
 			// Windows: start at boot; restart a node that exited
 			// without being asked to.
 			"StartType":              "automatic",
@@ -290,70 +338,144 @@ type noProgram struct{}
 func (noProgram) Start(kservice.Service) error { return nil }
 func (noProgram) Stop(kservice.Service) error  { return nil }
 
-func controlled() (kservice.Service, error) {
-	s, err := NewService(noProgram{}, nil)
+func controlled(name string) (kservice.Service, error) {
+	s, err := kservice.New(noProgram{}, &kservice.Config{Name: name, DisplayName: name, Description: serviceDescription})
 	if err != nil {
 		return nil, fmt.Errorf("service: %w", err)
 	}
 	return s, nil
 }
 
+// Platform is the service manager install uses here, as kardianos/service
+// names it: linux-systemd, unix-systemv, windows-service, ...
+func Platform() string { return kservice.ChosenSystem().String() }
+
+// carriesEnv tells whether the service manager of platform holds the
+// node's environment itself, safely: systemd's unit (made root-only when
+// it holds a secret) and the Windows service's registry key. Elsewhere
+// (System V init, whose script is world-readable shell) the node reads
+// it from an environment file.
+func carriesEnv(platform string) bool {
+	return platform == systemdPlatform || platform == "windows-service"
+}
+
+// Installed is what InstallService registered.
+type Installed struct {
+	// Spec is the service as installed: on System V init with its
+	// EnvFile.
+	Spec     ServiceSpec
+	Platform string
+	// Files are the files install wrote, each with what it is and its
+	// mode ("/etc/init.d/slotpoller (init script, 0755)").
+	Files []string
+	// Log says where the node's log goes.
+	Log string
+}
+
 // InstallService registers the service with the OS service manager. It
 // needs root or Administrator rights; without them it fails with
 // ErrPrivileges.
-func InstallService(spec ServiceSpec) error {
+func InstallService(spec ServiceSpec) (Installed, error) {
 	if err := CheckRights("install"); err != nil {
-		return err
+		return Installed{}, err
 	}
+	name := spec.name()
+	inst := Installed{Platform: Platform()}
+	if !carriesEnv(inst.Platform) && len(spec.Env) > 0 {
+		spec.EnvFile = EnvFilePath(name)
+	}
+	inst.Spec = spec
 	cfg, err := serviceConfig(spec)
 	if err != nil {
-		return err
+		return inst, err
 	}
 	s, err := kservice.New(noProgram{}, cfg)
 	if err != nil {
-		return fmt.Errorf("service: %w", err)
+		return inst, fmt.Errorf("service: %w", err)
 	}
-	if st := stateOf(s); st.Installed {
-		return fmt.Errorf("the service %q is already installed (%s): run `slotpoller uninstall` first", ServiceName, st)
+	if st := stateOf(s, name); st.Installed {
+		return inst, fmt.Errorf("the service %q is already installed (%s): run `slotpoller uninstall` first", name, st)
+	}
+	if spec.EnvFile != "" {
+		// The environment file first: a service is never installed
+		// without the environment it runs with.
+		if err := writeEnvFile(spec.EnvFile, name, spec.Env); err != nil {
+			return inst, fmt.Errorf("cannot write the service's environment file: %w", err)
+		}
+		inst.Files = append(inst.Files, spec.EnvFile+" (environment, 0600: root only)")
 	}
 	if err := s.Install(); err != nil {
-		return explain("install", err)
+		if spec.EnvFile != "" {
+			os.Remove(spec.EnvFile)
+		}
+		return inst, explain("install", err)
 	}
 	if err := setStopTimeout(spec); err != nil {
-		return fmt.Errorf("the service is installed, but its stop timeout could not be set: %w", err)
+		return inst, fmt.Errorf("the service is installed, but its stop timeout could not be set: %w", err)
 	}
-	if s.Platform() == "linux-systemd" && spec.secret() {
-		// The unit carries a secret: let root alone read it.
-		if err := os.Chmod(systemdUnitPath, 0o600); err != nil {
-			return fmt.Errorf("the service is installed, but its unit holds a secret and could not be made readable by root only: %w", err)
+	switch inst.Platform {
+	case systemdPlatform:
+		mode := "0644"
+		if spec.secret() {
+			// The unit carries a secret: let root alone read it.
+			if err := os.Chmod(systemdUnitPath(name), 0o600); err != nil {
+				return inst, fmt.Errorf("the service is installed, but its unit holds a secret and could not be made readable by root only: %w", err)
+			}
+			mode = "0600: root only, it holds a secret"
 		}
+		inst.Files = append([]string{systemdUnitPath(name) + " (unit, " + mode + ")"}, inst.Files...)
+		inst.Log = "journald: journalctl -u " + name
+	case sysvPlatform:
+		inst.Files = append([]string{SysvScriptPath(name) + " (init script, 0755; no secret), links in /etc/rc?.d"}, inst.Files...)
+		inst.Log = SysvLogFile(name) + " (standard output and error, appended; removed by uninstall)"
+	case "windows-service":
+		inst.Log = "the Windows Event Log, log Application, source " + name
 	}
-	return nil
+	return inst, nil
 }
 
 // UninstallService stops the service if it runs and removes it from the
-// OS service manager. It needs root or Administrator rights.
-func UninstallService() error {
+// OS service manager. It needs root or Administrator rights. On System V
+// init it also removes the links in /etc/rc?.d, the pid file, the
+// environment file and the log, and it returns what it removed.
+func UninstallService() ([]string, error) {
+	return uninstallService(ServiceName)
+}
+
+func uninstallService(name string) ([]string, error) {
 	if err := CheckRights("uninstall"); err != nil {
-		return err
+		return nil, err
 	}
-	s, err := controlled()
+	s, err := controlled(name)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	st := stateOf(s)
+	st := stateOf(s, name)
 	if st.State == StateNotInstalled {
-		return fmt.Errorf("the service %q is not installed", ServiceName)
+		if st.Platform == sysvPlatform {
+			// What an earlier uninstall left behind goes now.
+			if removed, err := sysvRemove(name); len(removed) > 0 || err != nil {
+				return removed, err
+			}
+		}
+		return nil, fmt.Errorf("the service %q is not installed", name)
 	}
 	if st.Running {
-		if err := s.Stop(); err != nil {
-			return explain("stop", err)
+		if err := control(s, name, "stop"); err != nil {
+			return nil, err
 		}
 	}
-	if err := s.Uninstall(); err != nil {
-		return explain("uninstall", err)
+	if st.Platform == sysvPlatform {
+		removed, err := sysvRemove(name)
+		if err != nil {
+			return removed, fmt.Errorf("cannot uninstall the service: %w", err)
+		}
+		return removed, nil
 	}
-	return nil
+	if err := s.Uninstall(); err != nil {
+		return nil, explain("uninstall", err)
+	}
+	return nil, nil
 }
 
 // ControlService starts, stops or restarts the installed service: action
@@ -361,17 +483,34 @@ func UninstallService() error {
 // stopped (or the service manager gave up waiting); a restart of a stopped
 // service starts it.
 func ControlService(action string) error {
-	s, err := controlled()
+	return controlService(ServiceName, action)
+}
+
+func controlService(name, action string) error {
+	s, err := controlled(name)
 	if err != nil {
 		return err
 	}
-	return control(s, action)
+	return control(s, name, action)
 }
 
-func control(s kservice.Service, action string) error {
-	st := stateOf(s)
+func control(s kservice.Service, name, action string) error {
+	st := stateOf(s, name)
 	if st.State == StateNotInstalled {
-		return fmt.Errorf("the service %q is not installed: run `slotpoller install` first", ServiceName)
+		return fmt.Errorf("the service %q is not installed: run `slotpoller install` first", name)
+	}
+	if st.Platform == sysvPlatform {
+		// The init script itself: kardianos/service runs it through
+		// service(8) and keeps none of what it says.
+		switch action {
+		case "start", "stop", "restart":
+		default:
+			return fmt.Errorf("service: unknown action %q", action)
+		}
+		if _, err := sysvScript(name, action); err != nil {
+			return explain(action, err)
+		}
+		return nil
 	}
 	var err error
 	switch action {
@@ -388,7 +527,7 @@ func control(s kservice.Service, action string) error {
 			err = s.Start()
 			break
 		}
-		if err = s.Restart(); err != nil && stateOf(s).State == StateStopped {
+		if err = s.Restart(); err != nil && stateOf(s, name).State == StateStopped {
 			err = s.Start()
 		}
 	default:
@@ -443,24 +582,31 @@ func (s ServiceState) String() string {
 // QueryService asks the service manager whether the service is installed
 // and running. It needs no special rights.
 func QueryService() ServiceState {
-	s, err := controlled()
-	if err != nil {
-		return ServiceState{Name: ServiceName, State: StateUnknown, Error: err.Error()}
-	}
-	return stateOf(s)
+	return queryService(ServiceName)
 }
 
-func stateOf(s kservice.Service) ServiceState {
-	st := ServiceState{Name: ServiceName, Platform: s.Platform()}
+func queryService(name string) ServiceState {
+	s, err := controlled(name)
+	if err != nil {
+		return ServiceState{Name: name, State: StateUnknown, Error: err.Error()}
+	}
+	return stateOf(s, name)
+}
+
+func stateOf(s kservice.Service, name string) ServiceState {
+	if s.Platform() == sysvPlatform {
+		// The init script's status, read by its exit status: through
+		// service(8), kardianos/service takes a stopped service for an
+		// error.
+		return sysvState(name)
+	}
+	st := ServiceState{Name: name, Platform: s.Platform()}
 	status, err := s.Status()
 	switch {
 	case errors.Is(err, kservice.ErrNotInstalled):
 		st.State = StateNotInstalled
 	case err != nil && strings.Contains(err.Error(), "failed state"): // systemd: the unit failed
 		st.Installed, st.State = true, StateFailed
-	case err != nil && st.Platform == "unix-systemv" && !exists(sysvScriptPath):
-		// `service NAME status` fails alike for a missing script.
-		st.State = StateNotInstalled
 	case err != nil:
 		st.State, st.Error = StateUnknown, err.Error()
 	case status == kservice.StatusRunning:

@@ -58,19 +58,21 @@ func TestServiceInstall(t *testing.T) {
 
 	spec := ServiceSpec{Executable: exe, ConfigPath: cfgPath, StopBound: 12 * time.Second,
 		Env: []EnvVar{{Name: "SLOTPOLLER_NODE_NAME", Value: "service-test"}}}
-	require.NoError(t, InstallService(spec))
+	_, err = InstallService(spec)
+	require.NoError(t, err)
 	t.Cleanup(func() {
 		if QueryService().Installed {
-			_ = UninstallService()
+			_, _ = UninstallService()
 		}
 	})
-	require.Error(t, InstallService(spec), "a second install is refused")
+	_, err = InstallService(spec)
+	require.Error(t, err, "a second install is refused")
 
 	st := QueryService()
 	require.True(t, st.Installed, "%s", st)
 	require.False(t, st.Running, "%s", st)
 	if st.Platform == "linux-systemd" {
-		written, err := os.ReadFile(systemdUnitPath)
+		written, err := os.ReadFile(systemdUnitPath(ServiceName))
 		require.NoError(t, err)
 		want, err := SystemdUnit(spec)
 		require.NoError(t, err)
@@ -108,6 +110,7 @@ func TestServiceInstall(t *testing.T) {
 	require.Less(t, time.Since(begin), spec.ManagerStopTimeout(), "the node stops before the service manager would kill it")
 	require.Equal(t, "left", state(), "a stopped service leaves the registry")
 
-	require.NoError(t, UninstallService())
+	_, err = UninstallService()
+	require.NoError(t, err)
 	require.Equal(t, StateNotInstalled, QueryService().State)
 }

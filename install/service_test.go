@@ -215,7 +215,7 @@ func TestRightsErrorSaysRunAsRootOrAdministrator(t *testing.T) {
 	require.NoError(t, rightsError("install", "linux", 0))
 	require.NoError(t, rightsError("install", "windows", -1), "the service manager decides on Windows")
 
-	denied := explain("install", &fs.PathError{Op: "open", Path: systemdUnitPath, Err: fs.ErrPermission})
+	denied := explain("install", &fs.PathError{Op: "open", Path: systemdUnitPath(ServiceName), Err: fs.ErrPermission})
 	require.ErrorIs(t, denied, ErrPrivileges)
 	require.ErrorContains(t, denied, "run as root/Administrator")
 	require.ErrorIs(t, explain("uninstall", errors.New("Access is denied.")), ErrPrivileges)

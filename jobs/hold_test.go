@@ -189,3 +189,55 @@ func TestATaskDeclaringItsCallLengthIsHeldForIt(t *testing.T) {
 		require.NoError(t, err)
 	})
 }
+
+// A stop waits for task calls only as long as it can. A call of a task
+// that declares long calls and is still running then is cut here, and its
+// task is not given back: its endpoint may work on until the deadline it
+// was told, so the task moves only when its hold ends. The other tasks are
+// given back at once.
+func TestReleaseLeavesATaskWhoseCallRunsOnHeldUntilItsHoldEnds(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		started := make(chan string, 10)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			started <- r.Header.Get(jobs.HeaderTask)
+			if r.URL.Path == "/long" {
+				<-r.Context().Done() // works until the caller goes away
+			}
+		}))
+		t.Cleanup(srv.Close)
+		base, _ := url.Parse(srv.URL)
+		require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "long", Endpoint: "/long", Every: time.Hour, Timeout: time.Minute}))
+		require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "short", Endpoint: "/short", Every: time.Hour}))
+		k := newKeeper(s, base, clock.NewFake(t0), "node-a")
+		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-node-a", Capacity: 4, Free: 4}, time.Hour))
+		_, err := k.Balance(ctx, []jobs.Member{{Name: "node-a", Incarnation: "inc-node-a", Capacity: 4}}, time.Hour, false)
+		require.NoError(t, err)
+		require.NoError(t, k.Renew(ctx))
+		seen := map[string]bool{}
+		for len(seen) < 2 {
+			select {
+			case name := <-started:
+				seen[name] = true
+			case <-time.After(10 * time.Second):
+				t.Fatalf("tasks called: %v", seen)
+			}
+		}
+
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		begun := time.Now()
+		released, err := k.Release(rctx)
+		require.NoError(t, err)
+		require.Less(t, time.Since(begun), 3*time.Second, "the stop's bound holds")
+		require.EqualValues(t, 1, released, "only the task whose call ended")
+		long, err := s.TaskGet(ctx, "long")
+		require.NoError(t, err)
+		require.Equal(t, "node-a", long.OwnerNode, "held until its hold ends")
+		require.True(t, long.Held)
+		short, err := s.TaskGet(ctx, "short")
+		require.NoError(t, err)
+		require.Equal(t, store.TaskCreated, short.State, "given back")
+	})
+}

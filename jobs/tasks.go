@@ -614,22 +614,55 @@ func fullest(members []Member, load map[string]int) Member {
 	return best
 }
 
-// Release stops every worker, waits for the calls in flight to end (each
-// is bounded by its lease), and gives the
-// tasks back to the farm so they are re-owned within one slot. For a
-// graceful stop.
+// Release stops every worker, waits for the calls in flight to end, and
+// gives the tasks back to the farm so they are re-owned within one slot.
+// For a graceful stop.
+//
+// A call ends within its hold, which for a task that declares long calls
+// may be longer than a stop can wait. If ctx has a deadline, Release waits
+// for the calls until releaseBudget before it, then cuts those still
+// running; it does not give their tasks back, since their endpoints may
+// work on until the deadlines they were told: those tasks move when their
+// holds end, and no call of theirs overlaps the next owner's.
 func (k *Keeper) Release(ctx context.Context) (int64, error) {
 	k.mu.Lock()
 	k.closed = true
 	for name, w := range k.workers {
-		w.finishAndStop() // a call in flight ends within its lease
+		w.finishAndStop() // a call in flight ends within its hold
 		delete(k.workers, name)
 	}
 	k.mu.Unlock()
-	k.wg.Wait()
+	done := make(chan struct{})
+	go func() { k.wg.Wait(); close(done) }()
+	wait := ctx
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithDeadline(ctx, d.Add(-releaseBudget))
+		defer cancel()
+	}
+	var cut []string
+	select {
+	case <-done:
+	case <-wait.Done():
+		k.mu.Lock()
+		for name, w := range k.last {
+			if !w.exited() {
+				cut = append(cut, name)
+			}
+		}
+		k.mu.Unlock()
+		sort.Strings(cut)
+		k.opts.Logger.Warn("stopping: task calls still running are cut; their tasks move when their holds end", "tasks", cut)
+		k.cancel()
+		<-done
+	}
 	k.cancel()
-	return k.store.TasksReleaseAll(ctx, k.opts.Incarnation)
+	return k.store.TasksReleaseAll(ctx, k.opts.Incarnation, cut...)
 }
+
+// releaseBudget is what Release keeps of its deadline for the statement
+// that gives the tasks back.
+const releaseBudget = 2 * time.Second
 
 // AddTask validates and adds an endless task.
 func AddTask(ctx context.Context, s *store.Store, t store.NewTask) error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -184,13 +185,24 @@ WHERE name = ? AND token = ? AND state = 'running'`)
 
 // TasksReleaseAll gives back every task the owner holds (a graceful stop):
 // running ones to the farm, deleting ones as deleted.
-func (s *Store) TasksReleaseAll(ctx context.Context, owner string) (int64, error) {
+//
+// The tasks named in keep stay held: a call of theirs may still run at its
+// endpoint, and they move when their leases end.
+func (s *Store) TasksReleaseAll(ctx context.Context, owner string, keep ...string) (int64, error) {
+	but := ""
+	args := []any{owner}
+	if len(keep) > 0 {
+		but = " AND name NOT IN (?" + strings.Repeat(", ?", len(keep)-1) + ")"
+		for _, n := range keep {
+			args = append(args, n)
+		}
+	}
 	q := s.statement(`UPDATE {tasks} SET
   state = CASE WHEN state = 'deleting' THEN 'deleted' ELSE 'created' END,
   deleted_at = CASE WHEN state = 'deleting' THEN {now} ELSE deleted_at END,
   owner = NULL, lease_until = NULL, handoff = 0
-WHERE owner = ? AND state IN ('running', 'deleting')`)
-	return s.execCount(ctx, "release tasks", q, owner)
+WHERE owner = ? AND state IN ('running', 'deleting')` + but)
+	return s.execCount(ctx, "release tasks", q, args...)
 }
 
 // TaskRecordCall records one call's result, fenced by the token.

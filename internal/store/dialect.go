@@ -180,12 +180,13 @@ type boundByValue interface {
 // also bounds of the id, each found by one seek of the index on
 // created_at, and the read walks ids newest first between them (ids and
 // created_at grow together), the created_at condition kept as the exact
-// filter. The database clock can step back: a row written before a step
-// may then carry a later created_at than rows written after it, outside
-// the ids sought. The seek is made idWindowMargin beyond the bound, so that
-// a step back of up to that much loses no row; after a larger one a time
-// window may miss rows stamped in the stretch the clock went back over
-// (they are listed without the time filter).
+// filter. The database clock can step back: a job written before a step
+// may then carry a later created_at than jobs written after it, below the
+// first id sought. The ends are sought idWindowMargin beyond the window:
+// across a step back of less than that, while jobs keep being written (one
+// in the margin beyond each end), no job is lost; after a larger step a
+// window may miss jobs stamped in the stretch the clock went back over
+// (a list without the time filter shows them).
 type idWindow interface {
 	// CreatedSince is created_at >= {seeknow+?} (the second argument) as
 	// an id range: the first argument is the bound less idWindowMargin.
@@ -210,16 +211,16 @@ const idWindowMargin = time.Minute
 // backing off, by their partial index): at most prefixWalkRows rows and the
 // prefix's own.
 type prefixWalk interface {
-	// PrefixWalkBound is a statement returning the id above which the
-	// walk goes: prefixWalkRows below the newest id under the cursor (the
-	// last argument) when the range (arguments 1 and 2) holds at least the
-	// page (3 and 4) of rows, else that newest id itself (no walk: the
-	// range alone is small); 5 is prefixWalkRows.
+	// PrefixWalkBound is a statement returning how many rows the range
+	// (arguments 1 and 2) holds, counted up to the page (3), and the newest
+	// id below the cursor (4).
 	PrefixWalkBound() string
 	// NewestByPrefix is the SELECT of cols of the rows where selects,
-	// newest first, walked above the bound and read by the index below it
-	// (the retrying partial index when retrying). Its arguments are
-	// newestByPrefixArgs's.
+	// newest first: walked above a bound, up to a limit (0: no walk), and
+	// read below it by the index (the retrying partial index when
+	// retrying) when the walk did not fill the page. Its arguments are
+	// where's, the bound and the walk's limit; where's and the bound;
+	// where's, the bound, the walk's limit and the page twice; the page.
 	NewestByPrefix(cols, where string, retrying bool) string
 }
 

@@ -185,19 +185,25 @@ func (s *Store) newest(ctx context.Context, cols string, f JobFilter, limit int)
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	var bound sql.NullInt64
-	err := s.queryRow(ctx, s.statement(p.PrefixWalkBound()), lo, hi, limit, limit, prefixWalkRows, before).Scan(&bound)
+	// The walk goes prefixWalkRows below the newest id under the cursor,
+	// unless the range holds fewer rows than the page: then the range
+	// alone is small, and read alone.
+	var held int
+	var newest sql.NullInt64
+	err := s.queryRow(ctx, s.statement(p.PrefixWalkBound()), lo, hi, limit, before).Scan(&held, &newest)
 	if err != nil {
-		return "", nil, fmt.Errorf("read the bound of the newest jobs: %w", err)
+		return "", nil, fmt.Errorf("read the newest jobs' bound: %w", err)
 	}
-	// No row below the cursor (NULL): both parts read nothing.
-	b := bound.Int64
+	bound, walk := newest.Int64-prefixWalkRows, limit // NULL: no row below the cursor, nothing to read
+	if held < limit {
+		bound, walk = newest.Int64, 0
+	}
 	retrying := f.Retrying && slices.Equal(f.States, []string{StateReady})
 	q := p.NewestByPrefix(cols, where, retrying)
 	var out []any
-	out = append(append(append(out, args...), b), limit)               // the walk
-	out = append(append(out, args...), b)                              // the older rows
-	out = append(append(append(out, args...), b), limit, limit, limit) // the walk counted, the older rows' limit
+	out = append(append(append(out, args...), bound), walk)                // the walk
+	out = append(append(out, args...), bound)                              // the older rows
+	out = append(append(append(out, args...), bound), walk, limit, limit) // the walk counted, the older rows' limit
 	return q, append(out, limit), nil
 }
 

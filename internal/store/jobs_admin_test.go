@@ -350,3 +350,61 @@ func TestJobsListByPrefixPastTheNewest(t *testing.T) {
 	require.Len(t, js, 10)
 	require.Equal(t, want(store.JobFilter{EndpointPrefix: "/p/", Limit: 40})[30:], []int64{js[0].ID, js[1].ID, js[2].ID, js[3].ID, js[4].ID, js[5].ID, js[6].ID, js[7].ID, js[8].ID, js[9].ID})
 }
+
+// A time window stays exact across a step back of the database clock of
+// less than a minute while jobs keep being written: SQLite seeks the
+// window's first id a minute before it (idWindowMargin), and the jobs
+// written before the step, stamped later than some written after it, are
+// still above that id.
+func TestJobsListSinceAcrossAClockStepBack(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		// Five jobs 10 s apart up to 20 s ago, then the clock goes back
+		// 25 s: a job every 4 s from 45 s ago to 1 s ago. (No job is
+		// stamped within 2 s of the windows' bound, 35 s ago: the test
+		// may take a while to write them.)
+		var ago []time.Duration
+		for _, sec := range []int{60, 50, 40, 30, 20} {
+			ago = append(ago, time.Duration(sec)*time.Second)
+		}
+		for sec := 45; sec > 0; sec -= 4 {
+			ago = append(ago, time.Duration(sec)*time.Second)
+		}
+		stamp := store.Expand(s.Dialect(), `UPDATE {jobs} SET created_at = {now+?} WHERE id = ?`)
+		ids := make([]int64, len(ago))
+		for i, a := range ago {
+			id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/a", Method: "POST", MaxAttempts: 1, IdempotencyKey: fmt.Sprint(i)})
+			require.NoError(t, err)
+			_, err = s.DB().ExecContext(ctx, stamp, -a.Milliseconds(), id)
+			require.NoError(t, err)
+			ids[i] = id
+		}
+		list := func(f store.JobFilter) []int64 {
+			t.Helper()
+			f.Limit = 100
+			js, err := s.JobsList(ctx, f)
+			require.NoError(t, err)
+			var out []int64
+			for _, j := range js {
+				out = append(out, j.ID)
+			}
+			return out
+		}
+		want := func(keep func(time.Duration) bool) []int64 {
+			var out []int64
+			for i := len(ids) - 1; i >= 0; i-- {
+				if keep(ago[i]) {
+					out = append(out, ids[i])
+				}
+			}
+			return out
+		}
+		// Created within 35 s: two jobs from before the step, stamped
+		// later than the first ones after it.
+		require.Equal(t, want(func(a time.Duration) bool { return a <= 35*time.Second }), list(store.JobFilter{Since: 35 * time.Second}))
+		// Created more than 35 s ago: three from before the step, and
+		// three after it.
+		require.Equal(t, want(func(a time.Duration) bool { return a > 35*time.Second }), list(store.JobFilter{Until: 35 * time.Second}))
+	})
+}

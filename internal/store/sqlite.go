@@ -142,15 +142,16 @@ func (SQLite) CreatedUntil() string {
 // PrefixWalkBound (prefixWalk): the count reads the range's index alone,
 // at most a page of it; MAX(id) below the cursor is one seek.
 func (SQLite) PrefixWalkBound() string {
-	return `SELECT CASE WHEN (SELECT COUNT(*) FROM (SELECT 1 FROM {jobs} WHERE endpoint >= ? AND endpoint < ? LIMIT ?)) >= ?
-  THEN MAX(id) - ? ELSE MAX(id) END FROM {jobs} WHERE id < ?`
+	return `SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM {jobs} WHERE endpoint >= ? AND endpoint < ? LIMIT ?)), MAX(id)
+FROM {jobs} WHERE id < ?`
 }
 
 // NewestByPrefix (prefixWalk): the walk (NOT INDEXED: the rowid newest
 // first, stopped at the page), then the older rows by an index, read only
-// when the walk does not fill the page: a LIMIT of 0, which SQLite checks
-// before it reads or sorts anything. A WHERE term made of a subquery
-// would not stop it (the merge of the two parts starts both).
+// when the walk does not fill the page. Each part is turned off by a LIMIT
+// of 0, which SQLite checks before it reads or sorts anything; a WHERE
+// term made of a subquery would not stop it (the merge of the two parts
+// starts both).
 func (SQLite) NewestByPrefix(cols, where string, retrying bool) string {
 	index := "slotpoller_jobs_endpoint"
 	if retrying {

@@ -347,9 +347,9 @@ func dump(plan map[string]any) string {
 //     walks all its rows outside the window, the index on created_at all
 //     of the window's to sort them;
 //   - no sort (USE TEMP B-TREE), except in the throughput (of at most its
-//     cap of rows) and a read by prefix: its walk's
-//     page, and the older rows of the prefix's range when the walk of the
-//     newest did not fill the page.
+//     cap of rows) and a read by prefix: its walk's page, and the older
+//     rows of the prefix's range when the walk of the newest did not fill
+//     the page.
 func checkSQLitePlan(t *testing.T, s *store.Store, r adminRead, q string, args []any) {
 	t.Helper()
 	rows, err := s.DB().QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+q, args...)

@@ -170,9 +170,9 @@ func (s *Store) listStatement(ctx context.Context, f JobFilter) (string, []any, 
 }
 
 // newest is the SELECT of cols of up to limit jobs f selects, newest
-// first, and its arguments; by a walk of the newest jobs first where the
-// dialect reads a prefix so (prefixWalk), which needs the bound of the
-// walk read first.
+// first, and its arguments: one plain statement, or for a prefix where the
+// dialect walks the newest jobs first (prefixWalk) the walk and the
+// prefix's range, whose bound it reads first.
 func (s *Store) newest(ctx context.Context, cols string, f JobFilter, limit int) (string, []any, error) {
 	where, args := f.where(s.d)
 	p, walks := s.d.(prefixWalk)
@@ -201,8 +201,8 @@ func (s *Store) newest(ctx context.Context, cols string, f JobFilter, limit int)
 	retrying := f.Retrying && slices.Equal(f.States, []string{StateReady})
 	q := p.NewestByPrefix(cols, where, retrying)
 	var out []any
-	out = append(append(append(out, args...), bound), walk)                // the walk
-	out = append(append(out, args...), bound)                              // the older rows
+	out = append(append(append(out, args...), bound), walk)               // the walk
+	out = append(append(out, args...), bound)                             // the older rows
 	out = append(append(append(out, args...), bound), walk, limit, limit) // the walk counted, the older rows' limit
 	return q, append(out, limit), nil
 }

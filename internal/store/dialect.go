@@ -172,6 +172,63 @@ type boundByValue interface {
 	boundByValue()
 }
 
+// idWindow is a dialect whose planner does not weigh a walk of the table
+// newest first that stops at the page against a seek and a sort, with or
+// without statistics (SQLite): given created_at >= X it walks a state's
+// every row, or sorts the whole window, and given created_at < Y with no
+// row that old it walks the table. There the admin reads' time bounds are
+// also bounds of the id, each found by one seek of the index on
+// created_at, and the read walks ids newest first between them (ids and
+// created_at grow together), the created_at condition kept as the exact
+// filter. The database clock can step back: a job written before a step
+// may then carry a later created_at than jobs written after it, below the
+// first id sought. The ends are sought idWindowMargin beyond the window:
+// across a step back of less than that, while jobs keep being written (one
+// in the margin beyond each end), no job is lost; after a larger step a
+// window may miss jobs stamped in the stretch the clock went back over
+// (a list without the time filter shows them).
+type idWindow interface {
+	// CreatedSince is created_at >= {seeknow+?} (the second argument) as
+	// an id range: the first argument is the bound less idWindowMargin.
+	CreatedSince() string
+	// CreatedUntil is created_at < {seeknow+?} (the second argument) as an
+	// id range: the first argument is the bound plus idWindowMargin.
+	CreatedUntil() string
+}
+
+// idWindowMargin is how far an id bound is sought beyond its time bound
+// (idWindow): the largest step back of the database clock a time window
+// is exact across. The walk reads at most the rows of this long beyond the
+// window.
+const idWindowMargin = time.Minute
+
+// prefixWalk is a dialect whose planner reads an endpoint prefix that many
+// jobs have by the range of its index and a sort of every row in it (SQLite:
+// 50,000 rows at a million jobs for a prefix 5% of them have), where a walk
+// of the newest jobs finds the page in a few thousand. There a list by
+// prefix walks the newest prefixWalkRows jobs first, and only when they do
+// not fill the page reads the older ones by the range (or, for the jobs
+// backing off, by their partial index): at most prefixWalkRows rows and the
+// prefix's own.
+type prefixWalk interface {
+	// PrefixWalkBound is a statement returning how many rows the range
+	// (arguments 1 and 2) holds, counted up to the page (3), and the newest
+	// id below the cursor (4).
+	PrefixWalkBound() string
+	// NewestByPrefix is the SELECT of cols of the rows where selects,
+	// newest first: walked above a bound, up to a limit (0: no walk), and
+	// read below it by the index (the retrying partial index when
+	// retrying) when the walk did not fill the page. Its arguments are
+	// where's, the bound and the walk's limit; where's and the bound;
+	// where's, the bound, the walk's limit and the page twice; the page.
+	NewestByPrefix(cols, where string, retrying bool) string
+}
+
+// prefixWalkRows is how many of the newest jobs a list by prefix walks
+// before it reads the prefix's range (prefixWalk): a prefix held by 1% of
+// recent jobs fills a page of 100 there.
+const prefixWalkRows = 10_000
+
 // seekOffset is the argument of a {seeknow+?}: milliseconds from the
 // database's now.
 type seekOffset int64

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -52,9 +53,9 @@ type JobFilter struct {
 	Limit  int // required by JobsList and JobsRetry
 }
 
-// where returns the conditions of the filter, for alias-free job rows, and
-// their arguments.
-func (f JobFilter) where() (string, []any) {
+// where returns the conditions of the filter, for alias-free job rows of
+// dialect d, and their arguments.
+func (f JobFilter) where(d Dialect) (string, []any) {
 	conds := []string{"1 = 1"}
 	var args []any
 	if f.ID != 0 {
@@ -87,12 +88,21 @@ func (f JobFilter) where() (string, []any) {
 		args = append(args, utf8.RuneCountInString(f.EndpointPrefix), f.EndpointPrefix)
 	}
 	// The time bounds are read once per statement ({seeknow+?}), so that
-	// the index on created_at seeks on them.
+	// the index on created_at seeks on them, or bound the ids (idWindow).
+	w, byID := d.(idWindow)
 	if f.Since > 0 {
-		conds, args = append(conds, "created_at >= {seeknow+?}"), append(args, seekOffset(-millis(f.Since)))
+		if byID {
+			conds, args = append(conds, w.CreatedSince()), append(args, seekOffset(-millis(f.Since+idWindowMargin)), seekOffset(-millis(f.Since)))
+		} else {
+			conds, args = append(conds, "created_at >= {seeknow+?}"), append(args, seekOffset(-millis(f.Since)))
+		}
 	}
 	if f.Until > 0 {
-		conds, args = append(conds, "created_at < {seeknow+?}"), append(args, seekOffset(-millis(f.Until)))
+		if byID {
+			conds, args = append(conds, w.CreatedUntil()), append(args, seekOffset(-millis(f.Until-idWindowMargin)), seekOffset(-millis(f.Until)))
+		} else {
+			conds, args = append(conds, "created_at < {seeknow+?}"), append(args, seekOffset(-millis(f.Until)))
+		}
 	}
 	if f.Before > 0 {
 		conds, args = append(conds, "id < ?"), append(args, f.Before)
@@ -148,14 +158,53 @@ func (s *Store) JobsList(ctx context.Context, f JobFilter) ([]Job, error) {
 // listStatement is JobsList's statement and its arguments, planned for
 // them on every call: which plan is best depends on the filter's values.
 func (s *Store) listStatement(ctx context.Context, f JobFilter) (string, []any, error) {
-	where, args := f.where()
-	q, args := rowLimit(s.d, `SELECT `+jobColumns+` FROM {jobs} WHERE `+where+` ORDER BY id DESC`, args, f.Limit)
-	args, err := s.seekArgs(ctx, args)
+	q, args, err := s.newest(ctx, jobColumns, f, f.Limit)
 	if err != nil {
+		return "", nil, err
+	}
+	if args, err = s.seekArgs(ctx, args); err != nil {
 		return "", nil, err
 	}
 	q, args = s.planPerCall(s.statement(q), args)
 	return q, args, nil
+}
+
+// newest is the SELECT of cols of up to limit jobs f selects, newest
+// first, and its arguments: one plain statement, or for a prefix where the
+// dialect walks the newest jobs first (prefixWalk) the walk and the
+// prefix's range, whose bound it reads first.
+func (s *Store) newest(ctx context.Context, cols string, f JobFilter, limit int) (string, []any, error) {
+	where, args := f.where(s.d)
+	p, walks := s.d.(prefixWalk)
+	lo, hi, ranged := prefixRange(f.EndpointPrefix)
+	if !walks || f.EndpointPrefix == "" || !ranged {
+		q, args := rowLimit(s.d, `SELECT `+cols+` FROM {jobs} WHERE `+where+` ORDER BY id DESC`, args, limit)
+		return q, args, nil
+	}
+	before := f.Before
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	// The walk goes prefixWalkRows below the newest id under the cursor,
+	// unless the range holds fewer rows than the page: then the range
+	// alone is small, and read alone.
+	var held int
+	var newest sql.NullInt64
+	err := s.queryRow(ctx, s.statement(p.PrefixWalkBound()), lo, hi, limit, before).Scan(&held, &newest)
+	if err != nil {
+		return "", nil, fmt.Errorf("read the newest jobs' bound: %w", err)
+	}
+	bound, walk := newest.Int64-prefixWalkRows, limit // NULL: no row below the cursor, nothing to read
+	if held < limit {
+		bound, walk = newest.Int64, 0
+	}
+	retrying := f.Retrying && slices.Equal(f.States, []string{StateReady})
+	q := p.NewestByPrefix(cols, where, retrying)
+	var out []any
+	out = append(append(append(out, args...), bound), walk)               // the walk
+	out = append(append(out, args...), bound)                             // the older rows
+	out = append(append(append(out, args...), bound), walk, limit, limit) // the walk counted, the older rows' limit
+	return q, append(out, limit), nil
 }
 
 // noTime is a NULL of a time column's type, for the start of an operator's
@@ -211,8 +260,10 @@ func (s *Store) retryStatement(ctx context.Context, f JobFilter, actor string) (
 		return "", nil, nil
 	}
 	f.States = states
-	where, wargs := f.where()
-	pick, wargs := rowLimit(s.d, `SELECT id FROM {jobs} WHERE `+where+` ORDER BY id DESC`, wargs, f.Limit)
+	pick, wargs, err := s.newest(ctx, "id", f, f.Limit)
+	if err != nil {
+		return "", nil, err
+	}
 	q := s.statement(`UPDATE {jobs} SET state = 'ready', run_at = {now}, attempt = 0, finished_at = NULL,
   start_by = NULL, owner = NULL, lease_until = NULL,
   history = ` + historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam()) + `
@@ -223,8 +274,7 @@ WHERE id IN (` + pick + `) AND state IN (?` + strings.Repeat(", ?", len(states)-
 	for _, st := range states {
 		args = append(args, st)
 	}
-	args, err := s.seekArgs(ctx, args)
-	if err != nil {
+	if args, err = s.seekArgs(ctx, args); err != nil {
 		return "", nil, err
 	}
 	q, args = s.planPerCall(q, args)

@@ -265,3 +265,146 @@ func TestJobInsertManyMixesRunTimesAndDelays(t *testing.T) {
 		require.WithinRange(t, runAt(2), now.Add(-time.Second), after.Add(time.Second), "now")
 	})
 }
+
+// A list by prefix on SQLite walks the newest jobs first and reads the
+// older ones by the prefix's range only when the walk does not fill the
+// page: the two parts meet without a gap or a repeat, with a cursor, with
+// the jobs backing off, and for a retry. (SQLite alone: the other
+// databases read a prefix with one plain statement, which
+// TestJobsListFilters checks.)
+func TestJobsListByPrefixPastTheNewest(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx := context.Background()
+	// 50 jobs of /p/a, then more than the walk reads of /q, then 20 of /p/b.
+	type row struct {
+		id       int64
+		endpoint string
+	}
+	var rows []row
+	for _, batch := range []struct {
+		endpoint string
+		n        int
+	}{{"/p/a", 50}, {"/q", 10_050}, {"/p/b", 20}} {
+		jobs := make([]store.NewJob, batch.n)
+		for i := range jobs {
+			jobs[i] = store.NewJob{Endpoint: batch.endpoint, Method: "POST", MaxAttempts: 2, IdempotencyKey: fmt.Sprint(len(rows) + i)}
+		}
+		ids, err := s.JobInsertMany(ctx, jobs)
+		require.NoError(t, err)
+		for _, id := range ids {
+			rows = append(rows, row{id, batch.endpoint})
+		}
+	}
+	// Every third /p/a job has failed once: it is backing off.
+	backingOff := map[int64]bool{}
+	for _, r := range rows[:50:50] {
+		if r.id%3 == 0 {
+			backingOff[r.id] = true
+			_, err := s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {jobs} SET attempt = 1 WHERE id = ?`), r.id)
+			require.NoError(t, err)
+		}
+	}
+	want := func(f store.JobFilter) []int64 {
+		var out []int64
+		for i := len(rows) - 1; i >= 0 && len(out) < f.Limit; i-- {
+			r := rows[i]
+			if strings.HasPrefix(r.endpoint, f.EndpointPrefix) && (f.Before == 0 || r.id < f.Before) && (!f.Retrying || backingOff[r.id]) {
+				out = append(out, r.id)
+			}
+		}
+		return out
+	}
+	pb := rows[len(rows)-20:]
+	for _, f := range []store.JobFilter{
+		{EndpointPrefix: "/p/", Limit: 30},                            // 20 walked, 10 from the range
+		{EndpointPrefix: "/p/", Limit: 10},                            // all walked
+		{EndpointPrefix: "/p/", Limit: 30, Before: pb[5].id},          // 5 walked, 25 from the range
+		{EndpointPrefix: "/p/", Limit: 30, Before: rows[60].id},       // below the walk: the range alone
+		{EndpointPrefix: "/p/a", Limit: 100},                          // fewer than the page: the range alone
+		{EndpointPrefix: "/q", Limit: 1000},                           // all walked
+		{EndpointPrefix: "/q", Limit: 1000, Before: pb[0].id - 9_500}, // 9,500 walked, the rest from the range
+		{EndpointPrefix: "/p/", Limit: 5, States: []string{store.StateReady}, Retrying: true},
+		{EndpointPrefix: "/nomatch", Limit: 100},
+	} {
+		js, err := s.JobsList(ctx, f)
+		require.NoError(t, err)
+		var got []int64
+		for _, j := range js {
+			got = append(got, j.ID)
+		}
+		require.Equal(t, want(f), got, "%+v", f)
+	}
+
+	// A retry by prefix picks the same jobs: the newest 30 of /p/, which
+	// are ready (none to retry) until they are cancelled.
+	for _, id := range want(store.JobFilter{EndpointPrefix: "/p/", Limit: 40}) {
+		ok, err := s.JobCancelIfWaiting(ctx, id, "operator")
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	n, err := s.JobsRetry(ctx, store.JobFilter{EndpointPrefix: "/p/", Limit: 30}, "operator")
+	require.NoError(t, err)
+	require.EqualValues(t, 30, n)
+	js, err := s.JobsList(ctx, store.JobFilter{EndpointPrefix: "/p/", States: []string{store.StateCancelled}, Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, js, 10)
+	require.Equal(t, want(store.JobFilter{EndpointPrefix: "/p/", Limit: 40})[30:], []int64{js[0].ID, js[1].ID, js[2].ID, js[3].ID, js[4].ID, js[5].ID, js[6].ID, js[7].ID, js[8].ID, js[9].ID})
+}
+
+// A time window stays exact across a step back of the database clock of
+// less than a minute while jobs keep being written: SQLite seeks the
+// window's first id a minute before it (idWindowMargin), and the jobs
+// written before the step, stamped later than some written after it, are
+// still above that id.
+func TestJobsListSinceAcrossAClockStepBack(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		// Five jobs 10 s apart up to 20 s ago, then the clock goes back
+		// 25 s: a job every 4 s from 45 s ago to 1 s ago. (No job is
+		// stamped within 2 s of the windows' bound, 35 s ago: the test
+		// may take a while to write them.)
+		var ago []time.Duration
+		for _, sec := range []int{60, 50, 40, 30, 20} {
+			ago = append(ago, time.Duration(sec)*time.Second)
+		}
+		for sec := 45; sec > 0; sec -= 4 {
+			ago = append(ago, time.Duration(sec)*time.Second)
+		}
+		stamp := store.Expand(s.Dialect(), `UPDATE {jobs} SET created_at = {now+?} WHERE id = ?`)
+		ids := make([]int64, len(ago))
+		for i, a := range ago {
+			id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/a", Method: "POST", MaxAttempts: 1, IdempotencyKey: fmt.Sprint(i)})
+			require.NoError(t, err)
+			_, err = s.DB().ExecContext(ctx, stamp, -a.Milliseconds(), id)
+			require.NoError(t, err)
+			ids[i] = id
+		}
+		list := func(f store.JobFilter) []int64 {
+			t.Helper()
+			f.Limit = 100
+			js, err := s.JobsList(ctx, f)
+			require.NoError(t, err)
+			var out []int64
+			for _, j := range js {
+				out = append(out, j.ID)
+			}
+			return out
+		}
+		want := func(keep func(time.Duration) bool) []int64 {
+			var out []int64
+			for i := len(ids) - 1; i >= 0; i-- {
+				if keep(ago[i]) {
+					out = append(out, ids[i])
+				}
+			}
+			return out
+		}
+		// Created within 35 s: two jobs from before the step, stamped
+		// later than the first ones after it.
+		require.Equal(t, want(func(a time.Duration) bool { return a <= 35*time.Second }), list(store.JobFilter{Since: 35 * time.Second}))
+		// Created more than 35 s ago: three from before the step, and
+		// three after it.
+		require.Equal(t, want(func(a time.Duration) bool { return a > 35*time.Second }), list(store.JobFilter{Until: 35 * time.Second}))
+	})
+}

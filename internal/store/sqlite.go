@@ -125,3 +125,42 @@ func sqliteDSN(dsn string) string {
 
 // MillisBetween: times are integer milliseconds already.
 func (SQLite) MillisBetween(from, to string) string { return "(" + to + " - " + from + ")" }
+
+// The admin reads' time bounds as id ranges (idWindow): one seek of the
+// index on created_at finds the first (or last) id of the window, the
+// unary + keeps the planner from seeking the window itself and sorting it.
+func (SQLite) CreatedSince() string {
+	return `id >= (SELECT id FROM {jobs} WHERE created_at >= {seeknow+?} ORDER BY created_at LIMIT 1)
+  AND +created_at >= {seeknow+?}`
+}
+
+func (SQLite) CreatedUntil() string {
+	return `id <= (SELECT id FROM {jobs} WHERE created_at < {seeknow+?} ORDER BY created_at DESC LIMIT 1)
+  AND +created_at < {seeknow+?}`
+}
+
+// PrefixWalkBound (prefixWalk): the count reads the range's index alone,
+// at most a page of it; MAX(id) below the cursor is one seek.
+func (SQLite) PrefixWalkBound() string {
+	return `SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM {jobs} WHERE endpoint >= ? AND endpoint < ? LIMIT ?)), MAX(id)
+FROM {jobs} WHERE id < ?`
+}
+
+// NewestByPrefix (prefixWalk): the walk (NOT INDEXED: the rowid newest
+// first, stopped at the page), then the older rows by an index, read only
+// when the walk does not fill the page. Each part is turned off by a LIMIT
+// of 0, which SQLite checks before it reads or sorts anything; a WHERE
+// term made of a subquery would not stop it (the merge of the two parts
+// starts both).
+func (SQLite) NewestByPrefix(cols, where string, retrying bool) string {
+	index := "slotpoller_jobs_endpoint"
+	if retrying {
+		index = "slotpoller_jobs_retrying"
+	}
+	walk := `SELECT ` + cols + ` FROM {jobs} NOT INDEXED WHERE ` + where + ` AND id > ?`
+	return `SELECT ` + cols + ` FROM (` + walk + ` ORDER BY id DESC LIMIT ?)
+UNION ALL
+SELECT ` + cols + ` FROM (SELECT ` + cols + ` FROM {jobs} INDEXED BY ` + index + ` WHERE ` + where + ` AND id <= ? ORDER BY id DESC
+  LIMIT CASE WHEN (SELECT COUNT(*) FROM (` + walk + ` LIMIT ?)) < ? THEN ? ELSE 0 END)
+ORDER BY id DESC LIMIT ?`
+}

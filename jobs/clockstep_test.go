@@ -93,3 +93,28 @@ func TestBalanceAfterAClockStepLeavesLapsedLeasesToTheirOwners(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Assigned, "moved once the clock is trusted again")
 }
+
+// A task row no door wrote (its token at the bigint maximum: no new token
+// can fence it) is never assigned, and never keeps another task from its
+// owner.
+func TestATaskAtItsLargestTokenKeepsNoOtherFromItsOwner(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		k := newKeeper(s, &url.URL{Scheme: "http", Host: "localhost"}, clock.NewFake(t0), "node-a")
+		require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-node-a", Capacity: 4, Free: 4}, time.Hour))
+		require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "a-odd", Endpoint: "/t", Every: time.Second}))
+		require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "b-good", Endpoint: "/t", Every: time.Second}))
+		_, err := s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `UPDATE {tasks} SET token = 9223372036854775807 WHERE name = ?`), "a-odd")
+		require.NoError(t, err)
+		res, err := k.Balance(ctx, []jobs.Member{{Name: "node-a", Incarnation: "inc-node-a", Capacity: 4}}, time.Hour, false)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Assigned)
+		good, err := s.TaskGet(ctx, "b-good")
+		require.NoError(t, err)
+		require.Equal(t, "node-a", good.OwnerNode)
+		odd, err := s.TaskGet(ctx, "a-odd")
+		require.NoError(t, err)
+		require.Equal(t, store.TaskCreated, odd.State, "left unowned, visible in task list")
+	})
+}

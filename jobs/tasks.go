@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -482,6 +483,9 @@ func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duratio
 			dead[t.Owner] = true
 		}
 	}
+	// One task that cannot be assigned (a row no door wrote) must not keep
+	// the others from their owners: its error is kept for the end.
+	var failed error
 	for _, t := range unowned {
 		refused := maps.Clone(dead)
 		// A dead owner's task goes to this node first where no note can
@@ -498,7 +502,11 @@ func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duratio
 			}
 			ok, err := k.store.TaskAssignIfUnowned(ctx, t.Name, m.Incarnation, m.Name, k.hold(), ttl)
 			if err != nil {
-				return res, err
+				if ctx.Err() != nil {
+					return res, err
+				}
+				failed = errors.Join(failed, err)
+				break
 			}
 			if ok {
 				load[m.Incarnation]++
@@ -521,8 +529,14 @@ func (k *Keeper) Balance(ctx context.Context, members []Member, ttl time.Duratio
 			if cur.State != store.TaskCreated && !(cur.State == store.TaskRunning && !cur.Held) {
 				break
 			}
+			if cur.Token == math.MaxInt64 {
+				break // no new token can fence it: refused by every member alike
+			}
 			refused[m.Incarnation], dead[m.Incarnation] = true, true
 		}
+	}
+	if failed != nil {
+		return res, failed
 	}
 	for _, t := range tasks {
 		if t.Handoff && t.Held {

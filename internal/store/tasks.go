@@ -158,12 +158,14 @@ func (s *Store) TaskGet(ctx context.Context, name string) (Task, error) {
 
 // TaskAssignIfUnowned gives a task that has no owner (new, released, or
 // whose owner's lease ran out) to a node, under a new token and a lease
-// starting now. The target must be live by the database clock at that
+// starting now. A task whose token is at its type's maximum (a row no door
+// wrote) is refused: no new token can fence it. The target must be live by the database clock at that
 // moment, so a node that just left is never given work.
 func (s *Store) TaskAssignIfUnowned(ctx context.Context, name, owner, ownerNode string, hold Hold, ttl time.Duration) (bool, error) {
 	q := s.statement(`UPDATE {tasks} SET state = 'running', owner = ?, owner_node = ?, token = token + 1,
   lease_until = {now+hold}, since = {now}, handoff = 0
 WHERE name = ? AND (state = 'created' OR (state = 'running' AND (lease_until IS NULL OR lease_until < {now})))
+  AND token < ` + strconv.FormatInt(maxToken, 10) + `
   AND EXISTS (SELECT 1 FROM {nodes} WHERE incarnation = ? AND ` + s.live("") + `)`)
 	args := append(append([]any{owner, ownerNode}, hold.args()...), name, owner, -millis(ttl))
 	return s.fenced(ctx, "assign task "+strconv.Quote(name), q, args...)

@@ -319,6 +319,7 @@ SELECT name, endpoint, method, every_ms, state, owner, owner_node, token,
 UPDATE [sp_unit].[tasks] SET state = 'running', owner = @p1, owner_node = @p2, token = token + 1,
   lease_until = DATEADD(millisecond, CAST(CASE WHEN timeout_ms <= 0 OR timeout_ms > 86400000 THEN CAST(@p3 AS BIGINT) WHEN timeout_ms > CAST(@p4 AS BIGINT) THEN timeout_ms + CAST(@p5 AS BIGINT) ELSE CAST(@p6 AS BIGINT) END AS int), SYSUTCDATETIME()), since = SYSUTCDATETIME(), handoff = 0
 WHERE name = @p7 AND (state = 'created' OR (state = 'running' AND (lease_until IS NULL OR lease_until < SYSUTCDATETIME())))
+  AND token < 9223372036854775807
   AND EXISTS (SELECT 1 FROM [sp_unit].[nodes] WHERE incarnation = @p8 AND state = 'up' AND (live_until > SYSUTCDATETIME() OR last_seen > DATEADD(millisecond, CAST(@p9 % 86400000 AS int), DATEADD(day, CAST(@p9 / 86400000 AS int), SYSUTCDATETIME()))));
 
 -- TaskRequestHandoff

@@ -172,35 +172,33 @@ type boundByValue interface {
 	boundByValue()
 }
 
-// idWindow is a dialect whose planner does not weigh a walk of the table
+// timeWindow is a dialect whose planner does not weigh a walk of the table
 // newest first that stops at the page against a seek and a sort, with or
 // without statistics (SQLite): given created_at >= X it walks a state's
 // every row, or sorts the whole window, and given created_at < Y with no
-// row that old it walks the table. There the admin reads' time bounds are
-// also bounds of the id, each found by one seek of the index on
-// created_at, and the read walks ids newest first between them (ids and
-// created_at grow together), the created_at condition kept as the exact
-// filter. The database clock can step back: a job written before a step
-// may then carry a later created_at than jobs written after it, below the
-// first id sought. The ends are sought idWindowMargin beyond the window:
-// across a step back of less than that, while jobs keep being written (one
-// in the margin beyond each end), no job is lost; after a larger step a
-// window may miss jobs stamped in the stretch the clock went back over
-// (a list without the time filter shows them).
-type idWindow interface {
-	// CreatedSince is created_at >= {seeknow+?} (the second argument) as
-	// an id range: the first argument is the bound less idWindowMargin.
-	CreatedSince() string
-	// CreatedUntil is created_at < {seeknow+?} (the second argument) as an
-	// id range: the first argument is the bound plus idWindowMargin.
-	CreatedUntil() string
+// row that old it walks the table. There a read with a time window first
+// counts the window's rows in the index on created_at, up to
+// timeWindowRows (one range of the index, read alone). A window that
+// holds fewer is read by that index and sorted by id: at most
+// timeWindowRows rows. A larger one is a filter on a walk of the ids
+// newest first that stops at the page: it reads the rows newer than the
+// window's upper end and the window's own up to the page. Neither assumes
+// that ids and created_at grow together (the database clock can step
+// back): both read exactly the rows the filter selects.
+type timeWindow interface {
+	// WindowCount is a statement returning how many rows the created_at
+	// conditions conds (their arguments first) select, counted through the
+	// index on created_at up to a cap (the last argument).
+	WindowCount(conds string) string
+	// WindowByIndex is the table clause that reads the jobs by the index on
+	// created_at; WindowByWalk the one that walks them by id.
+	WindowByIndex() string
+	WindowByWalk() string
 }
 
-// idWindowMargin is how far an id bound is sought beyond its time bound
-// (idWindow): the largest step back of the database clock a time window
-// is exact across. The walk reads at most the rows of this long beyond the
-// window.
-const idWindowMargin = time.Minute
+// timeWindowRows is the most rows a time window may hold to be read by
+// the index on created_at and sorted (timeWindow).
+const timeWindowRows = 10_000
 
 // prefixWalk is a dialect whose planner reads an endpoint prefix that many
 // jobs have by the range of its index and a sort of every row in it (SQLite:

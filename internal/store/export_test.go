@@ -33,3 +33,7 @@ func (s *Store) CountsStatement(limit int) (string, []any) {
 	q, args := s.countsStatement(limit)
 	return q, s.args(args)
 }
+
+// SetWindowRows sets the most rows a time window holds to be read by the
+// index on created_at (timeWindowRows), on the dialects that count it.
+func (s *Store) SetWindowRows(n int) { s.windowRows = n }

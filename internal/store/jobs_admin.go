@@ -53,9 +53,9 @@ type JobFilter struct {
 	Limit  int // required by JobsList and JobsRetry
 }
 
-// where returns the conditions of the filter, for alias-free job rows of
-// dialect d, and their arguments.
-func (f JobFilter) where(d Dialect) (string, []any) {
+// where returns the conditions of the filter, for alias-free job rows,
+// and their arguments.
+func (f JobFilter) where() (string, []any) {
 	conds := []string{"1 = 1"}
 	var args []any
 	if f.ID != 0 {
@@ -88,24 +88,26 @@ func (f JobFilter) where(d Dialect) (string, []any) {
 		args = append(args, utf8.RuneCountInString(f.EndpointPrefix), f.EndpointPrefix)
 	}
 	// The time bounds are read once per statement ({seeknow+?}), so that
-	// the index on created_at seeks on them, or bound the ids (idWindow).
-	w, byID := d.(idWindow)
-	if f.Since > 0 {
-		if byID {
-			conds, args = append(conds, w.CreatedSince()), append(args, seekOffset(-millis(f.Since+idWindowMargin)), seekOffset(-millis(f.Since)))
-		} else {
-			conds, args = append(conds, "created_at >= {seeknow+?}"), append(args, seekOffset(-millis(f.Since)))
-		}
-	}
-	if f.Until > 0 {
-		if byID {
-			conds, args = append(conds, w.CreatedUntil()), append(args, seekOffset(-millis(f.Until-idWindowMargin)), seekOffset(-millis(f.Until)))
-		} else {
-			conds, args = append(conds, "created_at < {seeknow+?}"), append(args, seekOffset(-millis(f.Until)))
-		}
+	// the index on created_at seeks on them.
+	if c, a := f.window(); c != "" {
+		conds, args = append(conds, c), append(args, a...)
 	}
 	if f.Before > 0 {
 		conds, args = append(conds, "id < ?"), append(args, f.Before)
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// window returns the conditions of the filter's time window on created_at
+// and their arguments: "" without one.
+func (f JobFilter) window() (string, []any) {
+	var conds []string
+	var args []any
+	if f.Since > 0 {
+		conds, args = append(conds, "created_at >= {seeknow+?}"), append(args, seekOffset(-millis(f.Since)))
+	}
+	if f.Until > 0 {
+		conds, args = append(conds, "created_at < {seeknow+?}"), append(args, seekOffset(-millis(f.Until)))
 	}
 	return strings.Join(conds, " AND "), args
 }
@@ -172,13 +174,50 @@ func (s *Store) listStatement(ctx context.Context, f JobFilter) (string, []any, 
 // newest is the SELECT of cols of up to limit jobs f selects, newest
 // first, and its arguments: one plain statement, or for a prefix where the
 // dialect walks the newest jobs first (prefixWalk) the walk and the
-// prefix's range, whose bound it reads first.
+// prefix's range, whose bound it reads first. Where the dialect reads a
+// time window by its size (timeWindow), it counts the window's rows
+// first: a small window is read by the index on created_at, a large one
+// by a walk of the ids (by the prefix walk with a prefix).
 func (s *Store) newest(ctx context.Context, cols string, f JobFilter, limit int) (string, []any, error) {
-	where, args := f.where(s.d)
+	where, args := f.where()
 	p, walks := s.d.(prefixWalk)
 	lo, hi, ranged := prefixRange(f.EndpointPrefix)
+	from := "{jobs}"
+	if w, ok := s.d.(timeWindow); ok && f.ID == 0 {
+		if conds, _ := f.window(); conds != "" {
+			// The bounds are read once, for the count and the read: they
+			// are where's only offsets from the database's time.
+			var at []int
+			for i, a := range args {
+				if _, ok := a.(seekOffset); ok {
+					at = append(at, i)
+				}
+			}
+			var err error
+			if args, err = s.seekArgs(ctx, args); err != nil {
+				return "", nil, err
+			}
+			var wargs []any
+			for _, i := range at {
+				wargs = append(wargs, args[i])
+			}
+			capped := timeWindowRows
+			if s.windowRows > 0 {
+				capped = s.windowRows
+			}
+			var held int
+			if err := s.queryRow(ctx, s.statement(w.WindowCount(conds)), append(wargs, capped)...).Scan(&held); err != nil {
+				return "", nil, fmt.Errorf("count the time window's jobs: %w", err)
+			}
+			if held < capped {
+				walks, from = false, w.WindowByIndex()
+			} else {
+				from = w.WindowByWalk()
+			}
+		}
+	}
 	if !walks || f.EndpointPrefix == "" || !ranged {
-		q, args := rowLimit(s.d, `SELECT `+cols+` FROM {jobs} WHERE `+where+` ORDER BY id DESC`, args, limit)
+		q, args := rowLimit(s.d, `SELECT `+cols+` FROM `+from+` WHERE `+where+` ORDER BY id DESC`, args, limit)
 		return q, args, nil
 	}
 	before := f.Before

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -351,11 +352,9 @@ func TestJobsListByPrefixPastTheNewest(t *testing.T) {
 	require.Equal(t, want(store.JobFilter{EndpointPrefix: "/p/", Limit: 40})[30:], []int64{js[0].ID, js[1].ID, js[2].ID, js[3].ID, js[4].ID, js[5].ID, js[6].ID, js[7].ID, js[8].ID, js[9].ID})
 }
 
-// A time window stays exact across a step back of the database clock of
-// less than a minute while jobs keep being written: SQLite seeks the
-// window's first id a minute before it (idWindowMargin), and the jobs
-// written before the step, stamped later than some written after it, are
-// still above that id.
+// A time window stays exact across a step back of the database clock:
+// the jobs written before the step, stamped later than some written after
+// it, are listed with them.
 func TestJobsListSinceAcrossAClockStepBack(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
@@ -406,5 +405,126 @@ func TestJobsListSinceAcrossAClockStepBack(t *testing.T) {
 		// Created more than 35 s ago: three from before the step, and
 		// three after it.
 		require.Equal(t, want(func(a time.Duration) bool { return a > 35*time.Second }), list(store.JobFilter{Until: 35 * time.Second}))
+	})
+}
+
+// A time window lists exactly the jobs created in it, newest id first,
+// whatever the order of created_at among ids (a step back of the database
+// clock, rows written with an older or later time): new ids stamped an
+// hour or a day back, old ids stamped seconds ago. Each window is read
+// alone and with a state, a prefix and a cursor, by both of SQLite's ways
+// (a small window by the index on created_at, a large one by a walk of
+// the ids), and a retry by a window changes the same jobs.
+func TestJobsListTimeWindowOutOfIDOrder(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		// 60 jobs, 10 s apart from 605 s ago to 15 s ago in id order, but
+		// for a few: no job is stamped within 5 s of a window's bound.
+		const n = 60
+		ago := make([]time.Duration, n)
+		for i := range ago {
+			ago[i] = time.Duration(n-i)*10*time.Second + 5*time.Second
+			switch {
+			case i < 12 && i%3 == 0:
+				ago[i] = time.Duration(i+15) * time.Second // old ids, recent
+			case i >= 30 && i%11 == 0:
+				ago[i] = 24*time.Hour + time.Duration(i)*time.Second // new ids, a day back
+			case i >= 40 && i%4 == 0:
+				ago[i] = time.Hour + time.Duration(i)*time.Second // new ids, an hour back
+			}
+		}
+		stamp := store.Expand(s.Dialect(), `UPDATE {jobs} SET created_at = {now+?} WHERE id = ?`)
+		for i, a := range ago {
+			endpoint := "/a/" + fmt.Sprint(i)
+			if i%2 == 1 {
+				endpoint = "/b/" + fmt.Sprint(i)
+			}
+			id, err := s.JobInsert(ctx, store.NewJob{Endpoint: endpoint, Method: "POST", MaxAttempts: 1, IdempotencyKey: fmt.Sprint(i)})
+			require.NoError(t, err)
+			_, err = s.DB().ExecContext(ctx, stamp, -a.Milliseconds(), id)
+			require.NoError(t, err)
+			if i%3 == 1 {
+				ok, err := s.JobCancelIfWaiting(ctx, id, "operator")
+				require.NoError(t, err)
+				require.True(t, ok)
+			}
+		}
+		all, err := s.JobsList(ctx, store.JobFilter{Limit: 1000})
+		require.NoError(t, err)
+		require.Len(t, all, n)
+		now, err := s.Now(ctx)
+		require.NoError(t, err)
+		// want is the ids f selects, newest first, from the full read.
+		want := func(f store.JobFilter) []int64 {
+			var out []int64
+			for _, j := range all {
+				age := now.Sub(j.Created)
+				if f.Since > 0 && age > f.Since || f.Until > 0 && age <= f.Until ||
+					len(f.States) > 0 && !slices.Contains(f.States, j.State) ||
+					!strings.HasPrefix(j.Endpoint, f.EndpointPrefix) {
+					continue
+				}
+				out = append(out, j.ID)
+			}
+			return out
+		}
+		// list reads every page of f, page ids at a time.
+		list := func(f store.JobFilter, page int) []int64 {
+			t.Helper()
+			var out []int64
+			f.Limit = page
+			for {
+				js, err := s.JobsList(ctx, f)
+				require.NoError(t, err)
+				for _, j := range js {
+					out = append(out, j.ID)
+				}
+				if len(js) < page {
+					return out
+				}
+				f.Before = js[len(js)-1].ID
+			}
+		}
+		windows := []store.JobFilter{
+			{Since: 5 * time.Minute},
+			{Since: 2 * time.Hour},
+			{Until: 5 * time.Minute},
+			{Until: 2 * time.Hour},
+			{Since: 2 * time.Hour, Until: 5 * time.Minute},
+			{Since: 25 * time.Hour, Until: 30 * time.Minute},
+		}
+		for _, rows := range []int{0, 1, 8} { // the default bound, every window walked, some of each
+			s.SetWindowRows(rows)
+			for _, w := range windows {
+				for _, f := range []store.JobFilter{
+					w,
+					{Since: w.Since, Until: w.Until, States: []string{store.StateCancelled}},
+					{Since: w.Since, Until: w.Until, EndpointPrefix: "/a/"},
+					{Since: w.Since, Until: w.Until, States: []string{store.StateReady}, EndpointPrefix: "/b/"},
+				} {
+					expect := want(f)
+					for _, page := range []int{100, 3} {
+						require.Equal(t, expect, list(f, page), "%+v by pages of %d, window rows %d", f, page, rows)
+					}
+				}
+			}
+		}
+		s.SetWindowRows(0)
+		// A retry by a window makes ready exactly the cancelled jobs in it.
+		f := store.JobFilter{Since: 2 * time.Hour, Until: 5 * time.Minute, States: []string{store.StateCancelled}}
+		expect := want(f)
+		require.NotEmpty(t, expect)
+		retried, err := s.JobsRetry(ctx, store.JobFilter{Since: f.Since, Until: f.Until, States: f.States, Limit: 1000}, "operator")
+		require.NoError(t, err)
+		require.EqualValues(t, len(expect), retried)
+		for _, id := range expect {
+			j, err := s.JobGet(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, store.StateReady, j.State, "job %d", id)
+		}
+		js, err := s.JobsList(ctx, store.JobFilter{States: []string{store.StateCancelled}, Limit: 1000})
+		require.NoError(t, err)
+		require.Len(t, js, len(want(store.JobFilter{States: []string{store.StateCancelled}}))-len(expect))
 	})
 }

@@ -126,18 +126,17 @@ func sqliteDSN(dsn string) string {
 // MillisBetween: times are integer milliseconds already.
 func (SQLite) MillisBetween(from, to string) string { return "(" + to + " - " + from + ")" }
 
-// The admin reads' time bounds as id ranges (idWindow): one seek of the
-// index on created_at finds the first (or last) id of the window, the
-// unary + keeps the planner from seeking the window itself and sorting it.
-func (SQLite) CreatedSince() string {
-	return `id >= (SELECT id FROM {jobs} WHERE created_at >= {seeknow+?} ORDER BY created_at LIMIT 1)
-  AND +created_at >= {seeknow+?}`
+// WindowCount (timeWindow): one range of the index on created_at, read
+// alone, at most the cap of it.
+func (SQLite) WindowCount(conds string) string {
+	return `SELECT COUNT(*) FROM (SELECT 1 FROM {jobs} INDEXED BY slotpoller_jobs_created WHERE ` + conds + ` LIMIT ?)`
 }
 
-func (SQLite) CreatedUntil() string {
-	return `id <= (SELECT id FROM {jobs} WHERE created_at < {seeknow+?} ORDER BY created_at DESC LIMIT 1)
-  AND +created_at < {seeknow+?}`
-}
+// WindowByIndex (timeWindow): the window's range of the index on
+// created_at, sorted by id; WindowByWalk: the rowid newest first (a rowid
+// range below a cursor), stopped at the page.
+func (SQLite) WindowByIndex() string { return "{jobs} INDEXED BY slotpoller_jobs_created" }
+func (SQLite) WindowByWalk() string  { return "{jobs} NOT INDEXED" }
 
 // PrefixWalkBound (prefixWalk): the count reads the range's index alone,
 // at most a page of it; MAX(id) below the cursor is one seek.

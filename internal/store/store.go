@@ -37,6 +37,9 @@ type Store struct {
 	// statements holds the statements expanded so far, shared with the
 	// stores WithTx makes.
 	statements *expandedStatements
+	// windowRows, when set, replaces timeWindowRows (tests read both
+	// ways of a time window on a few rows).
+	windowRows int
 }
 
 // conn is what a statement is sent through: a *sql.DB or a *sql.Tx.
@@ -50,7 +53,7 @@ type conn interface {
 // transaction: what it writes commits or rolls back with the caller's own
 // writes. It does not retry transient conflicts (see Store.callerTx).
 func (s *Store) WithTx(tx *sql.Tx) *Store {
-	return &Store{pool: s.pool, db: tx, d: s.d, callerTx: true, statements: s.statements}
+	return &Store{pool: s.pool, db: tx, d: s.d, callerTx: true, statements: s.statements, windowRows: s.windowRows}
 }
 
 // InTx reports whether the store sends its statements in a caller's

@@ -29,6 +29,9 @@ const adminRows = 1_000_000
 type adminRead struct {
 	name string
 	walk bool
+	// byState: SQLite reads a large time window with a state filter
+	// through the index on state, newest first, the window a filter.
+	byState bool
 	stmt func(s *store.Store, mid int64) (string, []any, error)
 }
 
@@ -76,6 +79,9 @@ var adminReads = []adminRead{
 	{name: "list since=2h until=1h", stmt: list(store.JobFilter{Since: 2 * hour, Until: hour})},
 	{name: "list state=dead endpoint=/nomatch", stmt: list(store.JobFilter{States: []string{store.StateDead}, EndpointPrefix: "/nomatch"})},
 	{name: "list state=done since=10s", stmt: list(store.JobFilter{States: []string{store.StateDone}, Since: 10 * time.Second})},
+	// A rare state in a window holding most rows: its own rows, newest
+	// first, not a walk of the whole window.
+	{name: "list state=missed since=30d", byState: true, stmt: list(store.JobFilter{States: []string{store.StateMissed}, Since: 30 * 24 * hour})},
 	{name: "list state=retrying endpoint=/jobs/7", stmt: list(store.JobFilter{States: retrying.States, Retrying: true, EndpointPrefix: "/jobs/7"})},
 	{name: "list endpoint=/nomatch since=1h", stmt: list(store.JobFilter{EndpointPrefix: "/nomatch", Since: hour})},
 	{name: "list max page", walk: true, stmt: list(store.JobFilter{Limit: 1000})},
@@ -389,7 +395,10 @@ func checkSQLitePlan(t *testing.T, s *store.Store, r adminRead, q string, args [
 	}
 	window := strings.Contains(r.name, "since=") || strings.Contains(r.name, "until=")
 	byCreated := strings.Contains(plan, "USING INDEX slotpoller_jobs_created (created_at")
-	if window && !r.walk && (!byCreated || strings.Contains(plan, "SCAN ")) {
+	if r.byState && (byCreated || !strings.Contains(plan, "USING INDEX slotpoller_jobs_state (state=?)") || sorts) {
+		t.Errorf("%s: not the state's rows newest first, through the index on state: %s", r.name, plan)
+	}
+	if window && !r.walk && !r.byState && (!byCreated || strings.Contains(plan, "SCAN ")) {
 		t.Errorf("%s: the time window is not read by the range of the index on created_at: %s", r.name, plan)
 	}
 	if window && r.walk && byCreated {

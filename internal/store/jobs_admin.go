@@ -209,9 +209,16 @@ func (s *Store) newest(ctx context.Context, cols string, f JobFilter, limit int)
 			if err := s.queryRow(ctx, s.statement(w.WindowCount(conds)), append(wargs, capped)...).Scan(&held); err != nil {
 				return "", nil, fmt.Errorf("count the time window's jobs: %w", err)
 			}
-			if held < capped {
+			switch {
+			case held < capped:
 				walks, from = false, w.WindowByIndex()
-			} else {
+			case len(f.States) > 0 && !f.Retrying:
+				// A state's rows, newest first, through its index: a
+				// rare state in a large window would otherwise walk the
+				// whole window. The window stays a filter, kept off its
+				// index by the unary +.
+				where = strings.Replace(where, "created_at ", "+created_at ", 2)
+			default:
 				from = w.WindowByWalk()
 			}
 		}

@@ -32,7 +32,7 @@ type adminRead struct {
 	// byState: SQLite reads a large time window with a state filter
 	// through the index on state, newest first, the window a filter.
 	byState bool
-	stmt func(s *store.Store, mid int64) (string, []any, error)
+	stmt    func(s *store.Store, mid int64) (string, []any, error)
 }
 
 func list(f store.JobFilter) func(*store.Store, int64) (string, []any, error) {

@@ -31,7 +31,7 @@ func cmdInstall(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if _, err := os.Stat(abs); err != nil {
-		return fmt.Errorf("the service runs `slotpoller run -config %s`, and there is no config file there (%v): write one (config.yaml in the release is a commented example) or pass -config PATH", abs, err)
+		return fmt.Errorf("the service runs `slotpoller run -service -config %s`, and there is no config file there (%v): write one (config.yaml in the release is a commented example) or pass -config PATH", abs, err)
 	}
 	environ := os.Environ()
 	cfg, src, err := service.LoadWithSources(abs, true, environ)

@@ -2,8 +2,8 @@ package install
 
 // The OS service: slotpoller registered with systemd, System V init or the
 // Windows service manager through github.com/kardianos/service, to run
-// `slotpoller run -config <absolute path>` with the node's environment
-// overrides.
+// `slotpoller run -service -config <absolute path>` with the node's
+// environment overrides.
 
 import (
 	"errors"
@@ -65,7 +65,7 @@ type ServiceSpec struct {
 	// Executable is the absolute path of the slotpoller binary.
 	Executable string
 	// ConfigPath is the absolute path of the config file, passed as
-	// `run -config`.
+	// `run -service -config`.
 	ConfigPath string
 	// Env are the SLOTPOLLER_* variables the node runs with (its
 	// environment overrides at install time).
@@ -83,9 +83,13 @@ type ServiceSpec struct {
 	StopBound time.Duration
 }
 
-// Arguments are the command-line arguments of the service's process.
+// Arguments are the command-line arguments of the service's process:
+// `run -service` says that the service manager runs it, so that the
+// process never has to guess (Windows' guess, a parent services.exe in
+// the services' session, is wrong under other service managers, and a
+// service that guesses "console" never reports to its manager).
 func (s ServiceSpec) Arguments() []string {
-	args := []string{"run", "-config", s.ConfigPath}
+	args := []string{"run", "-service", "-config", s.ConfigPath}
 	if s.EnvFile != "" {
 		args = append(args, "-env-file", s.EnvFile)
 	}

@@ -89,6 +89,9 @@ func writeInstalledFiles(w io.Writer, inst install.Installed) {
 	if inst.Log != "" {
 		fmt.Fprintf(w, "  log %s\n", inst.Log)
 	}
+	for _, n := range inst.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
 }
 
 func quoteWord(s string) string {

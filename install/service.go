@@ -319,7 +319,8 @@ func serviceConfig(s ServiceSpec) (*kservice.Config, error) {
 			"SystemdScript": unit,
 			"SysvScript":    script,
 			// Windows: start at boot; restart a node that exited
-			// without being asked to.
+			// without being asked to (configureManager extends this to
+			// a node that reports its service stopped with an error).
 			"StartType":              "automatic",
 			"OnFailure":              "restart",
 			"OnFailureDelayDuration": restartDelay.String(),
@@ -374,6 +375,9 @@ type Installed struct {
 	Files []string
 	// Log says where the node's log goes.
 	Log string
+	// Notes are what the service manager would not take, installed
+	// without it ("the recovery actions apply to crashes only: ...").
+	Notes []string
 }
 
 // InstallService registers the service with the OS service manager. It
@@ -414,8 +418,10 @@ func InstallService(spec ServiceSpec) (Installed, error) {
 		}
 		return inst, explain("install", err)
 	}
-	if err := setStopTimeout(spec); err != nil {
-		return inst, fmt.Errorf("the service is installed, but its stop timeout could not be set: %w", err)
+	notes, err := configureManager(spec)
+	inst.Notes = notes
+	if err != nil {
+		return inst, fmt.Errorf("the service is installed, but its stop timeout, recovery or error control could not be set: %w", err)
 	}
 	switch inst.Platform {
 	case systemdPlatform:

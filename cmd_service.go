@@ -146,10 +146,10 @@ func cmdControl(verb string, args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := install.ControlService(verb); err != nil {
+	done, err := install.ControlService(verb)
+	if err != nil {
 		return err
 	}
-	done := map[string]string{"start": "started", "stop": "stopped", "restart": "restarted"}[verb]
 	fmt.Fprintf(stdout, "service %q %s\n", install.ServiceName, done)
 	return nil
 }

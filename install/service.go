@@ -470,7 +470,7 @@ func uninstallService(name string) ([]string, error) {
 		}
 		return nil, fmt.Errorf("the service %q is not installed", name)
 	}
-	if st.Running {
+	if st.Running || st.State == StateStarting || st.State == StateStopping {
 		if err := control(s, name, "stop"); err != nil {
 			return nil, err
 		}
@@ -489,11 +489,20 @@ func uninstallService(name string) ([]string, error) {
 }
 
 // ControlService starts, stops or restarts the installed service: action
-// is "start", "stop" or "restart". A stop returns once the node has
-// stopped (or the service manager gave up waiting); a restart of a stopped
-// service starts it.
-func ControlService(action string) error {
-	return controlService(ServiceName, action)
+// is "start", "stop" or "restart"; done says what happened ("started",
+// "stopped", "restarted"; on Windows also "already running", "already
+// stopped"). A stop returns once the node has stopped (or the service
+// manager gave up waiting); a restart of a stopped service starts it. On
+// Windows, as systemctl does, a start of a running service and a stop of
+// a stopped one change nothing and succeed, a second stop during a drain
+// waits for it, and every wait is bounded (a stop by the pre-shutdown
+// timeout install set).
+func ControlService(action string) (done string, err error) {
+	s, err := controlled(ServiceName)
+	if err != nil {
+		return "", err
+	}
+	return controlDone(s, ServiceName, action)
 }
 
 func controlService(name, action string) error {
@@ -505,22 +514,32 @@ func controlService(name, action string) error {
 }
 
 func control(s kservice.Service, name, action string) error {
+	_, err := controlDone(s, name, action)
+	return err
+}
+
+func controlDone(s kservice.Service, name, action string) (string, error) {
 	st := stateOf(s, name)
 	if st.State == StateNotInstalled {
-		return fmt.Errorf("the service %q is not installed: run `slotpoller install` first", name)
+		return "", fmt.Errorf("the service %q is not installed: run `slotpoller install` first", name)
+	}
+	done, ok := map[string]string{"start": "started", "stop": "stopped", "restart": "restarted"}[action]
+	if !ok {
+		return "", fmt.Errorf("service: unknown action %q", action)
+	}
+	if done, handled, err := scmControl(name, action); handled {
+		if err != nil {
+			return "", explain(action, err)
+		}
+		return done, nil
 	}
 	if st.Platform == sysvPlatform {
 		// The init script itself: kardianos/service runs it through
 		// service(8) and keeps none of what it says.
-		switch action {
-		case "start", "stop", "restart":
-		default:
-			return fmt.Errorf("service: unknown action %q", action)
-		}
 		if _, err := sysvScript(name, action); err != nil {
-			return explain(action, err)
+			return "", explain(action, err)
 		}
-		return nil
+		return done, nil
 	}
 	var err error
 	switch action {
@@ -540,20 +559,18 @@ func control(s kservice.Service, name, action string) error {
 		if err = s.Restart(); err != nil && stateOf(s, name).State == StateStopped {
 			err = s.Start()
 		}
-	default:
-		return fmt.Errorf("service: unknown action %q", action)
 	}
 	if err != nil {
-		return explain(action, err)
+		return "", explain(action, err)
 	}
-	return nil
+	return done, nil
 }
 
 // The states of ServiceState.State.
 const (
 	StateRunning      = "running"
 	StateStopped      = "stopped"
-	StateFailed       = "failed"
+	StateFailed       = "failed" // StateStarting and StateStopping: scm.go
 	StateNotInstalled = "not installed"
 	StateUnknown      = "unknown"
 )
@@ -564,7 +581,7 @@ type ServiceState struct {
 	Platform  string `json:"platform"` // linux-systemd, windows-service, ...
 	Installed bool   `json:"installed"`
 	Running   bool   `json:"running"`
-	State     string `json:"state"`           // running, stopped, failed, not installed, unknown
+	State     string `json:"state"`           // running, stopped, failed, starting, stopping, not installed, unknown
 	Error     string `json:"error,omitempty"` // why the state is unknown
 }
 
@@ -573,7 +590,7 @@ type ServiceState struct {
 func (s ServiceState) String() string {
 	var what string
 	switch s.State {
-	case StateRunning, StateStopped, StateFailed:
+	case StateRunning, StateStopped, StateFailed, StateStarting, StateStopping:
 		what = "installed, " + s.State
 	case StateNotInstalled:
 		what = StateNotInstalled
@@ -609,6 +626,9 @@ func stateOf(s kservice.Service, name string) ServiceState {
 		// service(8), kardianos/service takes a stopped service for an
 		// error.
 		return sysvState(name)
+	}
+	if st, ok := scmQuery(name); ok {
+		return st
 	}
 	st := ServiceState{Name: name, Platform: s.Platform()}
 	status, err := s.Status()

@@ -51,6 +51,19 @@ func reportToServiceLog(msg string) {
 	if l, err := s.SystemLogger(nil); err == nil {
 		_ = l.Error(msg)
 	}
+	// Then tell the service manager that the start failed, rather than
+	// leave it waiting for a process that has gone: `slotpoller start`
+	// then fails at once, pointing at the Event Log.
+	_ = svc.Run(install.ServiceName, failedStart{})
+}
+
+// failedStart is the handler of a service whose node cannot start: it
+// stops the service with exit code 1.
+type failedStart struct{}
+
+func (failedStart) Execute(_ []string, _ <-chan svc.ChangeRequest, status chan<- svc.Status) (bool, uint32) {
+	status <- svc.Status{State: svc.StartPending}
+	return true, 1
 }
 
 // runManaged runs the program under the Windows service manager with a

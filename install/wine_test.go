@@ -113,6 +113,18 @@ func TestWindowsServiceUnderWine(t *testing.T) {
 	require.Contains(t, string(w.ok("status", "-config", cfg)), "service: installed, stopped (windows-service)")
 	require.Contains(t, string(w.ok("stop")), `service "slotpoller" already stopped`)
 
+	// A config that does not load: start fails at once, pointing at the
+	// Event Log, which says why.
+	configPath := filepath.Join(w.dir, "drive_c", "slotpoller", "config.yaml")
+	require.NoError(t, os.WriteFile(configPath, []byte(config+"  format: yaml\n"), 0o644))
+	began := time.Now()
+	out, code = w.run(60*time.Second, w.exeArgs("start")...)
+	require.Equal(t, 1, code, "%s", out)
+	require.Less(t, time.Since(began), 5*time.Second, "the service manager was told at once")
+	require.Contains(t, string(out), "stopped right after its start (exit code 1066, service exit code 1); see the Event Log: Get-WinEvent -ProviderName slotpoller")
+	require.Contains(t, w.eventLog(), `slotpoller run: config: log.format = "yaml"`)
+	require.NoError(t, os.WriteFile(configPath, []byte(config), 0o644))
+
 	// start; a job and a task called by the service.
 	require.Contains(t, string(w.ok("start")), `service "slotpoller" started`)
 	require.Contains(t, string(w.ok("start")), `service "slotpoller" already running`)
@@ -314,7 +326,8 @@ func (w *winePrefix) eventLog() string {
 	require.NoError(w.t, err)
 	var lines []string
 	for _, l := range strings.Split(string(b), "\n") {
-		if _, msg, ok := strings.Cut(l, "trace:eventlog:ReportEventW "); ok {
+		// Information as trace, warnings as warn, errors as err.
+		if _, msg, ok := strings.Cut(l, ":eventlog:ReportEventW "); ok {
 			// L"...", escaped as C
 			msg = strings.TrimSuffix(strings.TrimPrefix(msg, `L"`), `"`)
 			lines = append(lines, strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(msg))

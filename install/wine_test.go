@@ -102,6 +102,14 @@ func TestWindowsServiceUnderWine(t *testing.T) {
 	require.Equal(t, 1, code, "%s", out)
 	require.Contains(t, string(out), "run -service is what the Windows service manager runs")
 
+	// status without -config, where there is no config file, creates
+	// no database.
+	out, code = w.run(20*time.Second, w.exeArgs("status")...)
+	require.Equal(t, 1, code, "%s", out)
+	require.Contains(t, string(out), "service: not installed (windows-service)")
+	require.Contains(t, string(out), `no database at Z:`)
+	require.NoFileExists(t, filepath.Join(w.cwd(), "slotpoller.db"))
+
 	// install: run -service, error control normal, the stop timeout.
 	out = w.ok("install", "-config", cfg)
 	require.Contains(t, string(out), `C:\slotpoller\slotpoller.exe run -service -config C:\slotpoller\config.yaml`)
@@ -263,7 +271,7 @@ func (w *winePrefix) run(timeout time.Duration, args ...string) ([]byte, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "wine", args...)
-	cmd.Env = w.env
+	cmd.Env, cmd.Dir = w.env, w.cwd()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = 2 * time.Second
@@ -297,7 +305,7 @@ func (w *winePrefix) async(args ...string) <-chan []byte {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "wine", args...)
-		cmd.Env = w.env
+		cmd.Env, cmd.Dir = w.env, w.cwd()
 		cmd.WaitDelay = 2 * time.Second
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -307,6 +315,9 @@ func (w *winePrefix) async(args ...string) <-chan []byte {
 	}()
 	return done
 }
+
+// cwd is the working directory of the commands: the test's own.
+func (w *winePrefix) cwd() string { return filepath.Dir(w.dir) }
 
 func (w *winePrefix) exeArgs(args ...string) []string {
 	return append([]string{`C:\slotpoller\slotpoller.exe`}, args...)

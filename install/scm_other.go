@@ -2,9 +2,7 @@
 
 package install
 
-// scmControl is Windows' only: elsewhere kardianos/service (systemd) or
-// the init script controls the service.
-func scmControl(string, string) (string, bool, error) { return "", false, nil }
+import kservice "github.com/kardianos/service"
 
-// scmQuery is Windows' only.
-func scmQuery(string) (ServiceState, bool) { return ServiceState{}, false }
+// withSCM returns s: only Windows' service manager is controlled directly.
+func withSCM(s kservice.Service, _ string) kservice.Service { return s }

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	kservice "github.com/kardianos/service"
 	"golang.org/x/sys/windows"
 	"golang.org/x/sys/windows/svc"
 	"golang.org/x/sys/windows/svc/mgr"
@@ -91,52 +92,61 @@ func realWaiter(name string) scmWaiter {
 	return scmWaiter{name: name, now: time.Now, sleep: time.Sleep, every: 250 * time.Millisecond}
 }
 
-// scmControl starts, stops or restarts the Windows service name and waits,
-// bounded, for the state asked for; done says what happened ("started",
-// "already running", ...).
-func scmControl(name, action string) (done string, handled bool, err error) {
-	w, err := openSCM(name)
-	if err != nil {
-		return "", true, err
-	}
-	defer w.close()
-	waiter := realWaiter(name)
-	switch action {
-	case "start":
-		done, err = waiter.start(w, w.stopBound())
-	case "stop":
-		done, err = waiter.stop(w, w.stopBound())
-	case "restart":
-		done, err = waiter.restart(w, w.stopBound())
-	default:
-		return "", true, fmt.Errorf("service: unknown action %q", action)
-	}
-	return done, true, err
+// scmKService is a kardianos/service Windows service whose state and
+// control go to the service manager directly.
+type scmKService struct {
+	kservice.Service
+	name string
 }
 
-// scmQuery reads the Windows service's state, with the states between
-// (starting, stopping) that kardianos/service folds into running and
-// stopped.
-func scmQuery(name string) (ServiceState, bool) {
-	st := ServiceState{Name: name, Platform: "windows-service"}
-	w, err := openSCM(name)
+// withSCM makes s an scmController.
+func withSCM(s kservice.Service, name string) kservice.Service {
+	return &scmKService{Service: s, name: name}
+}
+
+// scmControl starts, stops or restarts the service and waits, bounded,
+// for the state asked for; done says what happened ("started", "already
+// running", ...).
+func (k *scmKService) scmControl(action string) (done string, err error) {
+	w, err := openSCM(k.name)
+	if err != nil {
+		return "", err
+	}
+	defer w.close()
+	waiter := realWaiter(k.name)
+	switch action {
+	case "start":
+		return waiter.start(w, w.stopBound())
+	case "stop":
+		return waiter.stop(w, w.stopBound())
+	case "restart":
+		return waiter.restart(w, w.stopBound())
+	}
+	return "", fmt.Errorf("service: unknown action %q", action)
+}
+
+// scmState reads the service's state, with the states between (starting,
+// stopping) that kardianos/service folds into running and stopped.
+func (k *scmKService) scmState() ServiceState {
+	st := ServiceState{Name: k.name, Platform: k.Platform()}
+	w, err := openSCM(k.name)
 	switch {
 	case errors.Is(err, windows.ERROR_SERVICE_DOES_NOT_EXIST):
 		st.State = StateNotInstalled
-		return st, true
+		return st
 	case err != nil:
 		st.State, st.Error = StateUnknown, err.Error()
-		return st, true
+		return st
 	}
 	defer w.close()
 	q, err := w.query()
 	if err != nil {
 		st.Installed, st.State, st.Error = true, StateUnknown, err.Error()
-		return st, true
+		return st
 	}
 	st.Installed, st.State, st.Running = true, q.State.String(), q.State == scmRunning
 	if st.State == StateUnknown {
 		st.Error = fmt.Sprintf("service state %d", q.State)
 	}
-	return st, true
+	return st
 }

@@ -348,7 +348,16 @@ func controlled(name string) (kservice.Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("service: %w", err)
 	}
-	return s, nil
+	return withSCM(s, name), nil
+}
+
+// scmController is a service that the Windows service manager controls
+// directly (scm_windows.go: withSCM), rather than through
+// kardianos/service: its states between running and stopped, and waits
+// that end.
+type scmController interface {
+	scmState() ServiceState
+	scmControl(action string) (done string, err error)
 }
 
 // Platform is the service manager install uses here, as kardianos/service
@@ -401,6 +410,7 @@ func InstallService(spec ServiceSpec) (Installed, error) {
 	if err != nil {
 		return inst, fmt.Errorf("service: %w", err)
 	}
+	s = withSCM(s, name)
 	if st := stateOf(s, name); st.Installed {
 		return inst, fmt.Errorf("the service %q is already installed (%s): run `slotpoller uninstall` first", name, st)
 	}
@@ -527,7 +537,8 @@ func controlDone(s kservice.Service, name, action string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("service: unknown action %q", action)
 	}
-	if done, handled, err := scmControl(name, action); handled {
+	if c, ok := s.(scmController); ok {
+		done, err := c.scmControl(action)
 		if err != nil {
 			return "", explain(action, err)
 		}
@@ -627,8 +638,8 @@ func stateOf(s kservice.Service, name string) ServiceState {
 		// error.
 		return sysvState(name)
 	}
-	if st, ok := scmQuery(name); ok {
-		return st
+	if c, ok := s.(scmController); ok {
+		return c.scmState()
 	}
 	st := ServiceState{Name: name, Platform: s.Platform()}
 	status, err := s.Status()

@@ -188,6 +188,30 @@ func TestWindowsServiceUnderWine(t *testing.T) {
 	require.Equal(t, "done", w.jobState(cfg, "/job"))
 	require.Contains(t, string(w.ok("status", "-config", cfg)), "service: installed, stopped (windows-service)")
 
+	// A node that gives up (its name is in use by a node in a console)
+	// stops its service with exit code 1, a failure that is no crash,
+	// every time: no exit races Execute's return any more.
+	console := w.background(w.exeArgs("run", "-config", cfg)...)
+	w.until(30*time.Second, "the console node checks in", func() bool {
+		out, _ := w.run(20*time.Second, w.exeArgs("status", "-config", cfg)...)
+		return regexp.MustCompile(`wine01\s+true\s+up`).Match(out)
+	})
+	require.Contains(t, string(w.ok("start")), `service "slotpoller" started`)
+	var q string
+	w.until(30*time.Second, "the service stops on its own", func() bool {
+		q = string(w.wine(10*time.Second, "sc", "query", "slotpoller"))
+		return strings.Contains(q, "STOPPED")
+	})
+	require.Regexp(t, `WIN32_EXIT_CODE\s+:\s+1066\b`, q) // ERROR_SERVICE_SPECIFIC_ERROR
+	require.Regexp(t, `SERVICE_EXIT_CODE\s+:\s+1\b`, q)
+	require.Contains(t, w.eventLog(), "node stopped on its own; the service manager will restart it")
+	require.Contains(t, w.eventLog(), "the node name is in use by another running slotpoller process")
+	console()
+	w.until(30*time.Second, "the console node's promise runs out", func() bool {
+		out, _ := w.run(20*time.Second, w.exeArgs("status", "-config", cfg)...)
+		return regexp.MustCompile(`wine01\s+false`).Match(out)
+	})
+
 	// restart of a stopped service starts it; uninstall stops and removes it.
 	require.Contains(t, string(w.ok("restart")), `service "slotpoller" restarted`)
 	require.Contains(t, string(w.ok("status", "-config", cfg)), "service: installed, running (windows-service)")
@@ -314,6 +338,37 @@ func (w *winePrefix) async(args ...string) <-chan []byte {
 		done <- out
 	}()
 	return done
+}
+
+// background runs a Windows program until the returned function kills it.
+func (w *winePrefix) background(args ...string) (kill func()) {
+	cmd := exec.Command("wine", args...)
+	cmd.Env, cmd.Dir = w.env, w.cwd()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 2 * time.Second
+	require.NoError(w.t, cmd.Start())
+	var once sync.Once
+	kill = func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			w.t.Logf("wine %s (killed):\n%s", strings.Join(args, " "), out.Bytes())
+		})
+	}
+	w.t.Cleanup(kill)
+	return kill
+}
+
+// until polls cond every 300 ms until it holds, at most bound.
+func (w *winePrefix) until(bound time.Duration, what string, cond func() bool) {
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("%s: not within %v", what, bound)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 }
 
 // cwd is the working directory of the commands: the test's own.

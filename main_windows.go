@@ -23,9 +23,8 @@ func serviceOptions(*service.Program) kservice.KeyValue { return nil }
 // registeredWithoutServiceFlag tells whether this `run` without -service
 // is a service all the same: one registered by a slotpoller from before
 // -service, which Windows starts as `run -config PATH`. Only then is
-// Windows' guess used (a parent services.exe in the services' session);
-// `slotpoller uninstall` and `install` register `run -service`, which
-// never guesses.
+// Windows' guess used (a parent services.exe, no interactive desktop);
+// `install` registers `run -service`, which never guesses.
 func registeredWithoutServiceFlag() bool { return !kservice.Interactive() }
 
 // serviceLogger logs to the Windows Event Log, under the source that

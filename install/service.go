@@ -85,8 +85,8 @@ type ServiceSpec struct {
 
 // Arguments are the command-line arguments of the service's process:
 // `run -service` says that the service manager runs it, so that the
-// process never has to guess (Windows' guess, a parent services.exe in
-// the services' session, is wrong under other service managers, and a
+// process never has to guess (Windows' guess, a parent services.exe with
+// no interactive desktop, is wrong under other service managers, and a
 // service that guesses "console" never reports to its manager).
 func (s ServiceSpec) Arguments() []string {
 	args := []string{"run", "-service", "-config", s.ConfigPath}

@@ -56,7 +56,7 @@ BOOL WINAPI ProcessPrng(PBYTE data, SIZE_T len) {
 }
 `
 
-// winePrefix is a Wine prefix of the test's own, with a session kept up
+// winePrefix is a Wine prefix of the test's own, with its wineserver kept up
 // (services.exe, the service manager, lives as long as it).
 type winePrefix struct {
 	t      *testing.T
@@ -235,7 +235,7 @@ func newWinePrefix(t *testing.T) *winePrefix {
 
 	// The prefix: Windows 10, and the stand-in in system32. Preparing it
 	// starts a second service manager beside the first (winecfg's
-	// restart), which answer in turn: the session is ended once ready.
+	// restart), which answer in turn: the wineserver is ended once ready.
 	wineboot := func(events *os.File, args ...string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -243,11 +243,11 @@ func newWinePrefix(t *testing.T) *winePrefix {
 		boot.Env = w.env
 		if events != nil {
 			boot.Env = append(w.env[:len(w.env):len(w.env)], "WINEDEBUG=+eventlog")
-			boot.Stdout, boot.Stderr = events, events // files, not pipes: the session's processes keep them
+			boot.Stdout, boot.Stderr = events, events // files, not pipes: the prefix's processes keep them
 		}
 		require.NoError(t, boot.Run(), "wineboot %v", args)
 	}
-	endSession := func() {
+	endWineserver := func() {
 		kill := exec.Command("wineserver", "-k")
 		kill.Env = w.env
 		_ = kill.Run()
@@ -258,11 +258,11 @@ func newWinePrefix(t *testing.T) *winePrefix {
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			t.Log("wineserver -k: the session did not end within 10s")
+			t.Log("wineserver -k: the prefix's processes did not end within 10s")
 		}
 	}
 	require.NoError(t, os.MkdirAll(w.dir, 0o755))
-	t.Cleanup(endSession)
+	t.Cleanup(endWineserver)
 	wineboot(nil, "-i")
 	w.wine(30*time.Second, "winecfg", "-v", "win10")
 	dll := filepath.Join(w.dir, "drive_c", "windows", "system32", "bcryptprimitives.dll")
@@ -272,9 +272,9 @@ func newWinePrefix(t *testing.T) *winePrefix {
 	require.NoError(t, os.WriteFile(def, []byte("LIBRARY bcryptprimitives\nEXPORTS\n    ProcessPrng\n"), 0o644))
 	out, err := exec.Command("x86_64-w64-mingw32-gcc", "-shared", "-O2", "-o", dll, src, def).CombinedOutput()
 	require.NoError(t, err, "the ProcessPrng stand-in: %s", out)
-	endSession()
+	endWineserver()
 
-	// A session that outlives each command (wineserver -p): its service
+	// A wineserver that outlives each command (-p): its service
 	// manager and the service live in it, and its processes, the
 	// service's among them, write the debug channel (the Event Log's
 	// entries) to events. No pipe for wineserver's output: the server

@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	kservice "github.com/kardianos/service"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/service"
 )
@@ -18,17 +17,22 @@ func cmdRun(args []string, stderr io.Writer) error {
 	fs, cfgPath := newFlags("run", stderr)
 	overrides := addOverrideFlags(fs)
 	envFile := addEnvFileFlag(fs)
+	asService := fs.Bool("service", false, "run under the OS service manager: what `install` registers; never needed in a console")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	// The service manager says it runs the node (run -service, as
+	// install registers it); nothing is guessed from the parent process,
+	// except for a Windows service registered before -service existed.
+	managed := *asService || registeredWithoutServiceFlag()
 	cfg, _, err := loadConfigWith(*cfgPath, *envFile, overrides())
 	if err != nil {
-		if !kservice.Interactive() {
+		if managed {
 			reportToServiceLog("slotpoller run: " + err.Error())
 		}
 		return err
 	}
-	if !kservice.Interactive() {
+	if managed {
 		return runService(cfg, stderr)
 	}
 	log := service.NewLogger(stderr, cfg.Log)

@@ -31,7 +31,7 @@ func cmdInstall(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if _, err := os.Stat(abs); err != nil {
-		return fmt.Errorf("the service runs `slotpoller run -config %s`, and there is no config file there (%v): write one (config.yaml in the release is a commented example) or pass -config PATH", abs, err)
+		return fmt.Errorf("the service runs `slotpoller run -service -config %s`, and there is no config file there (%v): write one (config.yaml in the release is a commented example) or pass -config PATH", abs, err)
 	}
 	environ := os.Environ()
 	cfg, src, err := service.LoadWithSources(abs, true, environ)
@@ -89,6 +89,9 @@ func writeInstalledFiles(w io.Writer, inst install.Installed) {
 	if inst.Log != "" {
 		fmt.Fprintf(w, "  log %s\n", inst.Log)
 	}
+	for _, n := range inst.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
 }
 
 func quoteWord(s string) string {
@@ -143,10 +146,10 @@ func cmdControl(verb string, args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := install.ControlService(verb); err != nil {
+	done, err := install.ControlService(verb)
+	if err != nil {
 		return err
 	}
-	done := map[string]string{"start": "started", "stop": "stopped", "restart": "restarted"}[verb]
 	fmt.Fprintf(stdout, "service %q %s\n", install.ServiceName, done)
 	return nil
 }

@@ -34,7 +34,7 @@ import (
 const usage = `slotpoller runs a farm's background jobs from one shared SQL database.
 
 Usage:
-  slotpoller run [-config PATH] [flags]         run this node (in the foreground, or under the service manager)
+  slotpoller run [-config PATH] [flags]         run this node in the foreground (-service: under the service manager, as install registers it)
                  [-log-format json|text] [-log-level debug|info|warn|error] [-node-name NAME] [-admin-listen ADDR]
   slotpoller install [-config PATH]             register the OS service "slotpoller" (root/Administrator)
   slotpoller uninstall                          stop and remove the OS service (root/Administrator)

@@ -30,6 +30,11 @@ func serviceOptions(prg *service.Program) kservice.KeyValue {
 	}}
 }
 
+// registeredWithoutServiceFlag is false: systemd and System V init run a
+// `run` without -service (a service registered by an older slotpoller)
+// in the foreground, which stops on SIGTERM just the same.
+func registeredWithoutServiceFlag() bool { return false }
+
 // runManaged runs the program under the service manager: kardianos/service
 // starts it, and stops it when RunWait returns.
 func runManaged(s kservice.Service, _ *service.Program) error { return s.Run() }

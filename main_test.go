@@ -79,6 +79,11 @@ func TestConfigErrorsNameKeyAndValue(t *testing.T) {
 	code, _, errOut = cli(t, "run", "-config", filepath.Join(t.TempDir(), "missing.yaml"))
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "missing.yaml")
+
+	// run -service, what install registers, reads its config first too.
+	code, _, errOut = cli(t, "run", "-service", "-config", filepath.Join(t.TempDir(), "missing.yaml"))
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "missing.yaml")
 }
 
 func TestOneShotVerbsFailFastOnAnUnreachableDatabase(t *testing.T) {

@@ -3,37 +3,36 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	kservice "github.com/kardianos/service"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/service"
+	"golang.org/x/sys/windows"
 	"golang.org/x/sys/windows/svc"
 )
 
-// serviceOptions watches the node: the Windows service manager only hears
-// of the stops it asks for, so a node that gives up on its own ends the
-// process with a failure, and the recovery action that install sets
-// (restart after 5s) applies. This is main's own exit, never the
-// program's Stop.
-func serviceOptions(prg *service.Program) kservice.KeyValue {
-	go func() {
-		<-prg.Done()
-		if prg.Err() != nil {
-			os.Exit(1)
-		}
-	}()
-	return nil
-}
+// serviceOptions has nothing to add on Windows: runManaged runs the
+// program with a handler of its own.
+func serviceOptions(*service.Program) kservice.KeyValue { return nil }
+
+// registeredWithoutServiceFlag tells whether this `run` without -service
+// is a service all the same: one registered by a slotpoller from before
+// -service, which Windows starts as `run -config PATH`. Only then is
+// Windows' guess used (a parent services.exe, no interactive desktop);
+// `install` registers `run -service`, which never guesses.
+func registeredWithoutServiceFlag() bool { return !kservice.Interactive() }
 
 // serviceLogger logs to the Windows Event Log, under the source that
 // install registered.
 func serviceLogger(s kservice.Service, c service.LogConfig, _ io.Writer) (*slog.Logger, error) {
-	l, err := s.Logger(nil)
+	// SystemLogger, not Logger: Logger picks the console when Windows'
+	// guess says the process is not a service.
+	l, err := s.SystemLogger(nil)
 	if err != nil {
 		return nil, fmt.Errorf("cannot open the event log: %w", err)
 	}
@@ -51,6 +50,19 @@ func reportToServiceLog(msg string) {
 	if l, err := s.SystemLogger(nil); err == nil {
 		_ = l.Error(msg)
 	}
+	// Then tell the service manager that the start failed, rather than
+	// leave it waiting for a process that has gone: `slotpoller start`
+	// then fails at once, pointing at the Event Log.
+	_ = svc.Run(install.ServiceName, failedStart{})
+}
+
+// failedStart is the handler of a service whose node cannot start: it
+// stops the service with exit code 1.
+type failedStart struct{}
+
+func (failedStart) Execute(_ []string, _ <-chan svc.ChangeRequest, status chan<- svc.Status) (bool, uint32) {
+	status <- svc.Status{State: svc.StartPending}
+	return true, 1
 }
 
 // runManaged runs the program under the Windows service manager with a
@@ -61,7 +73,13 @@ func reportToServiceLog(msg string) {
 // install sets to the stop timeout, so that a system shutdown waits for
 // the drain too.
 func runManaged(_ kservice.Service, prg *service.Program) error {
-	return svc.Run(install.ServiceName, &serviceHandler{prg: prg})
+	if err := svc.Run(install.ServiceName, &serviceHandler{prg: prg}); err != nil {
+		if errors.Is(err, windows.ERROR_FAILED_SERVICE_CONTROLLER_CONNECT) {
+			return fmt.Errorf("run -service is what the Windows service manager runs (%w); in a console, run without -service", err)
+		}
+		return err
+	}
+	return nil
 }
 
 const (
@@ -92,8 +110,10 @@ func (h *serviceHandler) Execute(_ []string, req <-chan svc.ChangeRequest, statu
 				return h.stop(status)
 			}
 		case <-h.prg.Done():
-			// The node gave up: serviceOptions ends the process with a
-			// failure, for the recovery action; this is the fallback.
+			// The node gave up: the service stops with a service-specific
+			// exit code, a failure that is no crash, for which install
+			// turns the recovery actions on (restart after 5 s); then
+			// runService returns the node's error and main exits 1.
 			return true, 1
 		}
 	}

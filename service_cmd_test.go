@@ -199,7 +199,7 @@ func TestInstallCarriesTheEnvironmentOverridesAndHidesSecrets(t *testing.T) {
 	var out bytes.Buffer
 	spec := install.ServiceSpec{Executable: "/usr/local/bin/slotpoller", ConfigPath: path, Env: env, StopBound: service.StopTimeout(cfg)}
 	writeInstalled(&out, spec, cfg)
-	require.Contains(t, out.String(), "/usr/local/bin/slotpoller run -config "+path)
+	require.Contains(t, out.String(), "/usr/local/bin/slotpoller run -service -config "+path)
 	require.Contains(t, out.String(), "SLOTPOLLER_NODE_NAME=web-07")
 	require.Contains(t, out.String(), "SLOTPOLLER_DATABASE_DSN=(hidden)")
 	require.Contains(t, out.String(), "SLOTPOLLER_JOBS_SIGNING_KEY=(hidden)")
@@ -211,7 +211,7 @@ func TestInstallCarriesTheEnvironmentOverridesAndHidesSecrets(t *testing.T) {
 	out.Reset()
 	spec.Executable, spec.ConfigPath = `C:\Program Files\slotpoller\slotpoller.exe`, `C:\Program Data\slotpoller\config.yaml`
 	writeInstalled(&out, spec, cfg)
-	require.Contains(t, out.String(), `"C:\Program Files\slotpoller\slotpoller.exe" run -config "C:\Program Data\slotpoller\config.yaml"`)
+	require.Contains(t, out.String(), `"C:\Program Files\slotpoller\slotpoller.exe" run -service -config "C:\Program Data\slotpoller\config.yaml"`)
 }
 
 func TestInstallNeedsAConfigFileAndTheRights(t *testing.T) {

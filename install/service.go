@@ -2,8 +2,8 @@ package install
 
 // The OS service: slotpoller registered with systemd, System V init or the
 // Windows service manager through github.com/kardianos/service, to run
-// `slotpoller run -config <absolute path>` with the node's environment
-// overrides.
+// `slotpoller run -service -config <absolute path>` with the node's
+// environment overrides.
 
 import (
 	"errors"
@@ -65,7 +65,7 @@ type ServiceSpec struct {
 	// Executable is the absolute path of the slotpoller binary.
 	Executable string
 	// ConfigPath is the absolute path of the config file, passed as
-	// `run -config`.
+	// `run -service -config`.
 	ConfigPath string
 	// Env are the SLOTPOLLER_* variables the node runs with (its
 	// environment overrides at install time).
@@ -83,9 +83,13 @@ type ServiceSpec struct {
 	StopBound time.Duration
 }
 
-// Arguments are the command-line arguments of the service's process.
+// Arguments are the command-line arguments of the service's process:
+// `run -service` says that the service manager runs it, so that the
+// process never has to guess (Windows' guess, a parent services.exe with
+// no interactive desktop, is wrong under other service managers, and a
+// service that guesses "console" never reports to its manager).
 func (s ServiceSpec) Arguments() []string {
-	args := []string{"run", "-config", s.ConfigPath}
+	args := []string{"run", "-service", "-config", s.ConfigPath}
 	if s.EnvFile != "" {
 		args = append(args, "-env-file", s.EnvFile)
 	}
@@ -315,7 +319,8 @@ func serviceConfig(s ServiceSpec) (*kservice.Config, error) {
 			"SystemdScript": unit,
 			"SysvScript":    script,
 			// Windows: start at boot; restart a node that exited
-			// without being asked to.
+			// without being asked to (configureManager extends this to
+			// a node that reports its service stopped with an error).
 			"StartType":              "automatic",
 			"OnFailure":              "restart",
 			"OnFailureDelayDuration": restartDelay.String(),
@@ -343,7 +348,16 @@ func controlled(name string) (kservice.Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("service: %w", err)
 	}
-	return s, nil
+	return withSCM(s, name), nil
+}
+
+// scmController is a service that the Windows service manager controls
+// directly (scm_windows.go: withSCM), rather than through
+// kardianos/service: its states between running and stopped, and waits
+// that end.
+type scmController interface {
+	scmState() ServiceState
+	scmControl(action string) (done string, err error)
 }
 
 // Platform is the service manager install uses here, as kardianos/service
@@ -370,6 +384,9 @@ type Installed struct {
 	Files []string
 	// Log says where the node's log goes.
 	Log string
+	// Notes are what the service manager would not take, installed
+	// without it ("the recovery actions apply to crashes only: ...").
+	Notes []string
 }
 
 // InstallService registers the service with the OS service manager. It
@@ -393,6 +410,7 @@ func InstallService(spec ServiceSpec) (Installed, error) {
 	if err != nil {
 		return inst, fmt.Errorf("service: %w", err)
 	}
+	s = withSCM(s, name)
 	if st := stateOf(s, name); st.Installed {
 		return inst, fmt.Errorf("the service %q is already installed (%s): run `slotpoller uninstall` first", name, st)
 	}
@@ -410,8 +428,10 @@ func InstallService(spec ServiceSpec) (Installed, error) {
 		}
 		return inst, explain("install", err)
 	}
-	if err := setStopTimeout(spec); err != nil {
-		return inst, fmt.Errorf("the service is installed, but its stop timeout could not be set: %w", err)
+	notes, err := configureManager(spec)
+	inst.Notes = notes
+	if err != nil {
+		return inst, fmt.Errorf("the service is installed, but its stop timeout, recovery or error control could not be set: %w", err)
 	}
 	switch inst.Platform {
 	case systemdPlatform:
@@ -460,7 +480,7 @@ func uninstallService(name string) ([]string, error) {
 		}
 		return nil, fmt.Errorf("the service %q is not installed", name)
 	}
-	if st.Running {
+	if st.Running || st.State == StateStarting || st.State == StateStopping {
 		if err := control(s, name, "stop"); err != nil {
 			return nil, err
 		}
@@ -479,11 +499,20 @@ func uninstallService(name string) ([]string, error) {
 }
 
 // ControlService starts, stops or restarts the installed service: action
-// is "start", "stop" or "restart". A stop returns once the node has
-// stopped (or the service manager gave up waiting); a restart of a stopped
-// service starts it.
-func ControlService(action string) error {
-	return controlService(ServiceName, action)
+// is "start", "stop" or "restart"; done says what happened ("started",
+// "stopped", "restarted"; on Windows also "already running", "already
+// stopped"). A stop returns once the node has stopped (or the service
+// manager gave up waiting); a restart of a stopped service starts it. On
+// Windows, as systemctl does, a start of a running service and a stop of
+// a stopped one change nothing and succeed, a second stop during a drain
+// waits for it, and every wait is bounded (a stop by the pre-shutdown
+// timeout install set).
+func ControlService(action string) (done string, err error) {
+	s, err := controlled(ServiceName)
+	if err != nil {
+		return "", err
+	}
+	return controlDone(s, ServiceName, action)
 }
 
 func controlService(name, action string) error {
@@ -495,22 +524,33 @@ func controlService(name, action string) error {
 }
 
 func control(s kservice.Service, name, action string) error {
+	_, err := controlDone(s, name, action)
+	return err
+}
+
+func controlDone(s kservice.Service, name, action string) (string, error) {
 	st := stateOf(s, name)
 	if st.State == StateNotInstalled {
-		return fmt.Errorf("the service %q is not installed: run `slotpoller install` first", name)
+		return "", fmt.Errorf("the service %q is not installed: run `slotpoller install` first", name)
+	}
+	done, ok := map[string]string{"start": "started", "stop": "stopped", "restart": "restarted"}[action]
+	if !ok {
+		return "", fmt.Errorf("service: unknown action %q", action)
+	}
+	if c, ok := s.(scmController); ok {
+		done, err := c.scmControl(action)
+		if err != nil {
+			return "", explain(action, err)
+		}
+		return done, nil
 	}
 	if st.Platform == sysvPlatform {
 		// The init script itself: kardianos/service runs it through
 		// service(8) and keeps none of what it says.
-		switch action {
-		case "start", "stop", "restart":
-		default:
-			return fmt.Errorf("service: unknown action %q", action)
-		}
 		if _, err := sysvScript(name, action); err != nil {
-			return explain(action, err)
+			return "", explain(action, err)
 		}
-		return nil
+		return done, nil
 	}
 	var err error
 	switch action {
@@ -530,20 +570,18 @@ func control(s kservice.Service, name, action string) error {
 		if err = s.Restart(); err != nil && stateOf(s, name).State == StateStopped {
 			err = s.Start()
 		}
-	default:
-		return fmt.Errorf("service: unknown action %q", action)
 	}
 	if err != nil {
-		return explain(action, err)
+		return "", explain(action, err)
 	}
-	return nil
+	return done, nil
 }
 
 // The states of ServiceState.State.
 const (
 	StateRunning      = "running"
 	StateStopped      = "stopped"
-	StateFailed       = "failed"
+	StateFailed       = "failed" // StateStarting and StateStopping: scm.go
 	StateNotInstalled = "not installed"
 	StateUnknown      = "unknown"
 )
@@ -554,7 +592,7 @@ type ServiceState struct {
 	Platform  string `json:"platform"` // linux-systemd, windows-service, ...
 	Installed bool   `json:"installed"`
 	Running   bool   `json:"running"`
-	State     string `json:"state"`           // running, stopped, failed, not installed, unknown
+	State     string `json:"state"`           // running, stopped, failed, starting, stopping, not installed, unknown
 	Error     string `json:"error,omitempty"` // why the state is unknown
 }
 
@@ -563,7 +601,7 @@ type ServiceState struct {
 func (s ServiceState) String() string {
 	var what string
 	switch s.State {
-	case StateRunning, StateStopped, StateFailed:
+	case StateRunning, StateStopped, StateFailed, StateStarting, StateStopping:
 		what = "installed, " + s.State
 	case StateNotInstalled:
 		what = StateNotInstalled
@@ -599,6 +637,9 @@ func stateOf(s kservice.Service, name string) ServiceState {
 		// service(8), kardianos/service takes a stopped service for an
 		// error.
 		return sysvState(name)
+	}
+	if c, ok := s.(scmController); ok {
+		return c.scmState()
 	}
 	st := ServiceState{Name: name, Platform: s.Platform()}
 	status, err := s.Status()

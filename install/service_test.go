@@ -45,7 +45,7 @@ func TestSystemdUnit(t *testing.T) {
 	unit, err := SystemdUnit(testSpec())
 	require.NoError(t, err)
 
-	require.Equal(t, []string{"/usr/local/bin/slotpoller run -config /etc/slotpoller/config.yaml"}, unitLines(unit, "ExecStart"))
+	require.Equal(t, []string{"/usr/local/bin/slotpoller run -service -config /etc/slotpoller/config.yaml"}, unitLines(unit, "ExecStart"))
 	require.Equal(t, []string{"always"}, unitLines(unit, "Restart"))
 	require.Equal(t, []string{"5"}, unitLines(unit, "RestartSec"))
 	require.Equal(t, []string{"35"}, unitLines(unit, "TimeoutStopSec"), "drain_timeout + 15s: the program's bound + 5s")
@@ -66,8 +66,8 @@ func TestSystemdUnitQuotesPathsWithSpacesAndSpecials(t *testing.T) {
 	unit, err := SystemdUnit(spec)
 	require.NoError(t, err)
 	exec := unitLines(unit, "ExecStart")
-	require.Equal(t, []string{`"/opt/slot poller/slotpoller" run -config "/srv/50%%/$$HOME/\x7b\x7bx}}/\"q\"\\config.yaml"`}, exec)
-	require.Equal(t, []string{spec.Executable, "run", "-config", spec.ConfigPath}, systemdUnquote(t, exec[0], true))
+	require.Equal(t, []string{`"/opt/slot poller/slotpoller" run -service -config "/srv/50%%/$$HOME/\x7b\x7bx}}/\"q\"\\config.yaml"`}, exec)
+	require.Equal(t, []string{spec.Executable, "run", "-service", "-config", spec.ConfigPath}, systemdUnquote(t, exec[0], true))
 	require.Empty(t, unitLines(unit, "Environment"))
 	require.NotContains(t, unit, "{{")
 }
@@ -200,7 +200,7 @@ func TestServiceConfigCarriesTheSpec(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ServiceName, cfg.Name)
 	require.Equal(t, spec.Executable, cfg.Executable)
-	require.Equal(t, []string{"run", "-config", spec.ConfigPath}, cfg.Arguments)
+	require.Equal(t, []string{"run", "-service", "-config", spec.ConfigPath}, cfg.Arguments)
 	require.Equal(t, map[string]string{"SLOTPOLLER_NODE_NAME": "web-01", "SLOTPOLLER_DATABASE_DSN": spec.Env[1].Value}, cfg.EnvVars)
 	require.Equal(t, unit, cfg.Option["SystemdScript"])
 	require.Equal(t, "restart", cfg.Option["OnFailure"])

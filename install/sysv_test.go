@@ -30,7 +30,7 @@ func TestSysvScriptHoldsNoEnvironment(t *testing.T) {
 	require.NotContains(t, script, "{{", "kardianos/service renders the script again: no action may remain")
 	require.Contains(t, script, "\nstop_timeout=35\n", "the stop timeout install prints: the program's bound + 5s")
 	require.Contains(t, script, `'/usr/local/bin/slotpoller'`)
-	require.Contains(t, script, `'run' '-config' '/etc/slotpoller/config.yaml' '-env-file' '/etc/slotpoller/slotpoller.env'`)
+	require.Contains(t, script, `'run' '-service' '-config' '/etc/slotpoller/config.yaml' '-env-file' '/etc/slotpoller/slotpoller.env'`)
 	require.Contains(t, script, "\npid_file='/var/run/slotpoller.pid'\n")
 	require.Contains(t, script, "\nlog_file='/var/log/slotpoller.log'\n")
 	require.Contains(t, script, "# Provides:          slotpoller\n")

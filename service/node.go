@@ -26,11 +26,22 @@ import (
 func NewLogger(w io.Writer, c LogConfig) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level))
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationsAsText}
 	if c.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationsAsText writes every duration of a log record as a Go duration
+// string ("1.5s", "250ms", "5m"), as the config's Duration values and
+// the config file write them: slog's JSON handler would write a
+// time.Duration as nanoseconds beside Durations written as strings.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(Duration(a.Value.Duration()).String())
+	}
+	return a
 }
 
 // Node is one slotpoller node.

@@ -164,7 +164,7 @@ func NewSystemLogger(l kservice.Logger, c LogConfig) *slog.Logger {
 		if len(groups) == 0 && a.Key == slog.TimeKey {
 			return slog.Attr{}
 		}
-		return a
+		return durationsAsText(groups, a)
 	}}
 	var inner slog.Handler = slog.NewTextHandler(out, opts)
 	if c.Format == "json" {

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -213,4 +214,20 @@ func TestPollersAheadSplitsAWidenedSlotEvenly(t *testing.T) {
 		left -= take
 	}
 	require.Zero(t, left)
+}
+
+// JSON logs write every duration one way, as a Go duration string: a
+// time.Duration as a config Duration is written.
+func TestJSONLogsWriteDurationsAsStrings(t *testing.T) {
+	var buf bytes.Buffer
+	NewLogger(&buf, LogConfig{Level: "info", Format: "json"}).WithGroup("g").Info("stopping",
+		"drain_timeout", Duration(20*time.Second), "took", 1500*time.Millisecond, "bound", 5*time.Minute)
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &rec))
+	require.Equal(t, map[string]any{"drain_timeout": "20s", "took": "1.5s", "bound": "5m"}, rec["g"])
+
+	el := &eventLog{}
+	NewSystemLogger(el, LogConfig{Level: "info", Format: "json"}).Info("stopping", "bound", 35*time.Second)
+	require.Len(t, el.entries, 1)
+	require.Contains(t, el.entries[0], `"bound":"35s"`)
 }

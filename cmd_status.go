@@ -43,6 +43,9 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		if *asJSON {
 			return encode(statusJSON{Service: svc, StatusReport: &rep})
 		}
+		// Which database it read: a status of the wrong one (a shell
+		// without the node's variables) looks like an empty farm.
+		fmt.Fprintln(stdout, "database:", cfg.Database.Driver, service.MaskDSN(cfg.Database.DSN))
 		return rep.WriteText(stdout)
 	})
 	if err != nil && *asJSON {

@@ -136,7 +136,8 @@ func TestFlagsOverrideEnvironmentOverrideFile(t *testing.T) {
 }
 
 func TestStatusShowsTheLocalService(t *testing.T) {
-	cfg := writeConfig(t, "database:\n  dsn: "+filepath.Join(t.TempDir(), "farm.db")+"\n")
+	db := filepath.Join(t.TempDir(), "farm.db")
+	cfg := writeConfig(t, "database:\n  dsn: "+db+"\n")
 	code, _, errOut := cli(t, "schema", "migrate", "-config", cfg)
 	require.Equal(t, 0, code, errOut)
 
@@ -144,7 +145,8 @@ func TestStatusShowsTheLocalService(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	lines := strings.Split(out, "\n")
 	require.True(t, strings.HasPrefix(lines[0], "service: "), out)
-	require.True(t, strings.HasPrefix(lines[1], "database time "), "the farm's status follows, as before: %s", out)
+	require.Equal(t, "database: sqlite "+db, lines[1], "the database it read: %s", out)
+	require.True(t, strings.HasPrefix(lines[2], "database time "), "the farm's status follows, as before: %s", out)
 
 	code, out, errOut = cli(t, "status", "-json", "-config", cfg)
 	require.Equal(t, 0, code, errOut)

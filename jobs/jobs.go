@@ -233,11 +233,6 @@ func LoadLimit(farmCapacity, capacity int) int {
 	return max(MinLoadCount, 4*max(farmCapacity, capacity))
 }
 
-// stepAllowance is how far ahead of the node's estimate the database's
-// clock may read before the reclaim takes it for a step: clocksync's
-// MinStep.
-const stepAllowance = 250 * time.Millisecond
-
 // MinLoadCount is the least LoadLimit: counting ten thousand rows of an
 // index is a few milliseconds of the database's time in a turn.
 const MinLoadCount = 10_000
@@ -285,10 +280,11 @@ type Turn struct {
 	// occurrence missed. Claims go on.
 	ClockStepped bool
 	// DBClock, if set, is the node's estimate of the database's now and
-	// its error bound (clocksync's Estimator.Now). The reclaim changes
-	// nothing if the database's clock reads later than that, with room
-	// for the statement's deadline: a step ahead that lands between the
-	// turn's sample of the clock and the reclaim.
+	// how far the database's clock may read past it before that is a step
+	// (clocksync's error bound and MinStep). The reclaim changes nothing
+	// if the database's clock reads later than that, with room for the
+	// statement's deadline: a step ahead that lands between the turn's
+	// sample of the clock and the reclaim.
 	DBClock func() (now time.Time, errBound time.Duration, ok bool)
 	// Backlog, if set, tells the farm that this poll leaves due work
 	// behind; the poll reports its answer in PollResult.BacklogErr. It is
@@ -312,7 +308,7 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 		var notAfter time.Time
 		if turn.DBClock != nil {
 			if now, bound, ok := turn.DBClock(); ok {
-				notAfter = now.Add(bound + r.statementTimeout() + stepAllowance)
+				notAfter = now.Add(bound + r.statementTimeout())
 			}
 		}
 		n, err := bounded(ctx, r.statementTimeout(), func(ctx context.Context) (int64, error) {

@@ -50,7 +50,7 @@ func ValidateName(kind, name string) error {
 // as 0, which means the default).
 const (
 	MinCallTimeout = time.Millisecond
-	MaxCallTimeout = 24 * time.Hour
+	MaxCallTimeout = store.MaxHeldTimeout // what a claim's hold covers
 )
 
 // ValidateTimeout checks a call timeout; 0 means the node's default.

@@ -305,6 +305,12 @@ func (w *wiring) pollLoop(ctx context.Context) error {
 	// third of it) or a TTL (tasks, every heartbeat); until then a lease
 	// that looks run out may not be.
 	afterStep := max(time.Duration(cfg.Jobs.Lease), time.Duration(cfg.Checkin.TTL)) + slot
+	// The database's now as this node carries it, and how far past it the
+	// database's clock may read before that is a step.
+	dbClock := func() (time.Time, time.Duration, bool) {
+		now, bound, ok := est.Now()
+		return now, bound + clocksync.MinStep, ok
+	}
 	failing, pruneFailing, regFailing := false, false, false
 	var rotationKept time.Duration // the rotation the pool keeps connections for
 	for {
@@ -378,7 +384,7 @@ func (w *wiring) pollLoop(ctx context.Context) error {
 		var res jobs.PollResult
 		if hints.Jobs {
 			res, err = r.Poll(ctx, jobs.Turn{FarmCapacity: farm, AheadCapacity: ahead, NextPoll: nextPoll, StartWindow: slot,
-				Widened: turn.Rank > 0, ClockStepped: stepped, DBClock: est.Now, Backlog: func(ctx context.Context, _ int) error { return reg.SignalBacklog(ctx, hold) }})
+				Widened: turn.Rank > 0, ClockStepped: stepped, DBClock: dbClock, Backlog: func(ctx context.Context, _ int) error { return reg.SignalBacklog(ctx, hold) }})
 		} else {
 			r.Idle()
 			err = nil

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// MaxHeldTimeout is the longest call a hold covers: the longest timeout
-// any door accepts (jobs.MaxCallTimeout).
+// MaxHeldTimeout is the longest call a hold covers, and so the longest
+// timeout any door accepts (jobs.MaxCallTimeout is this).
 const MaxHeldTimeout = 24 * time.Hour
 
 // MaxHold bounds every hold a claim or a renewal writes: the longest

@@ -59,7 +59,15 @@ type claimRaw struct {
 // readClaim reads a row of claimedColumns. A row it can read but not use
 // comes back with the reason, starting with CannotRun, and the claim as far
 // as it could be read (its id always).
+//
+// A sound row is read as typed values (readSoundClaim); only one that is
+// not is read again, every column as the driver gave it, for what is wrong
+// with it: boxing every column of every row would cost a claim of
+// thousands of rows allocations for nothing.
 func readClaim(r rowScanner) (Claim, string, error) {
+	if c, ok := readSoundClaim(r); ok {
+		return c, "", nil
+	}
 	var raw claimRaw
 	if err := r.Scan(&raw.id, &raw.token, &raw.attempt, &raw.maxAttempts, &raw.endpoint, &raw.method, &raw.payload,
 		&raw.idemKey, &raw.timeoutMS, &raw.runAt, &raw.scheduledFor); err != nil {
@@ -143,6 +151,56 @@ func readClaim(r rowScanner) (Claim, string, error) {
 		return c, CannotRun + strings.Join(problems, "; "), nil
 	}
 	return c, "", nil
+}
+
+// readSoundClaim reads a row of claimedColumns as typed values, and
+// reports whether it scanned and every value lies where readClaim's checks
+// pass: a counter below its maximum, attempts within max_attempts, a
+// timeout within a day, times strictly inside the years 1 to 9999 (dbTime
+// clamps beyond them to a bound). Any other row is readClaim's to judge.
+func readSoundClaim(r rowScanner) (Claim, bool) {
+	var c Claim
+	var token, attempt, maxAttempts, timeoutMS int64
+	var runAt, scheduledFor dbTime
+	var payload bytesOnly
+	if err := r.Scan(&c.ID, &token, &attempt, &maxAttempts, &c.Endpoint, &c.Method, &payload,
+		&c.IdempotencyKey, &timeoutMS, &runAt, &scheduledFor); err != nil {
+		return c, false
+	}
+	c.Payload = payload
+	// In whole milliseconds: SQLite's times are, and dbTime clamps them.
+	inside := func(t dbTime) bool {
+		ms := t.T.UnixMilli()
+		return ms > minRowTime.UnixMilli() && ms < maxRowTime.UnixMilli()
+	}
+	sound := token >= 1 && token < maxToken && attempt >= 1 && attempt < maxAttempt &&
+		maxAttempts >= 1 && maxAttempts <= maxAttempt && attempt <= maxAttempts &&
+		timeoutMS >= 0 && timeoutMS <= maxTimeoutMS &&
+		runAt.Valid && inside(runAt) && (!scheduledFor.Valid || inside(scheduledFor))
+	if !sound {
+		return c, false
+	}
+	c.Token, c.Attempt, c.MaxAttempts = token, int(attempt), int(maxAttempts)
+	c.Timeout, c.RunAt, c.ScheduledFor = time.Duration(timeoutMS)*time.Millisecond, runAt.T, scheduledFor.ptr()
+	return c, true
+}
+
+// bytesOnly scans a payload that is bytes, text or NULL, and refuses
+// anything else (a number, on SQLite), which readClaim then judges.
+type bytesOnly []byte
+
+func (b *bytesOnly) Scan(v any) error {
+	switch x := v.(type) {
+	case nil:
+		*b = nil
+	case []byte:
+		*b = append([]byte(nil), x...)
+	case string:
+		*b = []byte(x)
+	default:
+		return fmt.Errorf("payload %T is not bytes", v)
+	}
+	return nil
 }
 
 // rawInt is an integer column's value, if it is an integer.

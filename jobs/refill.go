@@ -1,0 +1,101 @@
+package jobs
+
+import (
+	"context"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/clock"
+)
+
+// DefaultRefillCooldown is Options.RefillCooldown's default.
+const DefaultRefillCooldown = 10 * time.Millisecond
+
+// nextRefill says how many jobs Refill claims now, or, when none, how long
+// until it looks again on its own (0: when woken). roomSince is when the
+// room it waits to grow was first seen (zero: none yet). r.claimMu is held.
+func (r *Runner) nextRefill(now time.Time, roomSince *time.Time) (want int, after time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.more {
+		return 0, 0
+	}
+	free := r.opts.Capacity - len(r.inflight)
+	limit := free
+	knows := !r.backlogSince.IsZero() && !now.Before(r.backlogSince.Add(r.opts.BacklogSpread))
+	if !knows {
+		limit = min(free, r.budget)
+	}
+	if limit <= 0 {
+		if !knows && !r.backlogSince.IsZero() && free > 0 {
+			return 0, r.backlogSince.Add(r.opts.BacklogSpread).Sub(now)
+		}
+		return 0, 0
+	}
+	// Batched: one claim for the calls that end within a cooldown, unless
+	// a quarter of the capacity is free already, or all the share left.
+	if limit < max(1, r.opts.Capacity/4) && (knows || limit < r.budget) {
+		if roomSince.IsZero() {
+			*roomSince = now
+		}
+		if wait := roomSince.Add(r.opts.RefillCooldown).Sub(now); wait > 0 {
+			return 0, wait
+		}
+	}
+	return limit, 0
+}
+
+// Refill claims again as calls end while the node knows of due work
+// (Poll left some behind, or the farm's backlog flag rose). Turns are for
+// finding work when the queue looked empty; while a node knows there is
+// more, it takes it as soon as it has room, batched, with only the claim
+// statement, so a burst drains at the speed of the endpoints, not at one
+// claim per turn. A claim that comes back short means the queue ran dry:
+// the node goes back to its turns.
+func (r *Runner) Refill(ctx context.Context) error {
+	var roomSince time.Time
+	for {
+		r.claimMu.Lock()
+		want, after := r.nextRefill(r.opts.Clock.Now(), &roomSince)
+		if want > 0 {
+			roomSince = time.Time{}
+			started, err := r.claim(ctx, want)
+			r.mu.Lock()
+			r.budget = max(0, r.budget-len(started))
+			r.more = r.more && err == nil && len(started) == want
+			if !r.more {
+				r.budget = 0 // a share is for the burst its turn saw
+			}
+			r.mu.Unlock()
+			r.claimMu.Unlock()
+			if err != nil && ctx.Err() == nil {
+				r.opts.Logger.Warn("claiming again as calls ended failed; waiting for the next turn", "err", err)
+			}
+			r.opts.Logger.Debug("claimed again as calls ended", "asked", want, "claimed", len(started))
+			for _, f := range started {
+				r.start(f)
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			continue
+		}
+		r.claimMu.Unlock()
+		var timer clock.Timer
+		var timeout <-chan time.Time
+		if after > 0 {
+			timer = r.opts.Clock.NewTimer(after)
+			timeout = timer.C()
+		}
+		select {
+		case <-ctx.Done():
+		case <-r.wake:
+		case <-timeout:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}

@@ -26,6 +26,8 @@ type Proxy struct {
 	resumed chan struct{}
 }
 
+// NewProxy listens on a free loopback port and relays each connection to
+// target (host:port) until the test ends; it starts forwarding.
 func NewProxy(t testing.TB, target string) *Proxy {
 	p := &Proxy{t: t, target: target, conns: map[net.Conn]bool{}, resumed: make(chan struct{})}
 	close(p.resumed)

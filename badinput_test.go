@@ -320,15 +320,16 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// TestBadInputCountInREADME keeps the README's count of bad inputs true.
-func TestBadInputCountInREADME(t *testing.T) {
+// TestBadInputCountInDocs keeps the count of bad inputs that
+// docs/configuration.md states true.
+func TestBadInputCountInDocs(t *testing.T) {
 	if runtime.GOOS == "windows" {
-		t.Skip("the README counts the Unix table, which has the FIFO and /dev/zero")
+		t.Skip("docs/configuration.md counts the Unix table, which has the FIFO and /dev/zero")
 	}
-	readme, err := os.ReadFile("README.md")
+	doc, err := os.ReadFile(filepath.Join("docs", "configuration.md"))
 	require.NoError(t, err)
-	m := regexp.MustCompile(`table of (\d+) bad inputs`).FindSubmatch(readme)
-	require.NotNil(t, m, "README.md says how many bad inputs badinput_test.go tries")
+	m := regexp.MustCompile(`table of (\d+) bad inputs`).FindSubmatch(doc)
+	require.NotNil(t, m, "docs/configuration.md says how many bad inputs badinput_test.go tries")
 	n, _ := strconv.Atoi(string(m[1]))
-	require.Equal(t, len(badInputs(t)), n, "update the count in README.md")
+	require.Equal(t, len(badInputs(t)), n, "update the count in docs/configuration.md")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -34,7 +33,7 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 		limit := fs.Int("limit", client.DefaultListLimit, fmt.Sprintf("at most this many jobs, 1 to %d", client.MaxListLimit))
 		cursor := fs.String("cursor", "", "continue where the previous page ended")
 		asJSON := fs.Bool("json", false, "print JSON: an object with a jobs array and next_cursor")
-		if err := parse(fs, args); err != nil {
+		if err := fs.parse(args); err != nil {
 			return err
 		}
 		f := client.Filter{State: *state, EndpointPrefix: *endpoint, Since: *since, Until: *until, Limit: *limit, Cursor: *cursor}
@@ -92,7 +91,7 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 			id, err = parseID(fs, args)
 		} else {
-			err = parse(fs, args)
+			err = fs.parse(args)
 		}
 		if err != nil {
 			return err
@@ -132,16 +131,13 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 }
 
 // parseID parses `ID [flags]` or `[flags] ID`: one job id, positive.
-func parseID(fs *flag.FlagSet, args []string) (int64, error) {
+func parseID(fs *flagSet, args []string) (int64, error) {
 	var raw string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		raw, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, err
-		}
-		return 0, usageError{err.Error()}
+	if err := fs.parseFlags(args); err != nil {
+		return 0, err
 	}
 	rest := fs.Args()
 	if raw == "" && len(rest) > 0 {

@@ -16,7 +16,7 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 	}
 	sub := args[0]
 	fs, cfgPath := newFlags("schema "+sub, stderr)
-	if err := parse(fs, args[1:]); err != nil {
+	if err := fs.parse(args[1:]); err != nil {
 		return err
 	}
 	use := dbRead

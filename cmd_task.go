@@ -26,7 +26,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 		method := fs.String("method", "POST", "HTTP method: GET, POST, PUT, PATCH or DELETE")
 		payload := fs.String("payload", "", "request body of every call")
 		timeout := fs.Duration("timeout", 0, "how long each call may run; the task is held that long (plus 1.5 heartbeats) when its node dies (default: within checkin.ttl)")
-		if err := parse(fs, args); err != nil {
+		if err := fs.parse(args); err != nil {
 			return err
 		}
 		switch {
@@ -58,7 +58,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 	case "list":
 		asJSON := fs.Bool("json", false, "print JSON")
 		all := fs.Bool("all", false, "include deleted tasks")
-		if err := parse(fs, args); err != nil {
+		if err := fs.parse(args); err != nil {
 			return err
 		}
 		return withSchema(*cfgPath, dbRead, func(ctx context.Context, _ service.Config, s *store.Store) error {
@@ -77,7 +77,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 	case "delete":
 		name := fs.String("name", "", "name of the task (required)")
 		wait := fs.Duration("wait", 0, "wait up to this long for the owner to confirm it stopped")
-		if err := parse(fs, args); err != nil {
+		if err := fs.parse(args); err != nil {
 			return err
 		}
 		if *name == "" {

@@ -23,7 +23,7 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 		return usageError{"say `job list`, `job show ID`, `job retry` or `job cancel ID`"}
 	}
 	sub, args := args[0], args[1:]
-	fs, cfgPath := newFlags("job "+sub, stderr)
+	fs, cfgPath := newFlags("job "+sub, stdout)
 	switch sub {
 	case "list":
 		state := fs.String("state", "", "ready, retrying (backing off after a failure), running, done, failed, dead, cancelled or missed")
@@ -127,7 +127,7 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 			return nil
 		})
 	}
-	return usageError{fmt.Sprintf("unknown job verb %q: say list, show, retry or cancel", sub)}
+	return usageError{fmt.Sprintf("unknown job verb %q: say %s", sub, orList(subVerbs("job")))}
 }
 
 // parseID parses `ID [flags]` or `[flags] ID`: one job id, positive.

@@ -17,7 +17,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 		return usageError{"say `schedule add`, `list`, `remove`, `pause`, `resume` or `trigger`"}
 	}
 	sub, args := args[0], args[1:]
-	fs, cfgPath := newFlags("schedule "+sub, stderr)
+	fs, cfgPath := newFlags("schedule "+sub, stdout)
 	switch sub {
 	case "add":
 		name := fs.String("name", "", "unique name of the schedule (required)")
@@ -129,5 +129,5 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 			return nil
 		})
 	}
-	return usageError{fmt.Sprintf("unknown schedule verb %q: say add, list, remove, pause, resume or trigger", sub)}
+	return usageError{fmt.Sprintf("unknown schedule verb %q: say %s", sub, orList(subVerbs("schedule")))}
 }

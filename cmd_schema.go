@@ -15,7 +15,7 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 		return usageError{"say `schema migrate` or `schema status`"}
 	}
 	sub := args[0]
-	fs, cfgPath := newFlags("schema "+sub, stderr)
+	fs, cfgPath := newFlags("schema "+sub, stdout)
 	if err := fs.parse(args[1:]); err != nil {
 		return err
 	}

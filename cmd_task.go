@@ -17,7 +17,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 		return usageError{"say `task add`, `task list` or `task delete`"}
 	}
 	sub, args := args[0], args[1:]
-	fs, cfgPath := newFlags("task "+sub, stderr)
+	fs, cfgPath := newFlags("task "+sub, stdout)
 	switch sub {
 	case "add":
 		name := fs.String("name", "", "unique name of the task (required)")
@@ -108,5 +108,5 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 			return nil
 		})
 	}
-	return usageError{fmt.Sprintf("unknown task verb %q: say add, list or delete", sub)}
+	return usageError{fmt.Sprintf("unknown task verb %q: say %s", sub, orList(subVerbs("task")))}
 }

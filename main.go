@@ -2,15 +2,19 @@
 // operator's verbs: install the node as an OS service, enqueue jobs, show
 // the farm's status, migrate the schema.
 //
-//	slotpoller run [-config PATH] [-env-file PATH] [-log-format json|text] [-log-level LEVEL] [-node-name NAME] [-admin-listen ADDR]
-//	slotpoller install [-config PATH] | uninstall | start | stop | restart
-//	slotpoller config show [-config PATH] [-json]
-//	slotpoller enqueue -endpoint PATH [-in DURATION | -at RFC3339] [-payload TEXT] [-max-attempts N] ...
-//	slotpoller job list|show|retry|cancel ...
-//	slotpoller status [-json] [-config PATH] [-env-file PATH]
-//	slotpoller task add|list|delete ...
-//	slotpoller schedule add|list|remove|pause|resume ...
-//	slotpoller schema migrate|status [-config PATH]
+//	slotpoller run | install | uninstall | start | stop | restart
+//	slotpoller config show
+//	slotpoller enqueue
+//	slotpoller job list | show | retry | cancel
+//	slotpoller status
+//	slotpoller task add | list | delete
+//	slotpoller schedule add | list | remove | pause | resume | trigger
+//	slotpoller schema migrate | status
+//	slotpoller version
+//
+// Every verb answers -h with its flags and examples; the command table in
+// cmd_help.go is the one list of them, and docs/cli.md is generated from
+// their helps.
 package main
 
 import (

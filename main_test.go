@@ -181,6 +181,7 @@ func TestTaskVerbs(t *testing.T) {
 	code, _, errOut = cli(t, "task", "add", "-name", "feed", "-endpoint", "/other", "-every", "5s", "-config", cfg)
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, `a task named "feed" exists`)
+	require.NotContains(t, errOut, "already exists", "the message says it once")
 
 	code, out, errOut = cli(t, "task", "list", "-json", "-config", cfg)
 	require.Equal(t, 0, code, errOut)
@@ -224,7 +225,7 @@ func TestScheduleVerbs(t *testing.T) {
 	require.Contains(t, out, `schedule "nightly" added; first occurrence`)
 	code, _, errOut = cli(t, "schedule", "add", "-name", "nightly", "-every", "1h", "-endpoint", "/x", "-config", cfg)
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "exists")
+	require.Equal(t, "slotpoller schedule: add schedule: a schedule named \"nightly\" exists\n", errOut, "the message says it once")
 
 	code, out, _ = cli(t, "schedule", "pause", "-name", "nightly", "-config", cfg)
 	require.Equal(t, 0, code)

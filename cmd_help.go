@@ -256,9 +256,14 @@ func (fs *flagSet) writeHelp(w io.Writer) {
 	}
 }
 
-// parseFlags parses args; -h writes the help to standard output and
-// comes back as flag.ErrHelp (exit 0), a bad flag as a usage error.
+// parseFlags parses args; -h, or "help" alone, writes the help to
+// standard output and comes back as flag.ErrHelp (exit 0), a bad flag as
+// a usage error.
 func (fs *flagSet) parseFlags(args []string) error {
+	if len(args) == 1 && args[0] == "help" {
+		fs.writeHelp(fs.stdout)
+		return flag.ErrHelp
+	}
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
 		fs.writeHelp(fs.stdout)

@@ -27,7 +27,7 @@ func helpOf(t *testing.T, name string) (string, []string) {
 }
 
 // Every command of the table answers -h, `help VERB` and `VERB help`
-// alike: its synopsis, its flags, one to three examples; exit 0. Its
+// (`job help list` too) alike: its synopsis, its flags, one to three examples; exit 0. Its
 // synopsis, which the top usage shows, names every flag but -config,
 // which every verb that reads the configuration has.
 func TestEveryVerbAnswersHelp(t *testing.T) {
@@ -51,6 +51,9 @@ func TestEveryVerbAnswersHelp(t *testing.T) {
 		code, out, errOut := cli(t, append([]string{"help"}, strings.Fields(c.name)...)...)
 		require.Equal(t, 0, code, errOut)
 		require.Equal(t, help, out, "help %s", c.name)
+		code, out, errOut = cli(t, append(strings.Fields(c.name), "help")...)
+		require.Equal(t, 0, code, errOut)
+		require.Equal(t, help, out, "%s help", c.name)
 		if group, sub, ok := strings.Cut(c.name, " "); ok {
 			code, out, errOut = cli(t, group, "help", sub)
 			require.Equal(t, 0, code, errOut)

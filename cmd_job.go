@@ -136,7 +136,7 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 // parseID parses `ID [flags]` or `[flags] ID`: one job id, positive.
 func parseID(fs *flagSet, args []string) (int64, error) {
 	var raw string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") && args[0] != "help" {
 		raw, args = args[0], args[1:]
 	}
 	if err := fs.parseFlags(args); err != nil {

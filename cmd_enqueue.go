@@ -27,7 +27,7 @@ func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	in := fs.Duration("in", 0, "run after this delay on the database clock, e.g. 30s")
 	at := fs.String("at", "", "run at this time, RFC 3339, e.g. 2026-12-01T02:00:00Z")
 	payload := fs.String("payload", "", "request body")
-	payloadFile := fs.String("payload-file", "", "read the request body from this file, or from standard input with - (at most 1 MiB)")
+	payloadFile := fs.String("payload-file", "", "read the request body from this `file`, or from standard input with - (at most 1 MiB)")
 	method := fs.String("method", "POST", "HTTP method: GET, POST, PUT, PATCH or DELETE")
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is dead (default jobs.max_attempts)")
 	timeout := fs.Duration("timeout", 0, "deadline of one call (default jobs.timeout); if the node running it dies, the job waits this long (at least jobs.lease) for another node")

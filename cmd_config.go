@@ -16,11 +16,11 @@ func cmdConfig(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "show" {
 		return usageError{"say `config show`"}
 	}
-	fs, cfgPath := newFlags("config show", stderr)
+	fs, cfgPath := newFlags("config show", stdout)
 	asJSON := fs.Bool("json", false, "print JSON: the config file and a settings array of key, value and source")
 	overrides := addOverrideFlags(fs)
 	envFile := addEnvFileFlag(fs)
-	if err := parse(fs, args[1:]); err != nil {
+	if err := fs.parse(args[1:]); err != nil {
 		return err
 	}
 	cfg, src, err := loadConfigWith(*cfgPath, *envFile, overrides())

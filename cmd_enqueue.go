@@ -22,17 +22,17 @@ import (
 )
 
 func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs, cfgPath := newFlags("enqueue", stderr)
+	fs, cfgPath := newFlags("enqueue", stdout)
 	endpoint := fs.String("endpoint", "", "path of the job's endpoint on the node's base URL, e.g. /jobs/report (required)")
 	in := fs.Duration("in", 0, "run after this delay on the database clock, e.g. 30s")
 	at := fs.String("at", "", "run at this time, RFC 3339, e.g. 2026-12-01T02:00:00Z")
 	payload := fs.String("payload", "", "request body")
-	payloadFile := fs.String("payload-file", "", "read the request body from this file, or from standard input with - (at most 1 MiB)")
+	payloadFile := fs.String("payload-file", "", "read the request body from this `file`, or from standard input with - (at most 1 MiB)")
 	method := fs.String("method", "POST", "HTTP method: GET, POST, PUT, PATCH or DELETE")
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is dead (default jobs.max_attempts)")
 	timeout := fs.Duration("timeout", 0, "deadline of one call (default jobs.timeout); if the node running it dies, the job waits this long (at least jobs.lease) for another node")
 	unique := fs.String("unique-key", "", "refuse the job if one with this key exists")
-	if err := parse(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if *endpoint == "" {
@@ -72,7 +72,7 @@ func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	}
 	body := []byte(*payload)
 	if *payloadFile != "" {
-		if flagGiven(fs, "payload") {
+		if flagGiven(fs.FlagSet, "payload") {
 			return usageError{"give -payload or -payload-file, not both"}
 		}
 		var err error

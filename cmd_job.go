@@ -2,15 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/slotpoller/slotpoller/client"
 )
@@ -24,7 +26,7 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 		return usageError{"say `job list`, `job show ID`, `job retry` or `job cancel ID`"}
 	}
 	sub, args := args[0], args[1:]
-	fs, cfgPath := newFlags("job "+sub, stderr)
+	fs, cfgPath := newFlags("job "+sub, stdout)
 	switch sub {
 	case "list":
 		state := fs.String("state", "", "ready, retrying (backing off after a failure), running, done, failed, dead, cancelled or missed")
@@ -34,7 +36,7 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 		limit := fs.Int("limit", client.DefaultListLimit, fmt.Sprintf("at most this many jobs, 1 to %d", client.MaxListLimit))
 		cursor := fs.String("cursor", "", "continue where the previous page ended")
 		asJSON := fs.Bool("json", false, "print JSON: an object with a jobs array and next_cursor")
-		if err := parse(fs, args); err != nil {
+		if err := fs.parse(args); err != nil {
 			return err
 		}
 		f := client.Filter{State: *state, EndpointPrefix: *endpoint, Since: *since, Until: *until, Limit: *limit, Cursor: *cursor}
@@ -92,7 +94,7 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 			id, err = parseID(fs, args)
 		} else {
-			err = parse(fs, args)
+			err = fs.parse(args)
 		}
 		if err != nil {
 			return err
@@ -121,27 +123,24 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(stdout, "%d %s jobs are ready again with a fresh attempt budget\n", n, *state)
+			fmt.Fprintf(stdout, "%s %s ready again with a fresh attempt budget\n", count(n, *state+" job"), isAre(n))
 			if n == int64(f.Limit) {
 				fmt.Fprintf(stdout, "there may be more: run it again (at most %d at a time)\n", f.Limit)
 			}
 			return nil
 		})
 	}
-	return usageError{fmt.Sprintf("unknown job verb %q: say list, show, retry or cancel", sub)}
+	return usageError{fmt.Sprintf("unknown job verb %q: say %s", sub, orList(subVerbs("job")))}
 }
 
 // parseID parses `ID [flags]` or `[flags] ID`: one job id, positive.
-func parseID(fs *flag.FlagSet, args []string) (int64, error) {
+func parseID(fs *flagSet, args []string) (int64, error) {
 	var raw string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") && args[0] != "help" {
 		raw, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, err
-		}
-		return 0, usageError{err.Error()}
+	if err := fs.parseFlags(args); err != nil {
+		return 0, err
 	}
 	rest := fs.Args()
 	if raw == "" && len(rest) > 0 {
@@ -246,7 +245,8 @@ func writeJob(w io.Writer, j client.JobInfo) error {
 	if j.Timeout != 0 {
 		row("timeout", j.Timeout.String())
 	}
-	row("payload", fmt.Sprintf("%d bytes", len(j.Payload)))
+	payloadRow, payloadBlock := payloadText(j.Payload)
+	row("payload", payloadRow)
 	row("idempotency key", j.IdempotencyKey)
 	if j.UniqueKey != "" {
 		row("unique key", j.UniqueKey)
@@ -268,6 +268,9 @@ func writeJob(w io.Writer, j client.JobInfo) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if payloadBlock != "" {
+		fmt.Fprint(w, "\n"+payloadBlock)
+	}
 	if len(j.History) == 0 {
 		return nil
 	}
@@ -285,4 +288,102 @@ func writeJob(w io.Writer, j client.JobInfo) error {
 			took, e.Outcome, lastResult(e.Status, e.Error, 100))
 	}
 	return tw.Flush()
+}
+
+// count is n and a noun, plural unless n is 1: "1 dead job", "2 dead
+// jobs".
+func count(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.FormatInt(n, 10) + " " + noun + "s"
+}
+
+// isAre is the verb that agrees with n.
+func isAre(n int64) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
+}
+
+const (
+	// payloadInline is the longest payload, in characters, that job show
+	// prints on its payload row; a longer one goes below the table.
+	payloadInline = 100
+	// payloadShown is how many bytes of a payload job show prints at
+	// most: a job's payload may be 1 MiB.
+	payloadShown = 2048
+	// base64Line is the width of a base64 payload's lines.
+	base64Line = 76
+)
+
+// payloadText is a payload as job show prints it: the text of its row
+// and, for a payload that does not fit there, a block for below the
+// table. Printable UTF-8 is shown as text; anything else as base64, said
+// so. A long payload is cut, and the cut says how many bytes are left
+// out.
+func payloadText(p []byte) (row, block string) {
+	if len(p) == 0 {
+		return "none", ""
+	}
+	size := count(int64(len(p)), "byte")
+	text, ok := printable(p)
+	if ok && !strings.ContainsAny(text, "\n\t") && utf8.RuneCountInString(text) <= payloadInline {
+		return size + ": " + text, ""
+	}
+	var b strings.Builder
+	shown := len(p)
+	if ok {
+		row = size + ", text, below"
+		b.WriteString("payload:\n")
+		if len(p) > payloadShown {
+			// Cut the payload itself, at a character and not inside a
+			// CRLF, so that shown counts its bytes.
+			shown = payloadShown
+			for shown > 0 && (!utf8.RuneStart(p[shown]) || p[shown-1] == '\r') {
+				shown--
+			}
+			text = strings.ReplaceAll(string(p[:shown]), "\r\n", "\n")
+		}
+		for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+			b.WriteString("  " + line + "\n")
+		}
+	} else {
+		row = size + ", not printable text: base64, below"
+		b.WriteString("payload (base64):\n")
+		if len(p) > payloadShown/4*3 {
+			shown = payloadShown / 4 * 3
+		}
+		enc := base64.StdEncoding.EncodeToString(p[:shown])
+		for len(enc) > 0 {
+			n := min(len(enc), base64Line)
+			b.WriteString("  " + enc[:n] + "\n")
+			enc = enc[n:]
+		}
+	}
+	if shown < len(p) {
+		left := count(int64(len(p)-shown), "byte")
+		b.WriteString("  … " + strings.Replace(left, " ", " more ", 1) + "\n")
+	}
+	return row, b.String()
+}
+
+// printable is p as text, its CRLF line ends made LF, when it is UTF-8
+// of graphic characters (letters, marks, symbols, spaces), tabs and line
+// ends: nothing that would move the cursor or colour the terminal.
+func printable(p []byte) (string, bool) {
+	if !utf8.Valid(p) {
+		return "", false
+	}
+	s := string(p)
+	for i, r := range s {
+		switch {
+		case r == '\n' || r == '\t':
+		case r == '\r' && strings.HasPrefix(s[i:], "\r\n"):
+		case !unicode.IsGraphic(r):
+			return "", false
+		}
+	}
+	return strings.ReplaceAll(s, "\r\n", "\n"), true
 }

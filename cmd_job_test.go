@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -136,7 +137,7 @@ func TestJobCommands(t *testing.T) {
 	// Retry the dead one by state: ready again, same idempotency key.
 	code, out, errOut = cli(t, "job", "retry", "-state", "dead", "-since", "1h", "-config", cfg)
 	require.Equal(t, 0, code, errOut)
-	require.Equal(t, "1 dead jobs are ready again with a fresh attempt budget\n", out)
+	require.Equal(t, "1 dead job is ready again with a fresh attempt budget\n", out)
 	code, out, errOut = cli(t, "job", "retry", strconv.FormatInt(later, 10), "-config", cfg)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "ready again")
@@ -166,4 +167,47 @@ func TestJobCommands(t *testing.T) {
 	code, _, errOut = cli(t, "enqueue", "-endpoint", "/jobs/fail", "-unique-key", "fail-1", "-config", cfg)
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, `a job with unique key "fail-1" exists (id `+strconv.FormatInt(failing, 10)+")")
+}
+
+// job show prints the payload: short text on its row, longer text or
+// base64 below the table, cut with the count of the bytes left out.
+func TestPayloadText(t *testing.T) {
+	row, block := payloadText(nil)
+	require.Equal(t, "none", row)
+	require.Empty(t, block)
+
+	row, block = payloadText([]byte(`{"from":"stdin"}`))
+	require.Equal(t, `16 bytes: {"from":"stdin"}`, row)
+	require.Empty(t, block)
+
+	row, _ = payloadText([]byte("x"))
+	require.Equal(t, "1 byte: x", row)
+
+	row, block = payloadText([]byte("{\r\n  \"a\": 1\r\n}\r\n"))
+	require.Equal(t, "16 bytes, text, below", row)
+	require.Equal(t, "payload:\n  {\n    \"a\": 1\n  }\n", block)
+
+	row, block = payloadText([]byte{0, 1, 2, 0xff})
+	require.Equal(t, "4 bytes, not printable text: base64, below", row)
+	require.Equal(t, "payload (base64):\n  AAEC/w==\n", block)
+
+	row, _ = payloadText([]byte("\x1b[31mred"))
+	require.Contains(t, row, "base64", "a terminal escape is not printed raw")
+
+	long := strings.Repeat("é", 3000) // 6000 bytes, 2 a character
+	row, block = payloadText([]byte(long))
+	require.Equal(t, "6000 bytes, text, below", row)
+	require.Equal(t, "payload:\n  "+strings.Repeat("é", 1024)+"\n  … 3952 more bytes\n", block)
+
+	bin := bytes.Repeat([]byte{0xff, 0xfe, 0}, 1000) // 3000 bytes
+	_, block = payloadText(bin)
+	lines := strings.Split(strings.TrimSuffix(block, "\n"), "\n")
+	require.Equal(t, "payload (base64):", lines[0])
+	require.Equal(t, "  … 1464 more bytes", lines[len(lines)-1])
+	var enc string
+	for _, l := range lines[1 : len(lines)-1] {
+		require.LessOrEqual(t, len(l), 2+base64Line)
+		enc += strings.TrimPrefix(l, "  ")
+	}
+	require.Equal(t, base64.StdEncoding.EncodeToString(bin[:1536]), enc)
 }

@@ -13,12 +13,12 @@ import (
 	"github.com/slotpoller/slotpoller/service"
 )
 
-func cmdRun(args []string, stderr io.Writer) error {
-	fs, cfgPath := newFlags("run", stderr)
+func cmdRun(args []string, stdout, stderr io.Writer) error {
+	fs, cfgPath := newFlags("run", stdout)
 	overrides := addOverrideFlags(fs)
 	envFile := addEnvFileFlag(fs)
-	asService := fs.Bool("service", false, "run under the OS service manager: what `install` registers; never needed in a console")
-	if err := parse(fs, args); err != nil {
+	asService := fs.Bool("service", false, "run under the OS service manager: what \"slotpoller install\" registers; never needed in a console")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	// The service manager says it runs the node (run -service, as

@@ -17,7 +17,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 		return usageError{"say `schedule add`, `list`, `remove`, `pause`, `resume` or `trigger`"}
 	}
 	sub, args := args[0], args[1:]
-	fs, cfgPath := newFlags("schedule "+sub, stderr)
+	fs, cfgPath := newFlags("schedule "+sub, stdout)
 	switch sub {
 	case "add":
 		name := fs.String("name", "", "unique name of the schedule (required)")
@@ -32,7 +32,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 		overlap := fs.String("overlap", store.OverlapForbid, "forbid: an occurrence waits while the previous one runs; allow")
 		maxAttempts := fs.Int("max-attempts", 0, "attempts per occurrence (default jobs.max_attempts)")
 		timeout := fs.Duration("timeout", 0, "deadline of one call (default jobs.timeout); if the node running it dies, the job waits this long (at least jobs.lease) for another node")
-		if err := parse(fs, args); err != nil {
+		if err := fs.parse(args); err != nil {
 			return err
 		}
 		switch {
@@ -75,7 +75,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 		})
 	case "list":
 		asJSON := fs.Bool("json", false, "print JSON")
-		if err := parse(fs, args); err != nil {
+		if err := fs.parse(args); err != nil {
 			return err
 		}
 		return withSchema(*cfgPath, dbRead, func(ctx context.Context, _ service.Config, s *store.Store) error {
@@ -92,7 +92,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 		})
 	case "remove", "pause", "resume", "trigger":
 		name := fs.String("name", "", "name of the schedule (required)")
-		if err := parse(fs, args); err != nil {
+		if err := fs.parse(args); err != nil {
 			return err
 		}
 		if *name == "" {
@@ -129,5 +129,5 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 			return nil
 		})
 	}
-	return usageError{fmt.Sprintf("unknown schedule verb %q: say add, list, remove, pause, resume or trigger", sub)}
+	return usageError{fmt.Sprintf("unknown schedule verb %q: say %s", sub, orList(subVerbs("schedule")))}
 }

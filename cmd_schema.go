@@ -15,8 +15,8 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 		return usageError{"say `schema migrate` or `schema status`"}
 	}
 	sub := args[0]
-	fs, cfgPath := newFlags("schema "+sub, stderr)
-	if err := parse(fs, args[1:]); err != nil {
+	fs, cfgPath := newFlags("schema "+sub, stdout)
+	if err := fs.parse(args[1:]); err != nil {
 		return err
 	}
 	use := dbRead

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,8 +14,8 @@ import (
 )
 
 func cmdInstall(args []string, stdout, stderr io.Writer) error {
-	fs, cfgPath := newFlags("install", stderr)
-	if err := parse(fs, args); err != nil {
+	fs, cfgPath := newFlags("install", stdout)
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if err := install.CheckRights("install"); err != nil {
@@ -124,9 +123,8 @@ func carriedEnv(cfg service.Config, src service.Sources, environ []string) []ins
 }
 
 func cmdUninstall(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("slotpoller uninstall", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := parse(fs, args); err != nil {
+	fs := newBareFlags("uninstall", stdout)
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	removed, err := install.UninstallService()
@@ -141,9 +139,8 @@ func cmdUninstall(args []string, stdout, stderr io.Writer) error {
 }
 
 func cmdControl(verb string, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("slotpoller "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := parse(fs, args); err != nil {
+	fs := newBareFlags(verb, stdout)
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	done, err := install.ControlService(verb)

@@ -19,10 +19,10 @@ type statusJSON struct {
 }
 
 func cmdStatus(args []string, stdout, stderr io.Writer) error {
-	fs, cfgPath := newFlags("status", stderr)
+	fs, cfgPath := newFlags("status", stdout)
 	asJSON := fs.Bool("json", false, "print JSON: an object with the local service, a nodes array and job counts")
 	envFile := addEnvFileFlag(fs)
-	if err := parse(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	encode := func(v any) error {

@@ -17,7 +17,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 		return usageError{"say `task add`, `task list` or `task delete`"}
 	}
 	sub, args := args[0], args[1:]
-	fs, cfgPath := newFlags("task "+sub, stderr)
+	fs, cfgPath := newFlags("task "+sub, stdout)
 	switch sub {
 	case "add":
 		name := fs.String("name", "", "unique name of the task (required)")
@@ -26,7 +26,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 		method := fs.String("method", "POST", "HTTP method: GET, POST, PUT, PATCH or DELETE")
 		payload := fs.String("payload", "", "request body of every call")
 		timeout := fs.Duration("timeout", 0, "how long each call may run; the task is held that long (plus 1.5 heartbeats) when its node dies (default: within checkin.ttl)")
-		if err := parse(fs, args); err != nil {
+		if err := fs.parse(args); err != nil {
 			return err
 		}
 		switch {
@@ -58,7 +58,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 	case "list":
 		asJSON := fs.Bool("json", false, "print JSON")
 		all := fs.Bool("all", false, "include deleted tasks")
-		if err := parse(fs, args); err != nil {
+		if err := fs.parse(args); err != nil {
 			return err
 		}
 		return withSchema(*cfgPath, dbRead, func(ctx context.Context, _ service.Config, s *store.Store) error {
@@ -77,7 +77,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 	case "delete":
 		name := fs.String("name", "", "name of the task (required)")
 		wait := fs.Duration("wait", 0, "wait up to this long for the owner to confirm it stopped")
-		if err := parse(fs, args); err != nil {
+		if err := fs.parse(args); err != nil {
 			return err
 		}
 		if *name == "" {
@@ -108,5 +108,5 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 			return nil
 		})
 	}
-	return usageError{fmt.Sprintf("unknown task verb %q: say add, list or delete", sub)}
+	return usageError{fmt.Sprintf("unknown task verb %q: say %s", sub, orList(subVerbs("task")))}
 }

@@ -2,15 +2,19 @@
 // operator's verbs: install the node as an OS service, enqueue jobs, show
 // the farm's status, migrate the schema.
 //
-//	slotpoller run [-config PATH] [-env-file PATH] [-log-format json|text] [-log-level LEVEL] [-node-name NAME] [-admin-listen ADDR]
-//	slotpoller install [-config PATH] | uninstall | start | stop | restart
-//	slotpoller config show [-config PATH] [-json]
-//	slotpoller enqueue -endpoint PATH [-in DURATION | -at RFC3339] [-payload TEXT] [-max-attempts N] ...
-//	slotpoller job list|show|retry|cancel ...
-//	slotpoller status [-json] [-config PATH] [-env-file PATH]
-//	slotpoller task add|list|delete ...
-//	slotpoller schedule add|list|remove|pause|resume ...
-//	slotpoller schema migrate|status [-config PATH]
+//	slotpoller run | install | uninstall | start | stop | restart
+//	slotpoller config show
+//	slotpoller enqueue
+//	slotpoller job list | show | retry | cancel
+//	slotpoller status
+//	slotpoller task add | list | delete
+//	slotpoller schedule add | list | remove | pause | resume | trigger
+//	slotpoller schema migrate | status
+//	slotpoller version
+//
+// Every verb answers -h with its flags and examples; the command table in
+// cmd_help.go is the one list of them, and docs/cli.md is generated from
+// their helps.
 package main
 
 import (
@@ -31,42 +35,6 @@ import (
 	"github.com/slotpoller/slotpoller/service"
 )
 
-const usage = `slotpoller runs a farm's background jobs from one shared SQL database.
-
-Usage:
-  slotpoller run [-config PATH] [flags]         run this node in the foreground (-service: under the service manager, as install registers it)
-                 [-log-format json|text] [-log-level debug|info|warn|error] [-node-name NAME] [-admin-listen ADDR]
-  slotpoller install [-config PATH]             register the OS service "slotpoller" (root/Administrator)
-  slotpoller uninstall                          stop and remove the OS service (root/Administrator)
-  slotpoller start | stop | restart             control the OS service
-  slotpoller config show [-config PATH] [-json] the effective configuration, secrets masked, and where each value came from
-  slotpoller enqueue -endpoint PATH [flags]     add a one-off job; prints its id
-                 [-payload TEXT | -payload-file FILE|-] [-in D | -at TIME] [-unique-key K] ...
-  slotpoller job list [-state S] [-endpoint PREFIX] [-since D] [-limit N] [-cursor C] [-json]
-                                                jobs, newest first; -state retrying: backing off after a failure
-  slotpoller job show ID [-json]                a job: attempts, nodes, last status and error, in database time
-  slotpoller job retry ID | -state dead|failed|cancelled|missed [-since D] [-limit N]
-                                                run finished jobs again with a fresh attempt budget
-  slotpoller job cancel ID                      cancel a waiting job
-  slotpoller status [-json] [-config PATH]      the local service; nodes, their clock offsets, jobs by state
-  slotpoller task add -name NAME -endpoint PATH -every DURATION
-                                                add an endless task, called once per interval by one node
-  slotpoller task list [-json]                  tasks with owner, since, calls, last result
-  slotpoller task delete -name NAME [-wait D]   stop a task; its owner stops calling within an interval and a heartbeat
-  slotpoller schedule add -name NAME (-every D | -cron EXPR [-tz ZONE]) -endpoint PATH
-                       [-tolerance D] [-misfire once|skip|all] [-overlap forbid|allow]
-                                                add a recurring schedule: each occurrence runs once
-  slotpoller schedule list [-json]              next fire time, last result, missed count
-  slotpoller schedule remove|pause|resume -name NAME
-  slotpoller schema migrate [-config PATH]      create or upgrade the database schema
-  slotpoller schema status [-config PATH]       show the schema version
-  slotpoller version
-
-Every verb reads config.yaml (or -config PATH) and SLOTPOLLER_<SECTION>_<KEY>
-environment variables: defaults < config.yaml < environment < flags.
-Run "slotpoller VERB -h" for a verb's flags.
-`
-
 var version = "dev"
 
 func main() {
@@ -81,14 +49,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 // runWith is run with a standard input (enqueue -payload-file -).
 func runWith(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return 2
 	}
 	verb, rest := args[0], args[1:]
+	if verb == "help" && len(rest) > 0 {
+		// help VERB [SUB]: the verb's own -h.
+		return runWith(append(rest, "-h"), stdin, stdout, stderr)
+	}
+	if isGroup(verb) && len(rest) > 0 && isHelp(rest[0]) {
+		if len(rest) > 1 && rest[0] == "help" { // job help list
+			return runWith(append([]string{verb}, append(rest[1:], "-h")...), stdin, stdout, stderr)
+		}
+		writeGroupHelp(stdout, verb)
+		return 0
+	}
 	var err error
 	switch verb {
 	case "run":
-		err = cmdRun(rest, stderr)
+		err = cmdRun(rest, stdout, stderr)
 	case "install":
 		err = cmdInstall(rest, stdout, stderr)
 	case "uninstall":
@@ -110,11 +89,13 @@ func runWith(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "schedule":
 		err = cmdSchedule(rest, stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "slotpoller", version)
+		if err = newBareFlags("version", stdout).parse(rest); err == nil {
+			fmt.Fprintln(stdout, "slotpoller", version)
+		}
 	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage())
 	default:
-		fmt.Fprintf(stderr, "slotpoller: unknown verb %q\n\n%s", verb, usage)
+		fmt.Fprintf(stderr, "slotpoller: unknown verb %q\n\n%s", verb, usage())
 		return 2
 	}
 	var ue usageError
@@ -125,31 +106,34 @@ func runWith(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue), errors.As(err, &fe):
-		fmt.Fprintln(stderr, "slotpoller "+verb+":", err)
+		fmt.Fprintln(stderr, "slotpoller "+verb+":", errorText(err))
+		fmt.Fprintf(stderr, "run \"slotpoller %s -h\" for its usage\n", helpName(verb, rest))
 		return 2
 	default:
-		fmt.Fprintln(stderr, "slotpoller "+verb+":", err)
+		fmt.Fprintln(stderr, "slotpoller "+verb+":", errorText(err))
 		return 1
 	}
+}
+
+// helpName is the command whose help a usage error points to: the
+// sub-verb when the command line named one, else the verb.
+func helpName(verb string, rest []string) string {
+	if len(rest) > 0 {
+		if _, ok := findCommand(verb + " " + rest[0]); ok {
+			return verb + " " + rest[0]
+		}
+	}
+	return verb
 }
 
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-func newFlags(verb string, stderr io.Writer) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet("slotpoller "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfg := fs.String("config", "", "config file (default config.yaml in the working directory, if it exists)")
-	return fs, cfg
-}
-
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+// parse parses a verb's flags, which take no other argument.
+func (fs *flagSet) parse(args []string) error {
+	if err := fs.parseFlags(args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
@@ -185,9 +169,11 @@ func loadConfigWith(path, envFile string, flags []service.Flag) (service.Config,
 }
 
 // addEnvFileFlag defines -env-file on fs.
-func addEnvFileFlag(fs *flag.FlagSet) *string {
-	return fs.String("env-file", "", "environment file to read SLOTPOLLER_* variables from (one NAME=value a line, the value literal); "+
-		"`slotpoller install` writes one on System V init")
+func addEnvFileFlag(fs *flagSet) *string {
+	// Only the word "file" is backquoted: flag.PrintDefaults names the
+	// flag's value after the backquoted word.
+	return fs.String("env-file", "", "environment `file` to read SLOTPOLLER_* variables from (one NAME=value a line, the value literal); "+
+		"\"slotpoller install\" writes one on System V init")
 }
 
 // overrideFlags are the flags that override a key of the configuration.
@@ -200,7 +186,7 @@ var overrideFlags = []struct{ name, key, usage string }{
 
 // addOverrideFlags defines the override flags on fs; the function it
 // returns lists those given on the command line.
-func addOverrideFlags(fs *flag.FlagSet) func() []service.Flag {
+func addOverrideFlags(fs *flagSet) func() []service.Flag {
 	for _, o := range overrideFlags {
 		fs.String(o.name, "", o.usage)
 	}
@@ -286,6 +272,21 @@ func checkName(kind, name string) error {
 		return usageError{fmt.Sprintf("-name %q: %v", name, err)}
 	}
 	return nil
+}
+
+// errorText is err as the operator reads it. The store's duplicate
+// errors say what exists, then wrap store.ErrDuplicate, "already exists":
+// those words are left off where the message said so already.
+func errorText(err error) string {
+	msg := err.Error()
+	if !errors.Is(err, store.ErrDuplicate) {
+		return msg
+	}
+	dup := ": " + store.ErrDuplicate.Error()
+	if i := strings.LastIndex(msg, dup); i >= 0 && strings.Contains(msg[:i], " exists") {
+		return msg[:i] + msg[i+len(dup):]
+	}
+	return msg
 }
 
 // inDatabase says which database err is about: the driver and the DSN,

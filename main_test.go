@@ -181,6 +181,7 @@ func TestTaskVerbs(t *testing.T) {
 	code, _, errOut = cli(t, "task", "add", "-name", "feed", "-endpoint", "/other", "-every", "5s", "-config", cfg)
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, `a task named "feed" exists`)
+	require.Equal(t, 1, strings.Count(errOut, "exists"), "the message says it once: %s", errOut)
 
 	code, out, errOut = cli(t, "task", "list", "-json", "-config", cfg)
 	require.Equal(t, 0, code, errOut)
@@ -224,7 +225,8 @@ func TestScheduleVerbs(t *testing.T) {
 	require.Contains(t, out, `schedule "nightly" added; first occurrence`)
 	code, _, errOut = cli(t, "schedule", "add", "-name", "nightly", "-every", "1h", "-endpoint", "/x", "-config", cfg)
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "exists")
+	require.Contains(t, errOut, `a schedule named "nightly"`)
+	require.Equal(t, 1, strings.Count(errOut, "exists"), "the message says it once: %s", errOut)
 
 	code, out, _ = cli(t, "schedule", "pause", "-name", "nightly", "-config", cfg)
 	require.Equal(t, 0, code)

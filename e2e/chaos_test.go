@@ -39,6 +39,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/callproto"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
@@ -150,7 +151,7 @@ type chaosRecorder struct {
 func (r *chaosRecorder) handler(w http.ResponseWriter, req *http.Request) {
 	c := chaosCall{node: req.Header.Get("X-Slotpoller-Node"), path: req.URL.Path, start: time.Now()}
 	c.token, _ = strconv.ParseInt(req.Header.Get("X-Slotpoller-Token"), 10, 64)
-	c.deadline, _ = time.Parse(jobs.DeadlineFormat, req.Header.Get(jobs.HeaderDeadline))
+	c.deadline, _ = time.Parse(callproto.DeadlineFormat, req.Header.Get(callproto.HeaderDeadline))
 	var work time.Duration
 	defer func() {
 		r.mu.Lock()

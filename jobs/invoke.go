@@ -19,32 +19,17 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/slotpoller/slotpoller/callproto"
 )
 
-// Headers the invoker sends on every call. The reserved ones always carry
-// the call's own values: Call.Headers cannot override them.
+// The headers of a call and its signature are the call protocol's
+// (callproto): an endpoint checks them with that package alone.
 const (
-	HeaderJob            = "X-Slotpoller-Job"
-	HeaderTask           = "X-Slotpoller-Task"
-	HeaderNode           = "X-Slotpoller-Node"
-	HeaderToken          = "X-Slotpoller-Token"
-	HeaderAttempt        = "X-Slotpoller-Attempt"
-	HeaderIdempotencyKey = "Idempotency-Key"
-	HeaderDeadline       = "X-Slotpoller-Deadline"
-	HeaderTimeoutMs      = "X-Slotpoller-Timeout-Ms"
-	// HeaderTimestamp and HeaderSignature are sent only by an invoker with a
-	// SigningKey; see Sign.
-	HeaderTimestamp = "X-Slotpoller-Timestamp"
-	HeaderSignature = "X-Slotpoller-Signature"
-
 	// UserAgent is the User-Agent of every call.
 	UserAgent = "slotpoller"
 
-	// DeadlineFormat is the layout of X-Slotpoller-Deadline: RFC 3339 in UTC
-	// with milliseconds, e.g. 2024-05-01T12:00:30.000Z.
-	DeadlineFormat = "2006-01-02T15:04:05.000Z07:00"
-
-	// callHeaders is how many of the headers above every call carries
+	// callHeaders is how many of callproto's headers every call carries
 	// (User-Agent aside): job or task, node, token, attempt, idempotency
 	// key, deadline and timeout.
 	callHeaders = 7
@@ -455,8 +440,8 @@ func (inv *Invoker) client() *http.Client {
 // headers when not signing.
 func (inv *Invoker) resign(req *http.Request) error {
 	if len(inv.SigningKey) == 0 {
-		req.Header.Del(HeaderTimestamp)
-		req.Header.Del(HeaderSignature)
+		req.Header.Del(callproto.HeaderTimestamp)
+		req.Header.Del(callproto.HeaderSignature)
 		return nil
 	}
 	var body []byte
@@ -471,7 +456,7 @@ func (inv *Invoker) resign(req *http.Request) error {
 			return fmt.Errorf("re-reading the payload to sign the redirect: %w", err)
 		}
 	}
-	signRequest(req, body, inv.SigningKey, inv.now())
+	callproto.SignRequest(req, body, inv.SigningKey, inv.now())
 	return nil
 }
 
@@ -521,7 +506,7 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 	// The protocol's own values that come from the row: one that no
 	// request can carry fails the call at once, never a retry.
 	for _, h := range [...]struct{ name, value string }{
-		{HeaderIdempotencyKey, c.IdempotencyKey}, {HeaderTask, c.Task}, {HeaderNode, c.Node},
+		{callproto.HeaderIdempotencyKey, c.IdempotencyKey}, {callproto.HeaderTask, c.Task}, {callproto.HeaderNode, c.Node},
 	} {
 		if i := indexHeaderControl(h.value); i >= 0 {
 			return Result{Verdict: Fail, Err: fmt.Sprintf("%s %q has a control character at byte %d; a request header cannot carry it", h.name, h.value, i)}
@@ -569,24 +554,24 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 		key = "slotpoller-job-" + strconv.FormatInt(c.JobID, 10)
 	}
 	if c.Task != "" {
-		set(HeaderTask, c.Task)
+		set(callproto.HeaderTask, c.Task)
 	} else {
-		set(HeaderJob, strconv.FormatInt(c.JobID, 10))
+		set(callproto.HeaderJob, strconv.FormatInt(c.JobID, 10))
 	}
-	set(HeaderNode, c.Node)
-	set(HeaderToken, strconv.FormatInt(c.Token, 10))
-	set(HeaderAttempt, strconv.Itoa(c.Attempt))
-	set(HeaderIdempotencyKey, key)
-	set(HeaderDeadline, start.Add(c.Timeout).UTC().Format(DeadlineFormat))
-	set(HeaderTimeoutMs, strconv.FormatInt(c.Timeout.Milliseconds(), 10))
+	set(callproto.HeaderNode, c.Node)
+	set(callproto.HeaderToken, strconv.FormatInt(c.Token, 10))
+	set(callproto.HeaderAttempt, strconv.Itoa(c.Attempt))
+	set(callproto.HeaderIdempotencyKey, key)
+	set(callproto.HeaderDeadline, start.Add(c.Timeout).UTC().Format(callproto.DeadlineFormat))
+	set(callproto.HeaderTimeoutMs, strconv.FormatInt(c.Timeout.Milliseconds(), 10))
 	if len(inv.SigningKey) > 0 {
 		// Signed last, over exactly what is sent: the method and request
 		// line target of req, the headers set above, and the payload as
 		// its body.
-		signRequest(req, c.Payload, inv.SigningKey, start)
+		callproto.SignRequest(req, c.Payload, inv.SigningKey, start)
 	} else {
-		req.Header.Del(HeaderTimestamp)
-		req.Header.Del(HeaderSignature)
+		req.Header.Del(callproto.HeaderTimestamp)
+		req.Header.Del(callproto.HeaderSignature)
 	}
 
 	resp, err := inv.client().Do(req)

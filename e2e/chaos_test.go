@@ -43,6 +43,7 @@ import (
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/service"
@@ -296,7 +297,7 @@ func TestChaos(t *testing.T) {
 		pg := startPrivatePostgres(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		s, err := store.Open(ctx, "postgres", pg.DSN())
+		s, err := open.Store(ctx, "postgres", pg.DSN())
 		require.NoError(t, err)
 		defer s.Close()
 		_, err = install.Migrate(ctx, s)

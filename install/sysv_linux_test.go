@@ -16,6 +16,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/callproto"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/stretchr/testify/require"
 )
@@ -68,7 +69,7 @@ func TestSysvInstallStartStopUninstall(t *testing.T) {
 
 	// The database, with a job whose call takes 5 s.
 	ctx := context.Background()
-	s, err := store.Open(ctx, "sqlite", dsn)
+	s, err := open.Store(ctx, "sqlite", dsn)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	_, err = Migrate(ctx, s)

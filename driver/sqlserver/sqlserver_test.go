@@ -39,4 +39,3 @@ func TestErrors(t *testing.T) {
 	require.False(t, d.UniqueViolation(deadlock))
 	require.False(t, d.UniqueViolation(nil))
 }
-

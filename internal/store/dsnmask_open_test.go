@@ -28,4 +28,3 @@ func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 		require.Empty(t, store.Leaks(err.Error()), "%s: %v", dsn, err)
 	}
 }
-

@@ -143,8 +143,8 @@ type Invoker struct {
 	// against their own clock, so this should be the machine's wall clock.
 	Now func() time.Time
 	// SigningKey, when not empty, makes every call carry
-	// X-Slotpoller-Timestamp and X-Slotpoller-Signature (see Sign and
-	// VerifySignature); nil means calls are not signed. A secret: never
+	// X-Slotpoller-Timestamp and X-Slotpoller-Signature (see callproto.Sign
+	// and callproto.Verifier); nil means calls are not signed. A secret: never
 	// log it. It must not be modified while calls are made.
 	SigningKey []byte
 

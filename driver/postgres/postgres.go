@@ -1,7 +1,7 @@
 // Package postgres is slotpoller's support for PostgreSQL, through
 // github.com/jackc/pgx/v5 (database/sql's "pgx" driver): an application
 // gives Driver() to client.New with the *sql.DB it opened. It imports pgx
-// and no other database driver.
+// (which registers "pgx" with database/sql) and no other database driver.
 //
 // Invariants: every connection the node's pool opens has JIT compilation
 // off unless the DSN sets jit itself; the admin reads are planned for

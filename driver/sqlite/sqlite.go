@@ -1,7 +1,8 @@
 // Package sqlite is slotpoller's support for SQLite, through
 // modernc.org/sqlite (pure Go, database/sql's "sqlite" driver): an
 // application gives Driver() to client.New with the *sql.DB it opened. It
-// imports modernc.org/sqlite and no other database driver.
+// imports modernc.org/sqlite (which registers "sqlite" with database/sql)
+// and no other database driver.
 //
 // Invariants: a file the node opens is in WAL mode, waits up to 10 s for
 // the write lock and begins its transactions IMMEDIATE, unless its "file:"

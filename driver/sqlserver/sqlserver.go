@@ -2,7 +2,8 @@
 // Babelfish, through github.com/microsoft/go-mssqldb (database/sql's
 // "sqlserver" driver, which binds @p1..@pN): an application gives
 // Driver() to client.New with the *sql.DB it opened. It imports go-mssqldb
-// and no other database driver.
+// (which registers "sqlserver" with database/sql) and no other database
+// driver.
 //
 // Invariants: every parameter is bound with a declared type that does not
 // depend on its value (one cached plan per statement); errors are told

@@ -235,6 +235,6 @@ func withClient(cfg service.Config, use dbUse, f func(context.Context, *client.C
 }
 
 func newClient(s *store.Store, cfg service.Config) (*client.Client, error) {
-	return client.New(s.DB(), cfg.Database.Driver, client.WithSchema(cfg.Database.Schema),
+	return client.New(s.DB(), s.Driver(), client.WithSchema(cfg.Database.Schema),
 		client.WithDefaultMaxAttempts(cfg.Jobs.MaxAttempts), client.WithActor("cli"))
 }

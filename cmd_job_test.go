@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/internal/clock"
-	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/stretchr/testify/require"
 )
@@ -76,7 +76,7 @@ func TestJobCommands(t *testing.T) {
 	failing := enqueue(`{"from":"stdin"}`, "-endpoint", "/jobs/fail", "-payload-file", "-", "-unique-key", "fail-1")
 	later := enqueue("", "-endpoint", "/jobs/later", "-in", "1h")
 
-	s, err := store.Open(context.Background(), "sqlite", dbPath)
+	s, err := open.Store(context.Background(), "sqlite", dbPath)
 	require.NoError(t, err)
 	defer s.Close()
 	for id, want := range map[int64]string{ok: `{"from":"file"}`, failing: `{"from":"stdin"}`} {

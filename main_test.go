@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/stretchr/testify/require"
 )
 
@@ -120,7 +120,7 @@ func TestSchemaEnqueueStatus(t *testing.T) {
 	id, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
 	require.NoError(t, err, "enqueue prints the job id, got %q", out)
 
-	s, err := store.Open(context.Background(), "sqlite", filepath.Join(dir, "farm.db"))
+	s, err := open.Store(context.Background(), "sqlite", filepath.Join(dir, "farm.db"))
 	require.NoError(t, err)
 	defer s.Close()
 	j, err := s.JobGet(context.Background(), id)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/service"
 	"github.com/stretchr/testify/require"
 )
@@ -41,7 +41,7 @@ func TestRunServiceReturnsTheErrorOfANodeThatGaveUp(t *testing.T) {
 	path := writeConfig(t, "database:\n  dsn: "+dsn+"\n")
 	code, _, errOut := cli(t, "schema", "migrate", "-config", path)
 	require.Equal(t, 0, code, errOut)
-	s, err := store.Open(context.Background(), "sqlite", dsn)
+	s, err := open.Store(context.Background(), "sqlite", dsn)
 	require.NoError(t, err)
 	_, err = s.DB().Exec(`INSERT INTO slotpoller_schema_version (version, description, applied_at) VALUES (42, 'future', 0)`)
 	require.NoError(t, err)
@@ -68,7 +68,7 @@ func TestRunServiceStopsOnSIGTERM(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- runService(cfg, io.Discard) }()
 
-	s, err := store.Open(context.Background(), "sqlite", dsn)
+	s, err := open.Store(context.Background(), "sqlite", dsn)
 	require.NoError(t, err)
 	defer s.Close()
 	state := func() string {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/stretchr/testify/require"
 )
 
@@ -103,7 +104,7 @@ func TestForegroundRunStopsGracefullyOnSIGHUPAndAtOnceOnASecondSignal(t *testing
 	id, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
 	require.NoError(t, err)
 
-	s, err := store.Open(context.Background(), "sqlite", dsn)
+	s, err := open.Store(context.Background(), "sqlite", dsn)
 	require.NoError(t, err)
 	defer s.Close()
 	nodeState := func() string {

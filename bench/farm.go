@@ -18,6 +18,7 @@ import (
 	"github.com/slotpoller/slotpoller/bench/benchkit"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/service"
 )
@@ -53,7 +54,7 @@ func newSchema(ctx context.Context, base string) (*schema, error) {
 		}
 		sc.dsn = store.PostgresWithSchema(base, sc.name)
 	}
-	sc.store, err = store.Open(ctx, driver, sc.dsn, opts...)
+	sc.store, err = open.Store(ctx, driver, sc.dsn, opts...)
 	if err != nil {
 		sc.drop()
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"github.com/slotpoller/slotpoller/bench/benchkit"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/service"
 )
@@ -29,7 +30,7 @@ func (s slotSide) Name() string  { return s.name }
 func (s slotSide) Slotted() bool { return true }
 
 func (s slotSide) Migrate(ctx context.Context, db *benchkit.Database) error {
-	st, err := store.Open(ctx, "postgres", db.FeederDSN)
+	st, err := open.Store(ctx, "postgres", db.FeederDSN)
 	if err != nil {
 		return err
 	}
@@ -49,7 +50,7 @@ type slotFarm struct {
 }
 
 func (s slotSide) Start(ctx context.Context, db *benchkit.Database, spec benchkit.Spec) (benchkit.Farm, error) {
-	feeder, err := store.Open(ctx, "postgres", db.FeederDSN)
+	feeder, err := open.Store(ctx, "postgres", db.FeederDSN)
 	if err != nil {
 		return nil, err
 	}

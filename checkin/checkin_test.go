@@ -9,6 +9,7 @@ import (
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/stretchr/testify/require"
 )
@@ -326,7 +327,7 @@ func TestLockingNodesLearnOfABacklogByANote(t *testing.T) {
 	sb, dsn := storetest.Open(t, "postgres")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := store.Open(ctx, "postgres", dsn) // a's own, to count only a's statements
+	s, err := open.Store(ctx, "postgres", dsn) // a's own, to count only a's statements
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	c := clock.NewFake(t0)
@@ -389,7 +390,7 @@ func TestLockingNodeReadsALateNoteWhenItsSlotIsUp(t *testing.T) {
 	sb, dsn := storetest.Open(t, "postgres")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := store.Open(ctx, "postgres", dsn)
+	s, err := open.Store(ctx, "postgres", dsn)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	c := clock.NewFake(t0)

@@ -4,10 +4,15 @@
 // job, and retry finished ones.
 //
 // A Client works on the farm's database directly, through a *sql.DB the
-// application opened with one of the drivers slotpoller uses: "sqlite"
-// (modernc.org/sqlite), "pgx" (github.com/jackc/pgx/v5/stdlib) for
-// PostgreSQL, or "sqlserver" (github.com/microsoft/go-mssqldb). The schema
-// must be migrated (slotpoller schema migrate). A job enqueued with
+// application opened with one of the drivers slotpoller uses, and that
+// database's Driver from its package: postgres.Driver() (package
+// github.com/slotpoller/slotpoller/driver/postgres, for a pool of
+// github.com/jackc/pgx/v5/stdlib's "pgx"), sqlserver.Driver()
+// (driver/sqlserver, github.com/microsoft/go-mssqldb's "sqlserver") or
+// sqlite.Driver() (driver/sqlite, modernc.org/sqlite's "sqlite"). This
+// package imports no database driver: the application compiles in only
+// the one it uses. The schema must be migrated (slotpoller schema
+// migrate). A job enqueued with
 // EnqueueTx in a transaction that rolls back never runs; one in a
 // transaction that commits runs once (at least once if a node dies while
 // calling it: the endpoint gets a stable Idempotency-Key for that).
@@ -24,23 +29,23 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/slotpoller/slotpoller/internal/jobspec"
 	"github.com/slotpoller/slotpoller/internal/store"
-	"github.com/slotpoller/slotpoller/jobs"
 )
 
 // Limits of a job's fields; Enqueue refuses a job beyond them with a
 // *FieldError.
 const (
-	MaxPayload     = jobs.MaxPayload     // bytes of a request body: 1 MiB
-	MaxAttempts    = jobs.MaxAttempts    // attempts of a job
-	MaxLeadTime    = jobs.MaxLeadTime    // how far ahead a job may be due: 366 days
-	MaxUniqueKey   = jobs.MaxUniqueKey   // characters of a unique key
-	MaxCallTimeout = jobs.MaxCallTimeout // a call's deadline
+	MaxPayload     = jobspec.MaxPayload     // bytes of a request body: 1 MiB
+	MaxAttempts    = jobspec.MaxAttempts    // attempts of a job
+	MaxLeadTime    = jobspec.MaxLeadTime    // how far ahead a job may be due: 366 days
+	MaxUniqueKey   = jobspec.MaxUniqueKey   // characters of a unique key
+	MaxCallTimeout = jobspec.MaxCallTimeout // a call's deadline
 )
 
 // DefaultMaxAttempts is a job's attempt budget when Job.MaxAttempts is 0
 // and no WithDefaultMaxAttempts says otherwise.
-const DefaultMaxAttempts = jobs.DefaultMaxAttempts
+const DefaultMaxAttempts = jobspec.DefaultMaxAttempts
 
 // MaxBatch is the most jobs one EnqueueMany writes.
 const MaxBatch = 10000
@@ -51,7 +56,6 @@ type Client struct {
 	s           *store.Store
 	maxAttempts int
 	actor       string
-	local       *jobs.Runner
 }
 
 // Statements returns how many statements the client has sent to the
@@ -65,7 +69,6 @@ type options struct {
 	schema      string
 	maxAttempts int
 	actor       string
-	local       *jobs.Runner
 }
 
 // WithSchema names the SQL Server schema that holds slotpoller's tables
@@ -93,36 +96,32 @@ func WithActor(name string) Option {
 	return func(o *options) error { o.actor = name; return nil }
 }
 
-// WithLocalRunner makes Enqueue start a job due now on the node that runs
-// r, when it has room: the job is inserted already claimed by that node
-// and called at once (Runner.StartNow). It is how a node's own API gives
-// the applications on its host an immediate start. Enqueues in the
-// application's transaction are never started early: the job must not
-// run before the transaction commits.
-func WithLocalRunner(r *jobs.Runner) Option {
-	return func(o *options) error { o.local = r; return nil }
+// Driver is one database's support: postgres.Driver(), sqlserver.Driver()
+// or sqlite.Driver(), from the package of that database under
+// github.com/slotpoller/slotpoller/driver, each of which imports that
+// database's Go driver alone. Only those packages implement it.
+type Driver interface {
+	store.Driver
 }
 
-// New returns a client of the farm whose database db is. driver is the
-// nodes' database.driver: "sqlite", "postgres" or "sqlserver". New sends
-// nothing to the database.
-func New(db *sql.DB, driver string, opts ...Option) (*Client, error) {
+// New returns a client of the farm whose database db is, on the database
+// of d: the Driver of the database/sql driver db was opened with. New
+// sends nothing to the database.
+func New(db *sql.DB, d Driver, opts ...Option) (*Client, error) {
+	if d == nil {
+		return nil, errors.New("client.New needs the database's Driver (postgres.Driver(), sqlserver.Driver() or sqlite.Driver())")
+	}
 	o := options{maxAttempts: DefaultMaxAttempts, actor: "client"}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
 		}
 	}
-	d, err := store.DialectFor(driver)
+	s, err := store.Wrap(db, d, o.schema)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := d.(store.SQLServer); ok {
-		if d, err = store.NewSQLServer(o.schema); err != nil {
-			return nil, err
-		}
-	}
-	return &Client{s: store.New(db, d), maxAttempts: o.maxAttempts, actor: o.actor, local: o.local}, nil
+	return &Client{s: s, maxAttempts: o.maxAttempts, actor: o.actor}, nil
 }
 
 // Job is a job to enqueue.
@@ -244,14 +243,7 @@ func (c *Client) enqueue(ctx context.Context, s *store.Store, j Job) (int64, err
 			return 0, err
 		}
 	}
-	var id int64
-	taken := false
-	if c.local != nil && !s.InTx() {
-		id, taken, err = c.local.StartNow(ctx, nj)
-	}
-	if !taken {
-		id, err = s.JobInsert(ctx, nj)
-	}
+	id, err := s.JobInsert(ctx, nj)
 	if errors.Is(err, store.ErrDuplicate) {
 		return 0, &DuplicateError{UniqueKey: nj.UniqueKey, ID: id}
 	}
@@ -338,8 +330,8 @@ func (c *Client) newJob(j Job, index int) (store.NewJob, error) {
 		at := j.RunAt
 		nj.RunAt = &at
 	}
-	if err := jobs.CheckNewJob(&nj); err != nil {
-		var fe *jobs.FieldError
+	if err := jobspec.CheckNewJob(&nj); err != nil {
+		var fe *jobspec.FieldError
 		if errors.As(err, &fe) {
 			return nj, &FieldError{Index: index, Field: fe.Field, Problem: fe.Problem}
 		}

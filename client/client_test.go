@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/driver/postgres"
+	"github.com/slotpoller/slotpoller/driver/sqlite"
+	"github.com/slotpoller/slotpoller/driver/sqlserver"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
@@ -42,7 +45,7 @@ type seen struct {
 
 func newFarm(t *testing.T, driver string) *farm {
 	s, db := storetest.OpenDB(t, driver)
-	c, err := client.New(s.DB(), driver, client.WithSchema(db.Schema))
+	c, err := client.New(s.DB(), driverOf(t, driver), client.WithSchema(db.Schema))
 	require.NoError(t, err)
 	f := &farm{c: c, s: s, schema: db.Schema, calls: map[string]int{}, last: map[string]seen{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -63,6 +66,21 @@ func newFarm(t *testing.T, driver string) *farm {
 	f.runner = jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: 64,
 		Lease: 15 * time.Second, Timeout: 5 * time.Second, Clock: clock.NewFake(time.Now()), Rand: func() float64 { return 0 }})
 	return f
+}
+
+// driverOf is the Driver an application gives client.New for a
+// database.driver name.
+func driverOf(t *testing.T, name string) client.Driver {
+	switch name {
+	case "postgres":
+		return postgres.Driver()
+	case "sqlserver":
+		return sqlserver.Driver()
+	case "sqlite":
+		return sqlite.Driver()
+	}
+	t.Fatalf("no driver package for %q", name)
+	return nil
 }
 
 // poll runs one turn of the node and waits for its calls.
@@ -323,11 +341,11 @@ func TestEnqueueValidation(t *testing.T) {
 	_, err := f.c.Enqueue(ctx, client.Job{Endpoint: "/x", Payload: make([]byte, client.MaxPayload)})
 	require.NoError(t, err, "a payload of exactly 1 MiB is allowed")
 
-	_, err = client.New(f.s.DB(), "mysql")
+	_, err = client.New(f.s.DB(), nil)
 	require.Error(t, err)
-	_, err = client.New(f.s.DB(), "sqlserver", client.WithSchema("bad name"))
+	_, err = client.New(f.s.DB(), sqlserver.Driver(), client.WithSchema("bad name"))
 	require.Error(t, err)
-	_, err = client.New(f.s.DB(), "sqlite", client.WithDefaultMaxAttempts(0))
+	_, err = client.New(f.s.DB(), sqlite.Driver(), client.WithDefaultMaxAttempts(0))
 	require.Error(t, err)
 	require.False(t, errors.Is(err, client.ErrNotFound))
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	mssql "github.com/microsoft/go-mssqldb"
+	"github.com/slotpoller/slotpoller/callproto"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -111,18 +112,18 @@ func TestEntryPointTx(t *testing.T) {
 		f.mu.Unlock()
 		require.Equal(t, "PUT", got.method)
 		require.Equal(t, string(payload), got.body)
-		require.Equal(t, strconv.FormatInt(id, 10), got.header.Get(jobs.HeaderJob))
-		require.Equal(t, "order-42-v1", got.header.Get(jobs.HeaderIdempotencyKey))
-		require.Equal(t, "1", got.header.Get(jobs.HeaderAttempt))
-		require.Equal(t, "2500", got.header.Get(jobs.HeaderTimeoutMs))
+		require.Equal(t, strconv.FormatInt(id, 10), got.header.Get(callproto.HeaderJob))
+		require.Equal(t, "order-42-v1", got.header.Get(callproto.HeaderIdempotencyKey))
+		require.Equal(t, "1", got.header.Get(callproto.HeaderAttempt))
+		require.Equal(t, "2500", got.header.Get(callproto.HeaderTimeoutMs))
 		require.Equal(t, "application/json", got.header.Get("Content-Type"))
 
 		// The defaults are the Go client's: POST, 33 attempts, a generated
 		// idempotency key that the Go rules accept.
 		require.Equal(t, "POST", dflt.method)
-		require.Equal(t, strconv.FormatInt(id2, 10), dflt.header.Get(jobs.HeaderJob))
-		require.Regexp(t, `^slotpoller-[0-9a-f]{32}$`, dflt.header.Get(jobs.HeaderIdempotencyKey))
-		require.NoError(t, jobs.ValidateName("idempotency key", dflt.header.Get(jobs.HeaderIdempotencyKey)))
+		require.Equal(t, strconv.FormatInt(id2, 10), dflt.header.Get(callproto.HeaderJob))
+		require.Regexp(t, `^slotpoller-[0-9a-f]{32}$`, dflt.header.Get(callproto.HeaderIdempotencyKey))
+		require.NoError(t, jobs.ValidateName("idempotency key", dflt.header.Get(callproto.HeaderIdempotencyKey)))
 		j, err := f.c.Get(ctx, id2)
 		require.NoError(t, err)
 		require.Equal(t, jobs.DefaultMaxAttempts, j.MaxAttempts)

@@ -11,16 +11,40 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/driver/postgres"
+	"github.com/slotpoller/slotpoller/driver/sqlite"
 	"github.com/slotpoller/slotpoller/install"
-	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 )
+
+// The application opens its database as it always does, and gives
+// client.New the Driver of that database's package: here PostgreSQL, with
+// pgx's database/sql driver "pgx" (which driver/postgres imports). Only
+// pgx is compiled in; sqlserver.Driver() and sqlite.Driver() are the
+// others'.
+func ExampleNew() {
+	db, err := sql.Open("pgx", os.Getenv("FARM_DSN")) // postgres://app@db/farm
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	c, err := client.New(db, postgres.Driver(), client.WithActor("billing"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	id, err := c.Enqueue(context.Background(), client.Job{Endpoint: "/jobs/nightly-report", Delay: time.Hour})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("enqueued job", id)
+}
 
 // Enqueue a job in the application's own transaction: it exists, and runs,
 // only if the order is committed.
 func ExampleClient_EnqueueTx() {
-	db := exampleDB() // sql.Open("pgx", dsn), sql.Open("sqlserver", dsn) ...
+	db := exampleDB() // the application's own database: sql.Open("sqlite", path)
 	ctx := context.Background()
-	c, err := client.New(db, "sqlite")
+	c, err := client.New(db, sqlite.Driver())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -59,7 +83,7 @@ func ExampleClient_EnqueueTx() {
 func ExampleClient_RetryMatching() {
 	db := exampleDB()
 	ctx := context.Background()
-	c, err := client.New(db, "sqlite")
+	c, err := client.New(db, sqlite.Driver())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -78,19 +102,28 @@ func ExampleClient_RetryMatching() {
 	// Output: retried 0
 }
 
-// exampleDB is a migrated SQLite database in a temporary folder.
+// exampleDB opens, as an application would, a SQLite farm database that a
+// node migrated (slotpoller schema migrate) in a temporary folder.
 func exampleDB() *sql.DB {
 	dir, err := os.MkdirTemp("", "slotpoller-example")
 	if err != nil {
 		log.Fatal(err)
 	}
+	path := filepath.Join(dir, "farm.db")
 	ctx := context.Background()
-	s, err := store.Open(ctx, "sqlite", filepath.Join(dir, "farm.db"))
+	s, err := open.Store(ctx, "sqlite", path)
 	if err != nil {
 		log.Fatal(err)
 	}
 	if _, err := install.Migrate(ctx, s); err != nil {
 		log.Fatal(err)
 	}
-	return s.DB()
+	if err := s.Close(); err != nil {
+		log.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path) // modernc.org/sqlite, which driver/sqlite imports
+	if err != nil {
+		log.Fatal(err)
+	}
+	return db
 }

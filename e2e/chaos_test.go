@@ -39,9 +39,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/callproto"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/service"
@@ -150,7 +152,7 @@ type chaosRecorder struct {
 func (r *chaosRecorder) handler(w http.ResponseWriter, req *http.Request) {
 	c := chaosCall{node: req.Header.Get("X-Slotpoller-Node"), path: req.URL.Path, start: time.Now()}
 	c.token, _ = strconv.ParseInt(req.Header.Get("X-Slotpoller-Token"), 10, 64)
-	c.deadline, _ = time.Parse(jobs.DeadlineFormat, req.Header.Get(jobs.HeaderDeadline))
+	c.deadline, _ = time.Parse(callproto.DeadlineFormat, req.Header.Get(callproto.HeaderDeadline))
 	var work time.Duration
 	defer func() {
 		r.mu.Lock()
@@ -295,7 +297,7 @@ func TestChaos(t *testing.T) {
 		pg := startPrivatePostgres(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		s, err := store.Open(ctx, "postgres", pg.DSN())
+		s, err := open.Store(ctx, "postgres", pg.DSN())
 		require.NoError(t, err)
 		defer s.Close()
 		_, err = install.Migrate(ctx, s)

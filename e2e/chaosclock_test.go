@@ -14,6 +14,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/stretchr/testify/require"
@@ -44,7 +45,7 @@ func TestChaosDatabaseClockSteps(t *testing.T) {
 	pg := startPrivatePostgresWithFakeClock(t)
 	began := time.Now()
 	ctx := context.Background()
-	s, err := store.Open(ctx, "postgres", pg.DSN())
+	s, err := open.Store(ctx, "postgres", pg.DSN())
 	require.NoError(t, err)
 	defer s.Close()
 	_, err = install.Migrate(ctx, s)

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/callproto"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -94,7 +95,7 @@ func overlaps(t *testing.T, calls []chaosCall) overlapFigures {
 		if !c.deadline.IsZero() && !c.start.Before(c.deadline) {
 			o.pastDeadline++
 			t.Errorf("%s %s: call by %s (token %d) arrived at %s, past its deadline header %s", c.kind, c.key, c.node, c.token,
-				c.start.UTC().Format(jobs.DeadlineFormat), c.deadline.Format(jobs.DeadlineFormat))
+				c.start.UTC().Format(callproto.DeadlineFormat), c.deadline.Format(callproto.DeadlineFormat))
 		}
 		if c.cut {
 			o.cutOff++

@@ -34,7 +34,7 @@ func TestFarmSpreadsABurstByCapacity(t *testing.T) {
 		}
 		waitSettled(t, s, 3)
 
-		c, err := client.New(s.DB(), driver, client.WithSchema(db.Schema))
+		c, err := client.New(s.DB(), s.Driver(), client.WithSchema(db.Schema))
 		require.NoError(t, err)
 		// burst enqueues n jobs due at one database instant a little
 		// ahead, written in a few statements so that it does not trickle

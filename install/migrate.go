@@ -79,7 +79,7 @@ func Status(ctx context.Context, s *store.Store) (current, latest int, err error
 	latest = Latest(s.Dialect())
 	q := store.Expand(s.Dialect(), `SELECT COALESCE(MAX(version), 0) FROM {schema_version}`)
 	if err := s.DB().QueryRowContext(ctx, q).Scan(&current); err != nil {
-		if s.Dialect().UndefinedTable(err) {
+		if s.UndefinedTable(err) {
 			return 0, latest, nil // never migrated: no version table yet
 		}
 		// Anything else (a dropped connection, a missing permission) is

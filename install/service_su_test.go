@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/stretchr/testify/require"
 )
 
@@ -84,7 +84,7 @@ func TestServiceInstall(t *testing.T) {
 
 	// The node, run by the service manager with the carried environment,
 	// checks in under the carried name.
-	s, err := store.Open(context.Background(), "sqlite", db)
+	s, err := open.Store(context.Background(), "sqlite", db)
 	require.NoError(t, err)
 	defer s.Close()
 	state := func() string {

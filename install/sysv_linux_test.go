@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/callproto"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/stretchr/testify/require"
 )
@@ -67,7 +69,7 @@ func TestSysvInstallStartStopUninstall(t *testing.T) {
 
 	// The database, with a job whose call takes 5 s.
 	ctx := context.Background()
-	s, err := store.Open(ctx, "sqlite", dsn)
+	s, err := open.Store(ctx, "sqlite", dsn)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	_, err = Migrate(ctx, s)
@@ -75,7 +77,7 @@ func TestSysvInstallStartStopUninstall(t *testing.T) {
 	var called, finished atomic.Int64
 	callStarted := make(chan struct{}, 1)
 	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := jobs.VerifySignature(r, []byte(key), time.Minute, time.Time{}); err != nil {
+		if err := callproto.VerifySignature(r, []byte(key), time.Minute, time.Time{}); err != nil {
 			http.Error(w, err.Error(), http.StatusForbidden) // a 4xx fails the job at once
 			return
 		}

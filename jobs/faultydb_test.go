@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/slotpoller/slotpoller/driver/sqlite"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/stretchr/testify/require"
@@ -45,7 +46,9 @@ func openFaulty(t *testing.T) (*store.Store, *faultyDB) {
 		dsn: "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"})
 	db.SetMaxOpenConns(4)
 	t.Cleanup(func() { db.Close() })
-	return store.New(db, store.SQLite{}), f
+	s, err := store.Wrap(db, sqlite.Driver(), "")
+	require.NoError(t, err)
+	return s, f
 }
 
 // set replaces the hook; nil lets every statement through.

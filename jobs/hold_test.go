@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/callproto"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
@@ -20,8 +21,8 @@ import (
 // timeoutOf is the X-Slotpoller-Timeout-Ms of a call.
 func timeoutOf(t *testing.T, h http.Header) time.Duration {
 	t.Helper()
-	ms, err := strconv.ParseInt(h.Get(jobs.HeaderTimeoutMs), 10, 64)
-	require.NoError(t, err, "X-Slotpoller-Timeout-Ms %q", h.Get(jobs.HeaderTimeoutMs))
+	ms, err := strconv.ParseInt(h.Get(callproto.HeaderTimeoutMs), 10, 64)
+	require.NoError(t, err, "X-Slotpoller-Timeout-Ms %q", h.Get(callproto.HeaderTimeoutMs))
 	return time.Duration(ms) * time.Millisecond
 }
 
@@ -65,7 +66,7 @@ func TestAJobIsHeldUntilItsCallsDeadline(t *testing.T) {
 		}
 		check("claimed")
 		for _, h := range rec.all() {
-			id, err := strconv.ParseInt(h.Get(jobs.HeaderJob), 10, 64)
+			id, err := strconv.ParseInt(h.Get(callproto.HeaderJob), 10, 64)
 			require.NoError(t, err)
 			require.Equal(t, want[id].call, timeoutOf(t, h), "job %d: the call gets its whole timeout", id)
 		}
@@ -135,7 +136,7 @@ func TestInvokeKeepsACallWithinItsBudget(t *testing.T) {
 	defer mu.Unlock()
 	require.Len(t, got, 1, "a spent budget sends nothing")
 	require.Equal(t, 1500*time.Millisecond, timeoutOf(t, got[0]))
-	require.Equal(t, at.Add(1500*time.Millisecond).Format(jobs.DeadlineFormat), got[0].Get(jobs.HeaderDeadline))
+	require.Equal(t, at.Add(1500*time.Millisecond).Format(callproto.DeadlineFormat), got[0].Get(callproto.HeaderDeadline))
 }
 
 // A task that declares how long its calls may run is held for that, the
@@ -152,8 +153,8 @@ func TestATaskDeclaringItsCallLengthIsHeldForIt(t *testing.T) {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			defer mu.Unlock()
-			if _, ok := timeouts[r.Header.Get(jobs.HeaderTask)]; !ok {
-				timeouts[r.Header.Get(jobs.HeaderTask)] = timeoutOf(t, r.Header)
+			if _, ok := timeouts[r.Header.Get(callproto.HeaderTask)]; !ok {
+				timeouts[r.Header.Get(callproto.HeaderTask)] = timeoutOf(t, r.Header)
 			}
 		}))
 		t.Cleanup(srv.Close)
@@ -201,7 +202,7 @@ func TestReleaseLeavesATaskWhoseCallRunsOnHeldUntilItsHoldEnds(t *testing.T) {
 		ctx := context.Background()
 		started := make(chan string, 10)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			started <- r.Header.Get(jobs.HeaderTask)
+			started <- r.Header.Get(callproto.HeaderTask)
 			if r.URL.Path == "/long" {
 				<-r.Context().Done() // works until the caller goes away
 			}

@@ -19,32 +19,18 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/slotpoller/slotpoller/callproto"
+	"github.com/slotpoller/slotpoller/internal/jobspec"
 )
 
-// Headers the invoker sends on every call. The reserved ones always carry
-// the call's own values: Call.Headers cannot override them.
+// The headers of a call and its signature are the call protocol's
+// (callproto): an endpoint checks them with that package alone.
 const (
-	HeaderJob            = "X-Slotpoller-Job"
-	HeaderTask           = "X-Slotpoller-Task"
-	HeaderNode           = "X-Slotpoller-Node"
-	HeaderToken          = "X-Slotpoller-Token"
-	HeaderAttempt        = "X-Slotpoller-Attempt"
-	HeaderIdempotencyKey = "Idempotency-Key"
-	HeaderDeadline       = "X-Slotpoller-Deadline"
-	HeaderTimeoutMs      = "X-Slotpoller-Timeout-Ms"
-	// HeaderTimestamp and HeaderSignature are sent only by an invoker with a
-	// SigningKey; see Sign.
-	HeaderTimestamp = "X-Slotpoller-Timestamp"
-	HeaderSignature = "X-Slotpoller-Signature"
-
 	// UserAgent is the User-Agent of every call.
 	UserAgent = "slotpoller"
 
-	// DeadlineFormat is the layout of X-Slotpoller-Deadline: RFC 3339 in UTC
-	// with milliseconds, e.g. 2024-05-01T12:00:30.000Z.
-	DeadlineFormat = "2006-01-02T15:04:05.000Z07:00"
-
-	// callHeaders is how many of the headers above every call carries
+	// callHeaders is how many of callproto's headers every call carries
 	// (User-Agent aside): job or task, node, token, attempt, idempotency
 	// key, deadline and timeout.
 	callHeaders = 7
@@ -55,190 +41,16 @@ const (
 	maxErrBody = 200
 )
 
-// neutralBase is the base ValidateEndpoint resolves against.
-var neutralBase = &url.URL{Scheme: "http", Host: "localhost"}
-
-// ResolveEndpoint joins an endpoint path to the node's base URL (e.g.
-// http://localhost or http://localhost:8080/app). The result keeps the base's
-// path prefix: base http://h/app and endpoint /jobs/x give http://h/app/jobs/x.
-// A query string in the endpoint is kept as written, except that bytes not
-// allowed in a URL query (space, backslash, non-ASCII...) are percent-encoded.
-//
-// It refuses, with an error saying why, anything that could send the node
-// elsewhere or is ambiguous: empty endpoints, endpoints not starting with "/",
-// absolute URLs (any scheme), scheme-relative "//host/x", control characters,
-// backslashes in the path, fragments, invalid percent-encoding, and paths with
-// "." or ".." segments, also when percent-encoded (%2e%2e, %2F.., even
-// double-encoded).
+// ResolveEndpoint joins an endpoint path to the node's base URL; see
+// jobspec.ResolveEndpoint, where the rules live so that a client checks an
+// endpoint without this package.
 func ResolveEndpoint(base *url.URL, endpoint string) (*url.URL, error) {
-	if base == nil {
-		return nil, errors.New("no base URL to resolve the endpoint against")
-	}
-	if base.Scheme != "http" && base.Scheme != "https" {
-		return nil, fmt.Errorf("base URL %q: scheme must be http or https", base.Redacted())
-	}
-	if base.Host == "" || base.Opaque != "" {
-		return nil, fmt.Errorf("base URL %q has no host", base.Redacted())
-	}
-	if err := checkEndpoint(endpoint); err != nil {
-		return nil, err
-	}
-	ref, err := url.Parse(endpoint)
-	if err != nil {
-		return nil, fmt.Errorf("endpoint %q: %w", endpoint, err)
-	}
-	if ref.Scheme != "" || ref.Host != "" || ref.User != nil || ref.Opaque != "" {
-		// checkEndpoint already refuses these; this is the last line of defence.
-		return nil, fmt.Errorf("endpoint %q is not a path on the node's base URL", endpoint)
-	}
-
-	u := *base
-	prefixPath := strings.TrimSuffix(base.Path, "/")
-	prefixRaw := strings.TrimSuffix(base.EscapedPath(), "/")
-	u.Path = prefixPath + ref.Path
-	u.RawPath = prefixRaw + ref.EscapedPath()
-	if u.RawPath == u.Path {
-		u.RawPath = ""
-	}
-	switch query := escapeQuery(ref.RawQuery); {
-	case base.RawQuery == "":
-		u.RawQuery = query
-	case query != "":
-		u.RawQuery = base.RawQuery + "&" + query
-	}
-	u.ForceQuery = false
-	u.Fragment, u.RawFragment = "", ""
-
-	if u.Scheme != base.Scheme || u.Host != base.Host {
-		return nil, fmt.Errorf("endpoint %q would leave the base URL %q", endpoint, base.Redacted())
-	}
-	return &u, nil
+	return jobspec.ResolveEndpoint(base, endpoint)
 }
 
-// ValidateEndpoint reports whether ResolveEndpoint would accept endpoint. It
-// resolves against a neutral base, so enqueue can check endpoints on a
-// machine other than the nodes.
-func ValidateEndpoint(endpoint string) error {
-	_, err := ResolveEndpoint(neutralBase, endpoint)
-	return err
-}
-
-// checkEndpoint applies the textual rules of ResolveEndpoint.
-func checkEndpoint(endpoint string) error {
-	if endpoint == "" {
-		return errors.New("endpoint is empty; it must be a path starting with /")
-	}
-	if i := indexControl(endpoint); i >= 0 {
-		return fmt.Errorf("endpoint %q contains a control character at byte %d", endpoint, i)
-	}
-	path, _, _ := strings.Cut(endpoint, "?")
-	if strings.Contains(path, `\`) {
-		return fmt.Errorf("endpoint %q contains a backslash, which some servers treat as /", endpoint)
-	}
-	if strings.Contains(endpoint, "#") {
-		return fmt.Errorf("endpoint %q contains a fragment (#), which is never sent to a server", endpoint)
-	}
-	if hasScheme(endpoint) {
-		return fmt.Errorf("endpoint %q is an absolute URL; only a path on the node's own base URL is allowed", endpoint)
-	}
-	if strings.HasPrefix(endpoint, "//") {
-		return fmt.Errorf("endpoint %q is a scheme-relative URL (//host); only a path on the node's own base URL is allowed", endpoint)
-	}
-	if !strings.HasPrefix(endpoint, "/") {
-		return fmt.Errorf("endpoint %q must start with /", endpoint)
-	}
-	// Check the path as written and every percent-decoded form of it, so
-	// that %2e%2e, %2f.. and double encodings cannot smuggle a dot segment.
-	decoded := path
-	for round := 0; round < 4; round++ {
-		if round > 0 {
-			next, err := url.PathUnescape(decoded)
-			if err != nil {
-				if round == 1 {
-					return fmt.Errorf("endpoint %q has invalid percent-encoding: %v", endpoint, err)
-				}
-				break // a literal % after decoding: nothing more to decode
-			}
-			if next == decoded {
-				break
-			}
-			decoded = next
-			if indexControl(decoded) >= 0 {
-				return fmt.Errorf("endpoint %q contains an encoded control character", endpoint)
-			}
-			if strings.Contains(decoded, `\`) {
-				return fmt.Errorf("endpoint %q contains an encoded backslash", endpoint)
-			}
-			if strings.HasPrefix(decoded, "//") {
-				return fmt.Errorf("endpoint %q starts with an encoded //", endpoint)
-			}
-		}
-		for seg := range strings.SplitSeq(decoded, "/") {
-			if isDotSegment(seg) {
-				return fmt.Errorf("endpoint %q has a %q path segment (after percent-decoding); dot segments are not allowed", endpoint, seg)
-			}
-		}
-	}
-	return nil
-}
-
-// escapeQuery percent-encodes the bytes of a raw query that may not appear
-// in a request line as they are (space, backslash, quotes, non-ASCII...),
-// leaving existing escapes and everything else exactly as written.
-func escapeQuery(q string) string {
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	for i := 0; i < len(q); i++ {
-		c := q[i]
-		if isQueryChar(c) {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(hex[c>>4])
-		b.WriteByte(hex[c&15])
-	}
-	return b.String()
-}
-
-// isQueryChar reports whether c may appear unescaped in a URI query
-// (RFC 3986: unreserved, sub-delims, ":", "@", "/", "?"), or is "%".
-func isQueryChar(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	return strings.IndexByte("-._~!$&'()*+,;=:@/?%", c) >= 0
-}
-
-// hasScheme reports whether s starts with "scheme:" as in an absolute URL.
-func hasScheme(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
-		case '0' <= c && c <= '9' || c == '+' || c == '-' || c == '.':
-			if i == 0 {
-				return false
-			}
-		case c == ':':
-			return i > 0
-		default:
-			return false
-		}
-	}
-	return false
-}
-
-// indexControl returns the index of the first ASCII control byte in s, or -1.
-func indexControl(s string) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] == 0x7f {
-			return i
-		}
-	}
-	return -1
-}
+// ValidateEndpoint reports whether ResolveEndpoint would accept endpoint
+// (jobspec.ValidateEndpoint).
+func ValidateEndpoint(endpoint string) error { return jobspec.ValidateEndpoint(endpoint) }
 
 // Call is one attempt to run a job, or one call of an endless task.
 type Call struct {
@@ -331,8 +143,8 @@ type Invoker struct {
 	// against their own clock, so this should be the machine's wall clock.
 	Now func() time.Time
 	// SigningKey, when not empty, makes every call carry
-	// X-Slotpoller-Timestamp and X-Slotpoller-Signature (see Sign and
-	// VerifySignature); nil means calls are not signed. A secret: never
+	// X-Slotpoller-Timestamp and X-Slotpoller-Signature (see callproto.Sign
+	// and callproto.Verifier); nil means calls are not signed. A secret: never
 	// log it. It must not be modified while calls are made.
 	SigningKey []byte
 
@@ -455,8 +267,8 @@ func (inv *Invoker) client() *http.Client {
 // headers when not signing.
 func (inv *Invoker) resign(req *http.Request) error {
 	if len(inv.SigningKey) == 0 {
-		req.Header.Del(HeaderTimestamp)
-		req.Header.Del(HeaderSignature)
+		req.Header.Del(callproto.HeaderTimestamp)
+		req.Header.Del(callproto.HeaderSignature)
 		return nil
 	}
 	var body []byte
@@ -471,7 +283,7 @@ func (inv *Invoker) resign(req *http.Request) error {
 			return fmt.Errorf("re-reading the payload to sign the redirect: %w", err)
 		}
 	}
-	signRequest(req, body, inv.SigningKey, inv.now())
+	callproto.SignRequest(req, body, inv.SigningKey, inv.now())
 	return nil
 }
 
@@ -521,7 +333,7 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 	// The protocol's own values that come from the row: one that no
 	// request can carry fails the call at once, never a retry.
 	for _, h := range [...]struct{ name, value string }{
-		{HeaderIdempotencyKey, c.IdempotencyKey}, {HeaderTask, c.Task}, {HeaderNode, c.Node},
+		{callproto.HeaderIdempotencyKey, c.IdempotencyKey}, {callproto.HeaderTask, c.Task}, {callproto.HeaderNode, c.Node},
 	} {
 		if i := indexHeaderControl(h.value); i >= 0 {
 			return Result{Verdict: Fail, Err: fmt.Sprintf("%s %q has a control character at byte %d; a request header cannot carry it", h.name, h.value, i)}
@@ -569,24 +381,24 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 		key = "slotpoller-job-" + strconv.FormatInt(c.JobID, 10)
 	}
 	if c.Task != "" {
-		set(HeaderTask, c.Task)
+		set(callproto.HeaderTask, c.Task)
 	} else {
-		set(HeaderJob, strconv.FormatInt(c.JobID, 10))
+		set(callproto.HeaderJob, strconv.FormatInt(c.JobID, 10))
 	}
-	set(HeaderNode, c.Node)
-	set(HeaderToken, strconv.FormatInt(c.Token, 10))
-	set(HeaderAttempt, strconv.Itoa(c.Attempt))
-	set(HeaderIdempotencyKey, key)
-	set(HeaderDeadline, start.Add(c.Timeout).UTC().Format(DeadlineFormat))
-	set(HeaderTimeoutMs, strconv.FormatInt(c.Timeout.Milliseconds(), 10))
+	set(callproto.HeaderNode, c.Node)
+	set(callproto.HeaderToken, strconv.FormatInt(c.Token, 10))
+	set(callproto.HeaderAttempt, strconv.Itoa(c.Attempt))
+	set(callproto.HeaderIdempotencyKey, key)
+	set(callproto.HeaderDeadline, start.Add(c.Timeout).UTC().Format(callproto.DeadlineFormat))
+	set(callproto.HeaderTimeoutMs, strconv.FormatInt(c.Timeout.Milliseconds(), 10))
 	if len(inv.SigningKey) > 0 {
 		// Signed last, over exactly what is sent: the method and request
 		// line target of req, the headers set above, and the payload as
 		// its body.
-		signRequest(req, c.Payload, inv.SigningKey, start)
+		callproto.SignRequest(req, c.Payload, inv.SigningKey, start)
 	} else {
-		req.Header.Del(HeaderTimestamp)
-		req.Header.Del(HeaderSignature)
+		req.Header.Del(callproto.HeaderTimestamp)
+		req.Header.Del(callproto.HeaderSignature)
 	}
 
 	resp, err := inv.client().Do(req)
@@ -742,10 +554,8 @@ func isErrno(err error, e syscall.Errno, win uintptr) bool {
 }
 
 // DefaultMaxAttempts is a job's attempt budget unless it or the node's
-// config says otherwise: with the default backoff (1 s doubling to 5 m)
-// its retries wait at least 61 minutes, so a job outlives its web
-// application being down for an hour, as in a deploy gone slow.
-const DefaultMaxAttempts = 33
+// config says otherwise (jobspec.DefaultMaxAttempts).
+const DefaultMaxAttempts = jobspec.DefaultMaxAttempts
 
 // Backoff is the delay before retry number attempt (1 = after the first
 // failed attempt): base * 2^(attempt-1), capped at max, with "equal jitter":

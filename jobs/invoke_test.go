@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/callproto"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -100,8 +101,8 @@ func TestInvokeSendsHeaders(t *testing.T) {
 // extra headers say, however they spell its name: the invoker sets the
 // reserved ones by their canonical names, after the extra ones.
 func TestInvokeReservedHeadersWinInAnySpelling(t *testing.T) {
-	reserved := []string{HeaderJob, HeaderNode, HeaderToken, HeaderAttempt, HeaderIdempotencyKey, HeaderDeadline, HeaderTimeoutMs}
-	for _, name := range append(reserved, HeaderTask, HeaderTimestamp, HeaderSignature) {
+	reserved := []string{callproto.HeaderJob, callproto.HeaderNode, callproto.HeaderToken, callproto.HeaderAttempt, callproto.HeaderIdempotencyKey, callproto.HeaderDeadline, callproto.HeaderTimeoutMs}
+	for _, name := range append(reserved, callproto.HeaderTask, callproto.HeaderTimestamp, callproto.HeaderSignature) {
 		require.Equal(t, textproto.CanonicalMIMEHeaderKey(name), name, "the invoker sets %s without canonicalizing it", name)
 	}
 	seen := make(chan http.Header, 1)
@@ -124,8 +125,8 @@ func TestInvokeReservedHeadersWinInAnySpelling(t *testing.T) {
 			require.Len(t, h.Values(name), 1, name)
 			require.NotEqual(t, "forged", h.Get(name), name)
 		}
-		require.Equal(t, "42", h.Get(HeaderJob))
-		require.Equal(t, "run-42", h.Get(HeaderIdempotencyKey))
+		require.Equal(t, "42", h.Get(callproto.HeaderJob))
+		require.Equal(t, "run-42", h.Get(callproto.HeaderIdempotencyKey))
 	}
 }
 

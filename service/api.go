@@ -50,11 +50,6 @@ type api struct {
 	mu sync.Mutex
 	s  *store.Store // the store c was made for
 	c  *client.Client
-	// local is c with the node's runner, for enqueues that may start at
-	// once on this node (the local fast path); made for s and runner.
-	local      *client.Client
-	localStore *store.Store
-	runner     *jobs.Runner
 }
 
 // apiRoutes serves the API on mux and returns it.
@@ -84,10 +79,8 @@ func (a *api) statements() int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var n int64
-	for _, c := range []*client.Client{a.c, a.local} {
-		if c != nil {
-			n += c.Statements()
-		}
+	if a.c != nil {
+		n += a.c.Statements()
 	}
 	return n
 }
@@ -160,7 +153,7 @@ func (a *api) client() (*client.Client, error) {
 	defer a.mu.Unlock()
 	if a.s != s {
 		cfg := a.n.cfg
-		c, err := client.New(s.DB(), cfg.Database.Driver, client.WithSchema(cfg.Database.Schema),
+		c, err := client.New(s.DB(), s.Driver(), client.WithSchema(cfg.Database.Schema),
 			client.WithDefaultMaxAttempts(cfg.Jobs.MaxAttempts), client.WithActor("api@"+cfg.Node.Name))
 		if err != nil {
 			return nil, err
@@ -170,27 +163,29 @@ func (a *api) client() (*client.Client, error) {
 	return a.c, nil
 }
 
-// localClient returns the client whose enqueues of jobs due now start on
-// this node when it has room; nil while the node has no runner yet or is
-// stopping, when a job goes to the queue for the farm.
-func (a *api) localClient() (*client.Client, error) {
+// startNow starts a job due now on this node when its runner has room
+// (the local fast path: the job is inserted already claimed by this node
+// and called at once); taken is false when it did not (no runner yet, the
+// node stopping or full, the job not due now or refused by validation,
+// which the client then reports), and the job goes to the farm's queue.
+func (a *api) startNow(ctx context.Context, j client.Job) (id int64, taken bool, err error) {
 	p := a.n.parts()
-	if p.runner == nil || p.stopping || p.store == nil {
-		return nil, nil
+	if p.runner == nil || p.stopping || p.store == nil || !j.RunAt.IsZero() || j.Delay != 0 {
+		return 0, false, nil
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.local == nil || a.runner != p.runner || a.localStore != p.store {
-		cfg := a.n.cfg
-		c, err := client.New(p.store.DB(), cfg.Database.Driver, client.WithSchema(cfg.Database.Schema),
-			client.WithDefaultMaxAttempts(cfg.Jobs.MaxAttempts), client.WithActor("api@"+cfg.Node.Name),
-			client.WithLocalRunner(p.runner))
-		if err != nil {
-			return nil, err
-		}
-		a.local, a.runner, a.localStore = c, p.runner, p.store
+	nj := store.NewJob{Endpoint: j.Endpoint, Method: j.Method, Payload: j.Payload, MaxAttempts: j.MaxAttempts,
+		Timeout: j.Timeout, UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey}
+	if nj.MaxAttempts == 0 {
+		nj.MaxAttempts = a.n.cfg.Jobs.MaxAttempts
 	}
-	return a.local, nil
+	if jobs.CheckNewJob(&nj) != nil {
+		return 0, false, nil
+	}
+	id, taken, err = p.runner.StartNow(ctx, nj)
+	if errors.Is(err, store.ErrDuplicate) {
+		return 0, true, &client.DuplicateError{UniqueKey: nj.UniqueKey, ID: id}
+	}
+	return id, taken, err
 }
 
 func (a *api) enqueue(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
@@ -202,10 +197,10 @@ func (a *api) enqueue(ctx context.Context, c *client.Client, r *http.Request) (i
 	if err != nil {
 		return 0, nil, err
 	}
-	if local, err := a.localClient(); err == nil && local != nil {
-		c = local
+	id, taken, err := a.startNow(ctx, j)
+	if !taken {
+		id, err = c.Enqueue(ctx, j)
 	}
-	id, err := c.Enqueue(ctx, j)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -24,7 +24,7 @@ import (
 func benchAPI(b *testing.B) (*client.Client, string) {
 	storetest.RequirePostgres(b)
 	s, db := storetest.OpenDB(b, "postgres")
-	c, err := client.New(s.DB(), "postgres")
+	c, err := client.New(s.DB(), s.Driver())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/jobs"
 )
 
@@ -197,7 +198,7 @@ func (n *Node) putSchedules(ctx context.Context, log *slog.Logger, s *store.Stor
 // version, retrying with backoff while it cannot: a service may boot
 // before its database, its login or its network. Each failure is logged
 // as what it is (authentication failed, no such database, unreachable,
-// TLS; store.ExplainConnect). What waiting cannot fix is not retried: a
+// TLS; open.ExplainConnect). What waiting cannot fix is not retried: a
 // schema newer than the binary, a SQLite file that is not a database.
 func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, error) {
 	var s *store.Store
@@ -205,7 +206,7 @@ func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, err
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		var err error
-		s, err = store.Open(octx, n.cfg.Database.Driver, n.cfg.Database.DSN, store.WithSchema(n.cfg.Database.Schema))
+		s, err = open.Store(octx, n.cfg.Database.Driver, n.cfg.Database.DSN, store.WithSchema(n.cfg.Database.Schema))
 		if err != nil {
 			return err
 		}
@@ -221,7 +222,7 @@ func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, err
 			s.Close()
 			// The first statements can meet what the ping did not: a file
 			// that is not a database, a login without rights.
-			return store.ExplainConnect(err)
+			return open.ExplainConnect(err)
 		}
 		return nil
 	})

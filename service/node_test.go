@@ -13,6 +13,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/stretchr/testify/assert"
@@ -61,7 +62,7 @@ func TestSecondNodeUnderALiveNodesNameRefusesToStart(t *testing.T) {
 			t.Logf("node log:\n%s", logs.String())
 		}
 	}()
-	s, err := store.Open(context.Background(), "sqlite", dsn)
+	s, err := open.Store(context.Background(), "sqlite", dsn)
 	require.NoError(t, err)
 	defer s.Close()
 	require.Eventually(t, func() bool { return liveIncarnation(s, "twin") != "" }, 30*time.Second, 20*time.Millisecond)
@@ -95,7 +96,7 @@ func TestNodeRestartedAfterACrashStartsAfterTheTTL(t *testing.T) {
 		ctx, stop := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- NewNode(cfg, NewLogger(logs, LogConfig{Level: "info"}), nil).Run(ctx) }()
-		s, err := store.Open(context.Background(), "sqlite", dsn)
+		s, err := open.Store(context.Background(), "sqlite", dsn)
 		require.NoError(t, err)
 		defer s.Close()
 		require.Eventually(t, func() bool { return liveIncarnation(s, "twin") != "" }, 30*time.Second, 20*time.Millisecond)
@@ -115,7 +116,7 @@ func TestNodeRestartedAfterACrashStartsAfterTheTTL(t *testing.T) {
 	begin := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- NewNode(cfg, NewLogger(logs, LogConfig{Level: "info"}), nil).Run(ctx) }()
-	s, err := store.Open(context.Background(), "sqlite", dsn)
+	s, err := open.Store(context.Background(), "sqlite", dsn)
 	require.NoError(t, err)
 	defer s.Close()
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "checked in") }, 30*time.Second, 20*time.Millisecond)

@@ -17,6 +17,7 @@ import (
 	kservice "github.com/kardianos/service"
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/rotation"
 	"github.com/stretchr/testify/require"
@@ -110,7 +111,7 @@ func TestProgramRunsARealNode(t *testing.T) {
 		}
 	}()
 
-	s, err := store.Open(context.Background(), "sqlite", dsn)
+	s, err := open.Store(context.Background(), "sqlite", dsn)
 	require.NoError(t, err)
 	defer s.Close()
 	nodeState := func() string {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 )
 
@@ -143,7 +144,7 @@ func TestAdminReadsAtAMillionRows(t *testing.T) {
 				_, err := s.DB().ExecContext(context.Background(), q)
 				require.NoError(t, err, q)
 			}
-			bare, err := store.Open(context.Background(), driver, dsn)
+			bare, err := open.Store(context.Background(), driver, dsn)
 			require.NoError(t, err)
 			defer bare.Close()
 			t.Logf("sqlite without statistics:")

@@ -12,10 +12,6 @@ import (
 	"net"
 	"strings"
 	"syscall"
-
-	"github.com/jackc/pgx/v5/pgconn"
-	mssql "github.com/microsoft/go-mssqldb"
-	"modernc.org/sqlite"
 )
 
 // The kinds of connection failure ExplainConnect tells apart.
@@ -28,25 +24,13 @@ var (
 	ErrCannotOpen     = errors.New("cannot open the SQLite file: its folder must exist and be writable by the node's user")
 )
 
-// SQLite result codes (the primary code: the low byte of an extended one).
-const (
-	sqliteCantOpen = 14
-	sqliteNotADB   = 26
-)
-
-// SQL Server error numbers of failed logins.
-const (
-	mssqlLoginFailed     = 18456 // login failed for user
-	mssqlPasswordExpired = 18488 // the password must be changed
-	mssqlUntrustedDomain = 18452 // Windows login from an untrusted domain
-	mssqlCannotOpenDB    = 4060  // cannot open the database requested by the login
-)
-
 // ExplainConnect prefixes a connection error with what it means (the
 // kinds above, which errors.Is finds), keeping the driver's error in the
-// chain. Other errors, and errors explained already, are returned as they
-// are.
-func ExplainConnect(err error) error {
+// chain. drivers are those whose errors err may carry: each tells its own
+// (a login failure's number, a file that is not a database); the network's
+// and TLS's failures are told here. Other errors, and errors explained
+// already, are returned as they are.
+func ExplainConnect(err error, drivers ...Driver) error {
 	if err == nil {
 		return nil
 	}
@@ -55,7 +39,7 @@ func ExplainConnect(err error) error {
 			return err
 		}
 	}
-	kind, detail := classify(err)
+	kind, detail := classify(err, drivers)
 	if kind == nil {
 		return err
 	}
@@ -71,32 +55,10 @@ func ExplainConnect(err error) error {
 // waits (a service may boot before its database, or before its login).
 func Permanent(err error) bool { return errors.Is(err, ErrNotADatabase) }
 
-func classify(err error) (kind error, detail string) {
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		switch se.Code() & 0xff {
-		case sqliteNotADB:
-			return ErrNotADatabase, ""
-		case sqliteCantOpen:
-			return ErrCannotOpen, ""
-		}
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch {
-		case pe.Code == "28P01" || pe.Code == "28000":
-			return ErrAuthentication, ""
-		case pe.Code == "3D000":
-			return ErrNoDatabase, ""
-		}
-	}
-	var me mssql.Error
-	if errors.As(err, &me) {
-		switch me.Number {
-		case mssqlLoginFailed, mssqlPasswordExpired, mssqlUntrustedDomain:
-			return ErrAuthentication, ""
-		case mssqlCannotOpenDB:
-			return ErrNoDatabase, ""
+func classify(err error, drivers []Driver) (kind error, detail string) {
+	for _, d := range drivers {
+		if kind := d.ConnectError(err); kind != nil {
+			return kind, ""
 		}
 	}
 	if isTLS(err) {

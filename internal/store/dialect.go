@@ -4,8 +4,14 @@
 //
 // Statements are written once, with ? placeholders and a few markers for what
 // databases spell differently; a Dialect supplies only those differences:
-// placeholders, the database's clock, table names, the batch claim, and which
-// errors are worth retrying. Every value travels as a parameter.
+// placeholders, the database's clock, table names, the batch claim. Every
+// value travels as a parameter.
+//
+// The package imports no database driver. What needs one (binding values
+// in the driver's own types, telling its errors apart, opening its
+// connections) is a Driver, each in a package of its own under driver/, so
+// that a program compiles in only the databases it uses; the node opens
+// any of them through internal/store/open.
 //
 // Every time the farm compares (due, lease, liveness) is computed from the
 // database's own clock inside the statement; the node's clock never reaches
@@ -48,10 +54,11 @@ type Dialect interface {
 	Table(name string) string
 	// TimeArg converts a time to the value a time column takes.
 	TimeArg(t time.Time) any
-	// Arg converts a parameter to the value the dialect's driver should
-	// bind; every parameter the store sends passes through it. The store
-	// writes a NULL as a typed null (nullString, nullInt, nullTime), never as
-	// a bare nil, and Arg gives it the type of its column.
+	// Arg converts a parameter to the value of its column's type; every
+	// parameter the store sends passes through it, then through the
+	// driver's Bind. The store writes a NULL as a typed null (nullString,
+	// nullInt, nullTime), never as a bare nil, and Arg gives it the type of
+	// its column.
 	Arg(v any) any
 	// ClaimJobs returns the batch claim statement, with its markers
 	// ({jobs}, {now}...) for the store to expand once: it sets up to n due
@@ -59,14 +66,6 @@ type Dialect interface {
 	// numbered (the statement uses them out of order): 1 owner,
 	// 2 owner_node, 3 limit, 4-7 the hold (holdMillis, Hold.args).
 	ClaimJobs() string
-	// Retryable reports whether err is a transient conflict (busy database,
-	// deadlock victim, serialization failure) worth retrying.
-	Retryable(err error) bool
-	// UndefinedTable reports whether err says a table does not exist (a
-	// database never migrated).
-	UndefinedTable(err error) bool
-	// UniqueViolation reports whether err is a duplicate-key error.
-	UniqueViolation(err error) bool
 	// Returning is the clause that hands back the columns of the rows an
 	// INSERT or UPDATE wrote, placed at the end of the statement ("" where
 	// the dialect uses Output instead).
@@ -258,7 +257,7 @@ func (s *Store) seekArgs(ctx context.Context, args []any) ([]any, error) {
 	return out, nil
 }
 
-// perCallPlan is a dialect whose database reuses a statement's plan across
+// perCallPlan is a dialect (or a driver) whose database reuses a statement's plan across
 // calls: PostgreSQL gives a prepared statement, after five calls, a generic
 // plan made for any arguments; SQL Server caches the plan made for the
 // first call's. An admin read's best plan depends on its arguments (a
@@ -274,8 +273,12 @@ type perCallPlan interface {
 }
 
 // planPerCall is q and args made to be planned on every call, where the
-// dialect needs it (perCallPlan).
+// driver (PostgreSQL's, which says so to pgx) or else the dialect (SQL
+// Server's, in the statement) needs it (perCallPlan).
 func (s *Store) planPerCall(q string, args []any) (string, []any) {
+	if p, ok := s.drv.(perCallPlan); ok {
+		return p.PlanPerCall(q, args)
+	}
 	if p, ok := s.d.(perCallPlan); ok {
 		return p.PlanPerCall(q, args)
 	}

@@ -1,11 +1,9 @@
 package store
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -76,23 +74,6 @@ func TestMaskDSNHidesEveryShapeOfPassword(t *testing.T) {
 		"file:slotpoller.db?_pragma=busy_timeout(5000)",
 	} {
 		require.Equal(t, keep, MaskDSN(keep))
-	}
-}
-
-// TestOpenErrorsNeverShowThePassword opens every shape against a closed
-// port: whatever the driver makes of a badly written password, the error
-// (which the node logs on every retry) shows none of it.
-func TestOpenErrorsNeverShowThePassword(t *testing.T) {
-	for _, dsn := range passwordShapes {
-		driver := "postgres"
-		if strings.HasPrefix(strings.ToLower(dsn), "sqlserver") || strings.HasPrefix(dsn, "Server") || strings.HasPrefix(dsn, "odbc") {
-			driver = "sqlserver"
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := Open(ctx, driver, dsn)
-		cancel()
-		require.Error(t, err, dsn)
-		require.Empty(t, leaks(err.Error()), "%s: %v", dsn, err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 )
 
@@ -97,7 +98,7 @@ func TestPostgresStatementsAreNotJITCompiled(t *testing.T) {
 	params := u.Query()
 	params.Set("jit", "on")
 	u.RawQuery = params.Encode()
-	on, err := store.Open(ctx, "postgres", u.String())
+	on, err := open.Store(ctx, "postgres", u.String())
 	require.NoError(t, err)
 	defer on.Close()
 	var setting string

@@ -147,7 +147,7 @@ VALUES (` + values + `) {returning id}`)
 	err := s.retry(ctx, func() error {
 		return s.queryRow(ctx, q, args...).Scan(&id)
 	})
-	if err != nil && s.d.UniqueViolation(err) {
+	if err != nil && s.drv.UniqueViolation(err) {
 		return s.duplicate(ctx, j.UniqueKey)
 	}
 	if err != nil {
@@ -189,7 +189,7 @@ VALUES (?, ?, ?, 'running', {now}, 1, ?, ?, ?, ?, 1, {now}, ?, ?, ?, ?, ?, ?, {n
 		c, err = scanClaim(s.queryRow(ctx, q, args...))
 		return err
 	})
-	if err != nil && s.d.UniqueViolation(err) {
+	if err != nil && s.drv.UniqueViolation(err) {
 		id, err := s.duplicate(ctx, j.UniqueKey)
 		return Claim{ID: id}, err
 	}

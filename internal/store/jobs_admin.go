@@ -416,7 +416,7 @@ VALUES ` + strings.Join(values, ",\n  ") + ` {returning id, idem_key}`)
 		return w, r.Scan(&w.id, &w.key)
 	})
 	if err != nil {
-		if s.d.UniqueViolation(err) {
+		if s.drv.UniqueViolation(err) {
 			return nil, fmt.Errorf("enqueue: a unique key of the batch is taken: %w", ErrDuplicate)
 		}
 		return nil, err

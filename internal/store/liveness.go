@@ -7,9 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // sessionLocker is a dialect whose nodes can prove they are alive by a
@@ -91,6 +88,10 @@ func (s *Store) NodeLockTake(ctx context.Context, key int64) (*NodeLock, bool, e
 	if !ok {
 		return nil, false, fmt.Errorf("take node lock: the %s dialect has no session locks", s.d.Name())
 	}
+	listener, ok := s.drv.(NotesListener)
+	if !ok {
+		return nil, false, fmt.Errorf("take node lock: the %s driver cannot listen for the farm's notes", s.d.Name())
+	}
 	conn, err := s.pool.Conn(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("take node lock: open its connection: %w", err)
@@ -109,7 +110,7 @@ func (s *Store) NodeLockTake(ctx context.Context, key int64) (*NodeLock, bool, e
 	var lctx context.Context
 	lctx, l.stop = context.WithCancel(context.Background())
 	ready := make(chan error, 1)
-	go l.listen(lctx, ready)
+	go l.listen(lctx, listener, ready)
 	if err := <-ready; err != nil {
 		l.Release()
 		return nil, false, fmt.Errorf("take node lock: listen for the farm's notes: %w", err)
@@ -117,37 +118,21 @@ func (s *Store) NodeLockTake(ctx context.Context, key int64) (*NodeLock, bool, e
 	return l, true, nil
 }
 
-// listen holds the lock's connection, listening on the farm's channel,
-// until Release or until the session ends.
-func (l *NodeLock) listen(ctx context.Context, ready chan<- error) {
+// listen holds the lock's connection, listening on the farm's channel
+// through the driver, until Release or until the session ends.
+func (l *NodeLock) listen(ctx context.Context, listener NotesListener, ready chan<- error) {
 	defer close(l.done)
 	started := false
 	err := l.conn.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("unexpected driver connection %T", dc)
-		}
-		c := sc.Conn()
-		var channel string
-		if err := c.QueryRow(ctx, `SELECT `+notesChannel).Scan(&channel); err != nil {
-			return err
-		}
-		// LISTEN takes no parameter: the channel is an identifier, quoted.
-		if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-			return err
-		}
-		started = true
-		ready <- nil
-		for {
-			n, err := c.WaitForNotification(ctx)
-			if err != nil {
-				return driver.ErrBadConn // the session is over either way: never back to the pool
-			}
+		return listener.ListenNotes(ctx, dc, notesChannel, func() {
+			started = true
+			ready <- nil
+		}, func(payload string) {
 			select {
-			case l.notes <- n.Payload:
+			case l.notes <- payload:
 			default:
 			}
-		}
+		})
 	})
 	if !started {
 		if err == nil {

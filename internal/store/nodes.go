@@ -122,7 +122,7 @@ VALUES (?, ?, 'up', ?, ?, ?, ?, {now}, {now}, {now+?}, ?)`)
 		if err == nil {
 			return nil
 		}
-		if !s.d.UniqueViolation(err) {
+		if !s.drv.UniqueViolation(err) {
 			return fmt.Errorf("check in node %q: %w", n.Name, err)
 		}
 	}

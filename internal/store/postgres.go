@@ -1,72 +1,15 @@
 package store
 
 import (
-	"context"
 	"database/sql"
-	"errors"
-	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// openPostgres opens the pool. Each connection turns JIT compilation off
-// when it opens, unless the DSN sets jit itself (…?jit=on). A node's
-// statements all run in milliseconds, but PostgreSQL plans them from
-// estimates, and claimable's checks for schedules that forbid overlap (a
-// branch a row takes only when it is such an occurrence) cost each row as
-// if it were one: a turn's count of 16,000 due jobs is estimated at a
-// million, far past jit_above_cost. With JIT on, the default of builds with
-// LLVM, every such count compiled for 20 to 400 ms to run for 2. The
-// setting is sent by SET, not as a startup parameter, which poolers such
-// as PgBouncer refuse (a node needs session pooling anyway, for LISTEN and
-// its session lock).
-//
-// The DSN is parsed here, so that a bad one fails at Open, and again for
-// every new connection, as database/sql's "pgx" driver does: a password
-// file or a TLS certificate rotated on disk reaches the next connection.
-func openPostgres(dsn string) (*sql.DB, error) {
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return nil, err
-	}
-	reparse := stdlib.OptionBeforeConnect(func(_ context.Context, c *pgx.ConnConfig) error {
-		fresh, err := pgx.ParseConfig(dsn)
-		if err != nil {
-			return err
-		}
-		*c = *fresh
-		return nil
-	})
-	if _, set := cfg.RuntimeParams["jit"]; set {
-		return stdlib.OpenDB(*cfg, reparse), nil
-	}
-	return stdlib.OpenDB(*cfg, reparse, stdlib.OptionAfterConnect(jitOff)), nil
-}
-
-// jitOff turns JIT off for a new session. The session works without it,
-// so a server that refuses the setting (one before PostgreSQL 11, or a
-// server that only speaks its protocol) keeps the connection; a
-// connection that failed sending it is closed, since database/sql drops
-// it without closing it.
-func jitOff(ctx context.Context, c *pgx.Conn) error {
-	_, err := c.Exec(ctx, "SET jit = off")
-	var pe *pgconn.PgError
-	if err == nil || errors.As(err, &pe) {
-		return nil
-	}
-	closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = c.Close(closeCtx)
-	return fmt.Errorf("setting up the session (SET jit = off): %w", err)
-}
-
-// Postgres is the PostgreSQL dialect (pgx through database/sql). The
+// Postgres is the PostgreSQL dialect (pgx through database/sql: package
+// driver/postgres). The
 // database clock is clock_timestamp(), not now(): now() is frozen at the
 // start of the transaction, and a lease must be measured from the moment the
 // row is written.
@@ -88,14 +31,6 @@ func (Postgres) Table(name string) string { return "slotpoller_" + name }
 // it (see seekClock).
 func (Postgres) SeekNowPlusMillis() string {
 	return "(statement_timestamp() + CAST(? AS double precision) * interval '1 millisecond')"
-}
-
-// PlanPerCall runs the statement as the unnamed statement, described
-// first (pgx's QueryExecModeDescribeExec: two round trips), which
-// PostgreSQL plans for the arguments of each call, not as a named prepared
-// statement that may get a generic plan (see perCallPlan).
-func (Postgres) PlanPerCall(q string, args []any) (string, []any) {
-	return q, append([]any{pgx.QueryExecModeDescribeExec}, args...)
 }
 
 // EndpointKey is the endpoint in byte order, as the index of migration 10
@@ -143,27 +78,6 @@ UPDATE {jobs} SET state = 'running', owner = $1, owner_node = $2, token = token 
   lease_until = ` + Postgres{}.NowPlusMillisOf(holdMillis("timeout_ms", "$4", "$5", "$6", "$7")) + `
 FROM picked WHERE {jobs}.id = picked.id AND {jobs}.state = 'ready'
 RETURNING ` + qualified("{jobs}", claimedColumns)
-}
-
-func (Postgres) Retryable(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case "40001", "40P01", "55P03": // serialization failure, deadlock, lock not available
-			return true
-		}
-	}
-	return false
-}
-
-func (Postgres) UndefinedTable(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42P01"
-}
-
-func (Postgres) UniqueViolation(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
 // PostgresWithSchema returns a PostgreSQL DSN whose connections use schema

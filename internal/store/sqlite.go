@@ -2,16 +2,12 @@ package store
 
 import (
 	"database/sql"
-	"errors"
 	"strconv"
-	"strings"
 	"time"
-
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// SQLite is the embedded dialect (modernc.org/sqlite, pure Go). Times are
+// SQLite is the embedded dialect (modernc.org/sqlite, pure Go: package
+// driver/sqlite). Times are
 // stored as integer Unix milliseconds: SQLite has no time type, integers
 // compare correctly, and unixepoch('now','subsec') gives the millisecond.
 type SQLite struct{}
@@ -64,63 +60,6 @@ WHERE state = 'ready' AND id IN (
   SELECT c.id FROM {jobs} c WHERE c.state = 'ready' AND c.run_at <= {now} AND ` + claimable("c", "") + `
   ORDER BY c.run_at, c.id LIMIT ?3)
 RETURNING ` + claimedColumns
-}
-
-func (SQLite) Retryable(err error) bool {
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		switch se.Code() & 0xff {
-		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
-			return true
-		}
-	}
-	return err != nil && strings.Contains(err.Error(), "database is locked")
-}
-
-// UndefinedTable: SQLite reports a missing table only in its message
-// (SQLITE_ERROR is the generic code).
-func (SQLite) UndefinedTable(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "no such table")
-}
-
-func (SQLite) UniqueViolation(err error) bool {
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		c := se.Code()
-		return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
-	}
-	return false
-}
-
-// sqliteDSN turns a plain path into a modernc DSN with the settings several
-// processes sharing one file need: WAL so readers don't block the writer, a
-// busy timeout so a writer waits for the lock instead of failing, and
-// IMMEDIATE transactions so a transaction takes the write lock when it
-// begins rather than failing to upgrade halfway. A plain path is taken
-// literally (a '#', '%' or '?' in a folder name is escaped); a "file:" URI
-// is passed on as written, with the settings added unless it sets them.
-func sqliteDSN(dsn string) string {
-	path, query := dsn, ""
-	if strings.HasPrefix(dsn, "file:") {
-		path, query, _ = strings.Cut(dsn, "?")
-	} else {
-		path = "file:" + strings.NewReplacer("%", "%25", "#", "%23", "?", "%3F").Replace(dsn)
-	}
-	var params []string
-	if query != "" {
-		params = append(params, query)
-	}
-	for _, p := range []struct{ key, param string }{
-		{"busy_timeout", "_pragma=busy_timeout(10000)"},
-		{"journal_mode", "_pragma=journal_mode(WAL)"},
-		{"synchronous", "_pragma=synchronous(NORMAL)"},
-		{"_txlock", "_txlock=immediate"},
-	} {
-		if !strings.Contains(query, p.key) {
-			params = append(params, p.param)
-		}
-	}
-	return path + "?" + strings.Join(params, "&")
 }
 
 // MillisBetween: times are integer milliseconds already.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,7 +28,7 @@ func TestSQLiteFileCheck(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "farm.db")
-			s, err := store.Open(ctx, "sqlite", path)
+			s, err := open.Store(ctx, "sqlite", path)
 			require.NoError(t, err)
 			defer s.Close()
 			require.NoError(t, s.CheckFile())
@@ -38,7 +39,7 @@ func TestSQLiteFileCheck(t *testing.T) {
 		})
 	}
 	// An in-memory database has no file to lose.
-	s, err := store.Open(ctx, "sqlite", ":memory:")
+	s, err := open.Store(ctx, "sqlite", ":memory:")
 	require.NoError(t, err)
 	defer s.Close()
 	require.NoError(t, s.CheckFile())

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/golang-sql/civil"
-	mssql "github.com/microsoft/go-mssqldb"
 )
 
 // DefaultSQLServerSchema is the SQL Server schema that holds slotpoller's
@@ -28,8 +26,8 @@ var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 func ValidSchemaName(name string) bool { return schemaName.MatchString(name) }
 
 // SQLServer is the SQL Server dialect (github.com/microsoft/go-mssqldb,
-// driver "sqlserver", which binds @p1..@pN). The tables live in a schema of
-// their own; every time is a datetime2 in UTC on the database clock,
+// driver "sqlserver", which binds @p1..@pN: package driver/sqlserver). The
+// tables live in a schema of their own; every time is a datetime2 in UTC on the database clock,
 // SYSUTCDATETIME().
 //
 // It works the same on SQL Server 2016+ and Azure SQL, with
@@ -110,29 +108,13 @@ func (d SQLServer) Table(name string) string { return "[" + d.Schema() + "].[" +
 // instant, so the value is converted to UTC first.
 func (SQLServer) TimeArg(t time.Time) any { return civil.DateTimeOf(t.UTC()) }
 
-// Arg gives every parameter a declared type that does not depend on its
-// value, so that SQL Server keeps one cached plan per statement: go-mssqldb
-// declares a string as nvarchar(len), one plan per length combination, so
-// strings go as nvarchar(max) (mssql.NVarCharMax), and a NULL string as the
-// nvarchar(4000) go-mssqldb gives sql.NullString. A max parameter compared
-// with a key column of nvarchar(n) is the same type, so the column is not
-// converted and the comparison stays a seek. Times go as datetime2 (TimeArg),
-// a NULL time as a NULL datetime2. Integers are bigint whatever their value.
-// A []byte stays varbinary(len): go-mssqldb has no fixed-size binary type;
-// only the writes of a payload carry one.
+// Arg sends a valid time as a datetime2 (TimeArg). The driver's Bind
+// gives the other parameters their types (driver/sqlserver): together
+// every parameter has a declared type that does not depend on its value,
+// so that SQL Server keeps one cached plan per statement.
 func (d SQLServer) Arg(v any) any {
-	switch x := v.(type) {
-	case string:
-		return mssql.NVarCharMax(x)
-	case sql.NullString:
-		if x.Valid {
-			return mssql.NVarCharMax(x.String)
-		}
-	case sql.NullTime:
-		if x.Valid {
-			return d.TimeArg(x.Time)
-		}
-		return mssql.NullDateTime{}
+	if x, ok := v.(sql.NullTime); ok && x.Valid {
+		return d.TimeArg(x.Time)
 	}
 	return v
 }
@@ -254,33 +236,6 @@ WHERE j.id IN (SELECT r.id FROM {jobs} AS r WHERE r.owner = ? AND r.state = 'run
   AND j.owner = {again} AND j.state = 'running'`
 }
 
-// SQL Server error numbers slotpoller acts on.
-const (
-	mssqlDeadlockVictim = 1205 // chosen as deadlock victim; the statement was rolled back
-	mssqlLockTimeout    = 1222 // lock request time out period exceeded (SET LOCK_TIMEOUT)
-	mssqlDuplicateKey   = 2627 // violation of a PRIMARY KEY or UNIQUE constraint
-	mssqlDuplicateIndex = 2601 // duplicate key row in a unique index
-	mssqlInvalidObject  = 208  // invalid object name: the table does not exist
-)
-
-// Retryable: a deadlock victim's statement was rolled back whole, and a
-// lock timeout changed nothing, so both can simply be sent again.
-//
-// Azure SQL's transient errors during a reconfiguration or failover
-// (40613, 40501, 40197, 49918-49920, 10928, 10929) are retried too: the
-// statements that can meet them are fenced or idempotent, except an enqueue
-// without a unique key, which a retry after a lost acknowledgement could
-// write twice.
-func (SQLServer) Retryable(err error) bool {
-	return mssqlErrorIs(err, mssqlDeadlockVictim, mssqlLockTimeout, 40613, 40501, 40197, 49918, 49919, 49920, 10928, 10929) ||
-		mssqlMessageHas(err, babelfishError, "Lock request time out period exceeded")
-}
-
-// babelfishError is the number Babelfish (Aurora's T-SQL layer) gives the
-// errors it has no SQL Server number for, such as a lock timeout (1222 on
-// SQL Server) or a missing table (208): they are told apart by their text.
-const babelfishError = 33557097
-
 // checkSession refuses a connection whose session options break
 // slotpoller's writes (set as a server or login default: sp_configure 'user
 // options', or a logon trigger); see sessionOptionsError.
@@ -317,47 +272,6 @@ func sessionOptionsError(opts int64) error {
 		return nil
 	}
 	return fmt.Errorf("the server or login sets %s; turn it off for slotpoller's logins", strings.Join(bad, ", and "))
-}
-
-func (SQLServer) UniqueViolation(err error) bool {
-	return mssqlErrorIs(err, mssqlDuplicateKey, mssqlDuplicateIndex)
-}
-
-// UndefinedTable: Babelfish says PostgreSQL's `relation "..." does not exist`.
-func (SQLServer) UndefinedTable(err error) bool {
-	return mssqlErrorIs(err, mssqlInvalidObject) || mssqlMessageHas(err, babelfishError, "does not exist")
-}
-
-// mssqlMessageHas reports whether err carries a server error of the number
-// whose message contains text.
-func mssqlMessageHas(err error, number int32, text string) bool {
-	var e mssql.Error
-	if !errors.As(err, &e) {
-		return false
-	}
-	for _, x := range append([]mssql.Error{e}, e.All...) {
-		if x.Number == number && strings.Contains(x.Message, text) {
-			return true
-		}
-	}
-	return false
-}
-
-// mssqlErrorIs reports whether err, or any of the server errors it carries
-// (one statement can raise several), has one of the numbers.
-func mssqlErrorIs(err error, numbers ...int32) bool {
-	var e mssql.Error
-	if !errors.As(err, &e) {
-		return false
-	}
-	for _, x := range append([]mssql.Error{e}, e.All...) {
-		for _, n := range numbers {
-			if x.Number == n {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // MillisBetween: DATEDIFF_BIG, as a plain DATEDIFF in milliseconds

@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -21,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	mssql "github.com/microsoft/go-mssqldb"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/stretchr/testify/require"
 )
@@ -284,8 +284,10 @@ func sqlServerOps() []op {
 // by their turns' promise; the one refuses, the other sends nothing). LoadStatement exists only in tests
 // (export_test.go) and builds JobsLoad's statement, which is checked; so
 // do the admin reads' ListStatement, RetryStatement, ThroughputStatement
-// and CountsStatement. SetWindowRows (a test's setting) sends nothing.
-var noSQL = map[string]bool{"KeepIdleFor": true, "LoadStatement": true, "ListStatement": true, "RetryStatement": true,
+// and CountsStatement. SetWindowRows (a test's setting) sends nothing; nor
+// do Driver, WithDriver (a store on another driver) and UndefinedTable (the
+// driver's reading of an error).
+var noSQL = map[string]bool{"Driver": true, "WithDriver": true, "UndefinedTable": true, "KeepIdleFor": true, "LoadStatement": true, "ListStatement": true, "RetryStatement": true,
 	"ThroughputStatement": true, "CountsStatement": true, "SetWindowRows": true, "SessionLocks": true, "NodeLockTake": true, "NodeNotify": true, "Close": true, "DB": true, "Dialect": true, "Statements": true, "CheckFile": true, "WithTx": true, "InTx": true}
 
 // Every operation of the store is in the list above: a new one must say
@@ -508,31 +510,6 @@ func TestSQLServerMillisSplit(t *testing.T) {
 	}
 }
 
-func TestSQLServerErrors(t *testing.T) {
-	d := store.SQLServer{}
-	deadlock := mssql.Error{Number: 1205, Message: "Transaction (Process ID 52) was deadlocked on lock resources with another process and has been chosen as the deadlock victim. Rerun the transaction."}
-	require.True(t, d.Retryable(deadlock))
-	require.True(t, d.Retryable(fmt.Errorf("claim jobs: %w", deadlock)), "wrapped")
-	require.True(t, d.Retryable(mssql.Error{Number: 1222}), "lock timeout")
-	require.True(t, d.Retryable(mssql.Error{Number: 3621, All: []mssql.Error{{Number: 1205}, {Number: 3621}}}), "anywhere in the statement's errors")
-	require.False(t, d.Retryable(mssql.Error{Number: 208}), "invalid object name")
-	require.False(t, d.Retryable(errors.New("deadlock")))
-	require.False(t, d.Retryable(nil))
-
-	// Babelfish reports some errors under its own number, with SQL
-	// Server's text or PostgreSQL's.
-	require.True(t, d.Retryable(mssql.Error{Number: 33557097, Message: "Lock request time out period exceeded."}), "Babelfish's lock timeout")
-	require.True(t, d.UndefinedTable(mssql.Error{Number: 208, Message: "Invalid object name 'x.schema_version'."}))
-	require.True(t, d.UndefinedTable(fmt.Errorf("read: %w", mssql.Error{Number: 33557097, Message: `relation "test_x.schema_version" does not exist`})), "Babelfish's missing table")
-	require.False(t, d.UndefinedTable(mssql.Error{Number: 33557097, Message: "Lock request time out period exceeded."}))
-	require.False(t, d.UndefinedTable(deadlock))
-
-	require.True(t, d.UniqueViolation(duplicate(2627)), "PRIMARY KEY / UNIQUE constraint")
-	require.True(t, d.UniqueViolation(fmt.Errorf("x: %w", duplicate(2601))), "unique index")
-	require.False(t, d.UniqueViolation(deadlock))
-	require.False(t, d.UniqueViolation(nil))
-}
-
 // Deadlock victims and lock timeouts are sent again with backoff; other
 // errors are not.
 func TestSQLServerRetriesDeadlockVictims(t *testing.T) {
@@ -569,7 +546,7 @@ func TestSQLServerSchemaNames(t *testing.T) {
 	require.Equal(t, "[slotpoller].[nodes]", store.SQLServer{}.Table("nodes"), "the zero value uses the default schema")
 
 	// Open checks the name before it connects.
-	_, err := store.Open(context.Background(), "sqlserver", "sqlserver://u:pw@127.0.0.1:1?database=x", store.WithSchema("x];DROP TABLE y;--"))
+	_, err := open.Store(context.Background(), "sqlserver", "sqlserver://u:pw@127.0.0.1:1?database=x", store.WithSchema("x];DROP TABLE y;--"))
 	require.ErrorContains(t, err, "not a plain identifier")
 }
 

@@ -9,9 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	_ "github.com/microsoft/go-mssqldb" // registers the "sqlserver" database/sql driver
-	_ "modernc.org/sqlite"              // registers the "sqlite" database/sql driver
 )
 
 // ErrDuplicate is returned when a unique key is already taken.
@@ -25,6 +22,7 @@ type Store struct {
 	pool *sql.DB
 	db   conn // the pool, or the caller's transaction (WithTx)
 	d    Dialect
+	drv  Driver
 	// callerTx: the statements run in a transaction the caller owns, so a
 	// transient conflict is not retried here: a deadlock victim's whole
 	// transaction was rolled back, and only the caller can run it again.
@@ -53,25 +51,12 @@ type conn interface {
 // transaction: what it writes commits or rolls back with the caller's own
 // writes. It does not retry transient conflicts (see Store.callerTx).
 func (s *Store) WithTx(tx *sql.Tx) *Store {
-	return &Store{pool: s.pool, db: tx, d: s.d, callerTx: true, statements: s.statements, windowRows: s.windowRows}
+	return &Store{pool: s.pool, db: tx, d: s.d, drv: s.drv, callerTx: true, statements: s.statements, windowRows: s.windowRows}
 }
 
 // InTx reports whether the store sends its statements in a caller's
 // transaction.
 func (s *Store) InTx() bool { return s.callerTx }
-
-// DialectFor returns the dialect of a database.driver value.
-func DialectFor(driver string) (Dialect, error) {
-	switch driver {
-	case "sqlite":
-		return SQLite{}, nil
-	case "postgres":
-		return Postgres{}, nil
-	case "sqlserver":
-		return SQLServer{}, nil
-	}
-	return nil, fmt.Errorf("database driver %q is not supported (use sqlite, postgres or sqlserver)", driver)
-}
 
 // Option adjusts Open.
 type Option func(*options)
@@ -86,57 +71,44 @@ type options struct {
 // from the DSN.
 func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
 
-// Open connects to the database and checks that it answers. Errors never
-// carry the DSN's password.
-func Open(ctx context.Context, driver, dsn string, opts ...Option) (*Store, error) {
+// Open connects to the database of drv and checks that it answers. Errors
+// never carry the DSN's password. (The node opens a database by its
+// database.driver name through internal/store/open.)
+func Open(ctx context.Context, drv Driver, dsn string, opts ...Option) (*Store, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	d, err := DialectFor(driver)
+	d, err := drv.Dialect(o.schema)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := d.(SQLServer); ok {
-		if d, err = NewSQLServer(o.schema); err != nil {
-			return nil, err
-		}
-	}
-	var db *sql.DB
-	switch d.(type) {
-	case SQLite:
-		db, err = sql.Open("sqlite", sqliteDSN(dsn))
-	case Postgres:
-		db, err = openPostgres(dsn)
-	case SQLServer:
-		// The "sqlserver" driver name makes go-mssqldb bind @p1..@pN.
-		db, err = sql.Open("sqlserver", dsn)
-	}
-	what := driver + " database"
+	what := d.Name() + " database"
 	if _, ok := d.(SQLite); ok {
 		what = fmt.Sprintf("SQLite database %q", dsn) // a path: no secret in it
 	}
+	db, err := drv.Open(dsn)
 	if err != nil {
 		return nil, scrub(fmt.Errorf("open %s: %w", what, err), dsn)
 	}
 	configurePool(db, d)
-	if err := ping(ctx, db, d); err != nil {
+	if err := ping(ctx, db, drv); err != nil {
 		db.Close()
-		return nil, scrub(ExplainConnect(fmt.Errorf("connect to %s: %w", what, err)), dsn)
+		return nil, scrub(ExplainConnect(fmt.Errorf("connect to %s: %w", what, err), drv), dsn)
 	}
 	if c, ok := d.(interface {
 		checkSession(context.Context, *sql.DB) error
 	}); ok {
 		if err := c.checkSession(ctx, db); err != nil {
 			db.Close()
-			return nil, scrub(ExplainConnect(fmt.Errorf("%s: %w", what, err)), dsn)
+			return nil, scrub(ExplainConnect(fmt.Errorf("%s: %w", what, err), drv), dsn)
 		}
 	}
-	s := New(db, d)
+	s := newStore(db, d, drv)
 	if _, ok := d.(SQLite); ok {
 		if s.file, err = openedFile(ctx, db); err != nil {
 			db.Close()
-			return nil, ExplainConnect(fmt.Errorf("%s: %w", what, err))
+			return nil, ExplainConnect(fmt.Errorf("%s: %w", what, err), drv)
 		}
 	}
 	return s, nil
@@ -206,17 +178,17 @@ const sqlServerPoolSize = 4
 // out: opening a SQLite file sets its journal mode, which needs the file's
 // lock for a moment and fails busy (not waiting on busy_timeout) while
 // another process migrates it.
-func ping(ctx context.Context, db *sql.DB, d Dialect) error {
-	return retryTransient(ctx, d, 12, func() error { return db.PingContext(ctx) })
+func ping(ctx context.Context, db *sql.DB, drv Driver) error {
+	return retryTransient(ctx, drv, 12, func() error { return db.PingContext(ctx) })
 }
 
-// retryTransient runs op up to attempts times while d calls its error
+// retryTransient runs op up to attempts times while drv calls its error
 // transient, pausing 5 ms, doubling, at most a second, and never past ctx.
-func retryTransient(ctx context.Context, d Dialect, attempts int, op func() error) error {
+func retryTransient(ctx context.Context, drv Driver, attempts int, op func() error) error {
 	pause := 5 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := op()
-		if err == nil || attempt >= attempts || !d.Retryable(err) {
+		if err == nil || attempt >= attempts || !drv.Retryable(err) {
 			return err
 		}
 		t := time.NewTimer(pause)
@@ -230,11 +202,31 @@ func retryTransient(ctx context.Context, d Dialect, attempts int, op func() erro
 	}
 }
 
-// New wraps a connection pool the caller opened (a go-mssqldb connector
-// with Azure AD authentication, say, or a test's recording driver) as a
-// store of dialect d.
-func New(db *sql.DB, d Dialect) *Store {
-	return &Store{pool: db, db: db, d: d, statements: &expandedStatements{}}
+// Wrap makes a store of a connection pool the caller opened (an
+// application's, or a go-mssqldb connector with Azure AD authentication,
+// say) on the database of drv, with slotpoller's tables in schema (SQL
+// Server; "" for the default). It sends nothing.
+func Wrap(db *sql.DB, drv Driver, schema string) (*Store, error) {
+	d, err := drv.Dialect(schema)
+	if err != nil {
+		return nil, err
+	}
+	return newStore(db, d, drv), nil
+}
+
+// New wraps a connection pool as a store of dialect d with no driver: its
+// values are bound as the dialect makes them, and no error is told apart
+// (none is retried). It is for tests of the statements a dialect
+// generates; WithDriver gives such a store a driver.
+func New(db *sql.DB, d Dialect) *Store { return newStore(db, d, noDriver{}) }
+
+// WithDriver returns a store of s's pool and dialect whose values bind and
+// whose errors are told apart by drv (a test's recording database, which
+// stands for drv's).
+func (s *Store) WithDriver(drv Driver) *Store { return newStore(s.pool, s.d, drv) }
+
+func newStore(db *sql.DB, d Dialect, drv Driver) *Store {
+	return &Store{pool: db, db: db, d: d, drv: drv, statements: &expandedStatements{}}
 }
 
 // scrub removes the DSN's password from an error message: drivers quote
@@ -305,15 +297,23 @@ func (s *Store) DB() *sql.DB { return s.pool }
 // Dialect is the store's dialect.
 func (s *Store) Dialect() Dialect { return s.d }
 
+// Driver is the store's driver.
+func (s *Store) Driver() Driver { return s.drv }
+
+// UndefinedTable reports whether err, from one of the store's statements,
+// says a table does not exist (a database never migrated).
+func (s *Store) UndefinedTable(err error) bool { return s.drv.UndefinedTable(err) }
+
 // Statements returns how many statements this store has sent, for the
 // benchmark of the farm's database load.
 func (s *Store) Statements() int64 { return s.stmts.Load() }
 
-// args passes each parameter through the dialect's Arg.
+// args passes each parameter through the dialect's Arg, then the
+// driver's Bind.
 func (s *Store) args(in []any) []any {
 	out := make([]any, len(in))
 	for i, v := range in {
-		out[i] = s.d.Arg(v)
+		out[i] = s.drv.Bind(s.d.Arg(v))
 	}
 	return out
 }
@@ -341,7 +341,7 @@ func (s *Store) retry(ctx context.Context, op func() error) error {
 	if s.callerTx {
 		return op()
 	}
-	return retryTransient(ctx, s.d, 8, op)
+	return retryTransient(ctx, s.drv, 8, op)
 }
 
 // rowScanner is what a scan function reads one row from.

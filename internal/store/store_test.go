@@ -14,6 +14,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/stretchr/testify/require"
 )
@@ -480,16 +481,16 @@ func TestConcurrentMigrations(t *testing.T) {
 func TestOpenErrorsHidePassword(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := store.Open(ctx, "postgres", "postgres://slot:s3cretpw@127.0.0.1:1/farm?connect_timeout=2")
+	_, err := open.Store(ctx, "postgres", "postgres://slot:s3cretpw@127.0.0.1:1/farm?connect_timeout=2")
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "s3cretpw")
-	_, err = store.Open(ctx, "sqlserver", "sqlserver://slot:s3cretpw@127.0.0.1:1?database=farm&dial+timeout=2")
+	_, err = open.Store(ctx, "sqlserver", "sqlserver://slot:s3cretpw@127.0.0.1:1?database=farm&dial+timeout=2")
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "s3cretpw")
-	_, err = store.Open(ctx, "sqlserver", "server=127.0.0.1;port=1;user id=slot;password=s3cretpw;database=farm;dial timeout=2")
+	_, err = open.Store(ctx, "sqlserver", "server=127.0.0.1;port=1;user id=slot;password=s3cretpw;database=farm;dial timeout=2")
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "s3cretpw")
-	_, err = store.Open(ctx, "oracle", "x")
+	_, err = open.Store(ctx, "oracle", "x")
 	require.ErrorContains(t, err, "oracle")
 	require.False(t, errors.Is(err, store.ErrNotFound))
 }
@@ -498,7 +499,7 @@ func TestSQLitePathsAreTakenLiterally(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a#b", "c%41d")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	ctx := context.Background()
-	s, err := store.Open(ctx, "sqlite", filepath.Join(dir, "farm.db"))
+	s, err := open.Store(ctx, "sqlite", filepath.Join(dir, "farm.db"))
 	require.NoError(t, err)
 	defer s.Close()
 	_, err = install.Migrate(ctx, s)
@@ -515,7 +516,7 @@ func TestOpenErrorsHidePasswordInAnyForm(t *testing.T) {
 		"postgres://slot@127.0.0.1:1/farm?password=qu3ry-secret&connect_timeout=1&sslmode=bogus",
 		"host=127.0.0.1 port=1 user=slot password=kv-s3cret connect_timeout=1",
 	} {
-		_, err := store.Open(ctx, "postgres", dsn)
+		_, err := open.Store(ctx, "postgres", dsn)
 		require.Error(t, err)
 		for _, secret := range []string{"p%40ss-w0rd-x", "p@ss-w0rd-x", "qu3ry-secret", "kv-s3cret"} {
 			require.NotContains(t, err.Error(), secret)
@@ -546,7 +547,7 @@ func TestSchemaStatusTellsMissingFromBroken(t *testing.T) {
 func TestPostgresPoolKeepsItsConnections(t *testing.T) {
 	dsn := storetest.RequirePostgres(t)
 	ctx := context.Background()
-	s, err := store.Open(ctx, "postgres", dsn)
+	s, err := open.Store(ctx, "postgres", dsn)
 	require.NoError(t, err)
 	defer s.Close()
 	db := s.DB()
@@ -673,7 +674,7 @@ func TestOpenSQLiteWhileAnotherMigrates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := store.Open(ctx, "sqlite", path)
+			s, err := open.Store(ctx, "sqlite", path)
 			if err != nil {
 				errs <- err
 				return
@@ -686,7 +687,7 @@ func TestOpenSQLiteWhileAnotherMigrates(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s, err := store.Open(ctx, "sqlite", path)
+				s, err := open.Store(ctx, "sqlite", path)
 				if err == nil {
 					s.Close()
 				}

@@ -76,7 +76,7 @@ VALUES (?, ?, ?, ?, ?, ?, 'created', 0, {now})`)
 	if err == nil {
 		return nil
 	}
-	if !s.d.UniqueViolation(err) {
+	if !s.drv.UniqueViolation(err) {
 		return fmt.Errorf("add task %q: %w", t.Name, err)
 	}
 	reuse := s.statement(`UPDATE {tasks} SET endpoint = ?, method = ?, payload = ?, every_ms = ?, timeout_ms = ?,

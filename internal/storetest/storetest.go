@@ -17,6 +17,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/stretchr/testify/require"
 )
 
@@ -76,7 +77,7 @@ type DB struct {
 
 // Open connects a new store to the database, as another node would.
 func (db DB) Open(ctx context.Context) (*store.Store, error) {
-	return store.Open(ctx, db.Driver, db.DSN, store.WithSchema(db.Schema))
+	return open.Store(ctx, db.Driver, db.DSN, store.WithSchema(db.Schema))
 }
 
 // ExtraEnv is what a slotpoller process needs besides

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 )
 
 // Trace records every statement a store sends and answers from a script.
@@ -39,15 +40,21 @@ type Reply struct {
 	Err      error
 }
 
-// NewTrace returns a store of dialect d whose database is a Trace. respond
+// NewTrace returns a store of dialect d whose database is a Trace, standing
+// for the database of d's driver: values bind, and errors are told apart,
+// as that driver does. respond
 // answers each statement; nil answers every Exec with one row affected and
 // every Query with no rows.
 func NewTrace(t testing.TB, d store.Dialect, respond func(Call) Reply) (*store.Store, *Trace) {
 	t.Helper()
+	drv, err := open.Driver(d.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
 	tr := &Trace{respond: respond}
 	db := sql.OpenDB(traceConnector{tr})
 	t.Cleanup(func() { db.Close() })
-	return store.New(db, d), tr
+	return store.New(db, d).WithDriver(drv), tr
 }
 
 // Calls returns the statements sent so far and forgets them.

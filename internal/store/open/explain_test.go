@@ -1,4 +1,4 @@
-package store_test
+package open_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	mssql "github.com/microsoft/go-mssqldb"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/stretchr/testify/require"
 )
 
@@ -51,17 +52,17 @@ func TestConnectErrorsSayWhatIsWrong(t *testing.T) {
 			store.ErrTLS, "certificate", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := store.ExplainConnect(fmt.Errorf("connect to database: %w", tc.err))
+			err := open.ExplainConnect(fmt.Errorf("connect to database: %w", tc.err))
 			require.ErrorIs(t, err, tc.kind)
 			require.ErrorContains(t, err, tc.says)
 			require.Equal(t, tc.permanent, store.Permanent(err))
 			require.ErrorContains(t, err, tc.err.Error(), "the driver's words follow")
-			require.Same(t, err, store.ExplainConnect(err), "explained once")
+			require.Same(t, err, open.ExplainConnect(err), "explained once")
 		})
 	}
 	other := errors.New("something else")
-	require.Same(t, other, store.ExplainConnect(other))
-	require.Nil(t, store.ExplainConnect(nil))
+	require.Same(t, other, open.ExplainConnect(other))
+	require.Nil(t, open.ExplainConnect(nil))
 }
 
 type timeoutError struct{}
@@ -77,13 +78,13 @@ func TestOpenSQLiteOnAFileThatIsNotADatabase(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("a text file, not a database, long enough to hold a header: 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"), 0o600))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := store.Open(ctx, "sqlite", path)
+	_, err := open.Store(ctx, "sqlite", path)
 	require.ErrorIs(t, err, store.ErrNotADatabase)
 	require.ErrorContains(t, err, "not a SQLite database")
 	require.ErrorContains(t, err, path)
 	require.True(t, store.Permanent(err))
 
-	_, err = store.Open(ctx, "sqlite", filepath.Join(t.TempDir(), "no-such-folder", "farm.db"))
+	_, err = open.Store(ctx, "sqlite", filepath.Join(t.TempDir(), "no-such-folder", "farm.db"))
 	require.ErrorIs(t, err, store.ErrCannotOpen)
 	require.False(t, store.Permanent(err), "the folder may appear (a volume mounted late)")
 }
@@ -93,7 +94,7 @@ func TestOpenSQLiteOnAFileThatIsNotADatabase(t *testing.T) {
 func TestOpenErrorsKeepTheUserWithoutPassword(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := store.Open(ctx, "postgres", "postgres://postgres@127.0.0.1:1/farm?connect_timeout=2")
+	_, err := open.Store(ctx, "postgres", "postgres://postgres@127.0.0.1:1/farm?connect_timeout=2")
 	require.ErrorContains(t, err, "postgres database")
 	require.ErrorIs(t, err, store.ErrUnreachable)
 }

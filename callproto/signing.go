@@ -1,4 +1,4 @@
-package jobs
+package callproto
 
 import (
 	"bytes"
@@ -17,7 +17,8 @@ import (
 	"time"
 )
 
-// Signed calls. With Invoker.SigningKey set, every call carries
+// Signed calls. A node with a signing key (jobs.signing_key) sends on every
+// call
 //
 //	X-Slotpoller-Timestamp: <Unix seconds>
 //	X-Slotpoller-Signature: v2=<lowercase hex HMAC-SHA-256(key, canonical)>
@@ -449,10 +450,10 @@ type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
-// signRequest sets the timestamp and v2 signature headers of req, whose
-// body is body (nil when it has none). Call it after every signed header is
-// set.
-func signRequest(req *http.Request, body, key []byte, now time.Time) {
+// SignRequest sets the timestamp and v2 signature headers of req, whose
+// body is body (nil when it has none), at now. Call it after every signed
+// header is set: a header set afterwards is not covered.
+func SignRequest(req *http.Request, body, key []byte, now time.Time) {
 	ts := now.Unix()
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
 	req.Header.Set(HeaderSignature, Sign(req.Method, req.URL.RequestURI(), ts, req.Header, body, key))

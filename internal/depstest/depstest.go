@@ -1,0 +1,47 @@
+// Package depstest lists what a package compiles in, for tests that keep
+// a package's dependencies to what its users expect (the client without
+// database drivers, a driver package with its own driver only). It runs
+// the go tool of the toolchain under test.
+package depstest
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// NonStandard returns the import paths of the packages pkg depends on,
+// itself included, that are not in the standard library: `go list -deps`
+// without the tests' own imports.
+func NonStandard(t testing.TB, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command(goTool(t), "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+	}
+	return strings.Fields(string(out))
+}
+
+// Having returns the packages among deps whose import path is prefix or
+// lies under it.
+func Having(deps []string, prefix string) []string {
+	var found []string
+	for _, d := range deps {
+		if d == prefix || strings.HasPrefix(d, prefix+"/") {
+			found = append(found, d)
+		}
+	}
+	return found
+}
+
+// goTool is the go command of GOROOT (as `go env GOROOT` reports it), not
+// whichever one PATH finds first.
+func goTool(t testing.TB) string {
+	t.Helper()
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatalf("go env GOROOT: %v (the dependency checks need the go tool)", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(goroot)), "bin", "go")
+}

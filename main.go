@@ -107,11 +107,11 @@ func runWith(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue), errors.As(err, &fe):
-		fmt.Fprintln(stderr, "slotpoller "+verb+":", errorText(err))
+		fmt.Fprintln(stderr, "slotpoller "+verb+":", err)
 		fmt.Fprintf(stderr, "run \"slotpoller %s -h\" for its usage\n", helpName(verb, rest))
 		return 2
 	default:
-		fmt.Fprintln(stderr, "slotpoller "+verb+":", errorText(err))
+		fmt.Fprintln(stderr, "slotpoller "+verb+":", err)
 		return 1
 	}
 }
@@ -273,21 +273,6 @@ func checkName(kind, name string) error {
 		return usageError{fmt.Sprintf("-name %q: %v", name, err)}
 	}
 	return nil
-}
-
-// errorText is err as the operator reads it. The store's duplicate
-// errors say what exists, then wrap store.ErrDuplicate, "already exists":
-// those words are left off where the message said so already.
-func errorText(err error) string {
-	msg := err.Error()
-	if !errors.Is(err, store.ErrDuplicate) {
-		return msg
-	}
-	dup := ": " + store.ErrDuplicate.Error()
-	if i := strings.LastIndex(msg, dup); i >= 0 && strings.Contains(msg[:i], " exists") {
-		return msg[:i] + msg[i+len(dup):]
-	}
-	return msg
 }
 
 // inDatabase says which database err is about: the driver and the DSN,

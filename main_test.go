@@ -180,7 +180,7 @@ func TestTaskVerbs(t *testing.T) {
 	require.Contains(t, out, `task "feed" added`)
 	code, _, errOut = cli(t, "task", "add", "-name", "feed", "-endpoint", "/other", "-every", "5s", "-config", cfg)
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut, `a task named "feed" exists`)
+	require.Contains(t, errOut, `a task named "feed" already exists (delete it first)`)
 	require.Equal(t, 1, strings.Count(errOut, "exists"), "the message says it once: %s", errOut)
 
 	code, out, errOut = cli(t, "task", "list", "-json", "-config", cfg)

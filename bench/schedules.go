@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/bench/benchkit"
+	"github.com/slotpoller/slotpoller/callproto"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/rotation"
@@ -101,7 +102,7 @@ func scheduleScenario(ctx context.Context, o options, logger *slog.Logger, stder
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		callsMu.Lock()
-		f := r.Header.Get(jobs.HeaderScheduledFor)
+		f := r.Header.Get(callproto.HeaderScheduledFor)
 		if calls[f] == nil {
 			calls[f] = map[string]int{}
 		}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/slotpoller/slotpoller/callproto"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 )
@@ -123,7 +124,7 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 	}
 	var headers map[string]string
 	if c.ScheduledFor != nil {
-		headers = map[string]string{HeaderScheduledFor: c.ScheduledFor.UTC().Format(time.RFC3339Nano)}
+		headers = map[string]string{callproto.HeaderScheduledFor: c.ScheduledFor.UTC().Format(time.RFC3339Nano)}
 	}
 	// The call ends a margin before the hold confirmed when it starts:
 	// the deadline the endpoint is told lies before any moment another

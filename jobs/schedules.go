@@ -10,10 +10,6 @@ import (
 	"github.com/slotpoller/slotpoller/internal/store"
 )
 
-// HeaderScheduledFor carries an occurrence's fire time (RFC 3339) on the
-// calls of a schedule's job.
-const HeaderScheduledFor = "X-Slotpoller-Scheduled-For"
-
 // maxOccurrencesPerStep bounds how many occurrences one materializing step
 // writes for one schedule (misfire "all" after a long outage catches up over
 // several slots instead of in one burst).

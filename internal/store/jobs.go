@@ -161,9 +161,9 @@ VALUES (` + values + `) {returning id}`)
 func (s *Store) duplicate(ctx context.Context, key string) (int64, error) {
 	var existing int64
 	if e := s.queryRow(ctx, s.statement(`SELECT id FROM {jobs} WHERE unique_key = ?`), key).Scan(&existing); e == nil {
-		return existing, fmt.Errorf("enqueue: a job with unique key %q exists (id %d): %w", key, existing, ErrDuplicate)
+		return existing, fmt.Errorf("enqueue: a job with unique key %q %w (id %d)", key, ErrDuplicate, existing)
 	}
-	return 0, fmt.Errorf("enqueue: a job with unique key %q exists: %w", key, ErrDuplicate)
+	return 0, fmt.Errorf("enqueue: a job with unique key %q %w", key, ErrDuplicate)
 }
 
 // JobInsertClaimed enqueues a job due now already claimed by owner (an

@@ -417,7 +417,7 @@ VALUES ` + strings.Join(values, ",\n  ") + ` {returning id, idem_key}`)
 	})
 	if err != nil {
 		if s.drv.UniqueViolation(err) {
-			return nil, fmt.Errorf("enqueue: a unique key of the batch is taken: %w", ErrDuplicate)
+			return nil, fmt.Errorf("enqueue: a unique key of the batch %w", ErrDuplicate)
 		}
 		return nil, err
 	}

@@ -64,7 +64,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, {now}, {now})`)
 	args = append(args, boolInt(sc.Enabled), s.d.TimeArg(next), sc.Source)
 	err := s.retry(ctx, func() error { _, err := s.exec(ctx, q, args...); return err })
 	if err != nil && s.drv.UniqueViolation(err) {
-		return fmt.Errorf("add schedule: a schedule named %q exists: %w", sc.Name, ErrDuplicate)
+		return fmt.Errorf("add schedule: a schedule named %q %w", sc.Name, ErrDuplicate)
 	}
 	if err != nil {
 		return fmt.Errorf("add schedule %q: %w", sc.Name, err)

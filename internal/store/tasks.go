@@ -88,7 +88,7 @@ WHERE name = ? AND state = 'deleted'`)
 		return fmt.Errorf("add task %q: %w", t.Name, err)
 	}
 	if !ok {
-		return fmt.Errorf("add task: a task named %q exists (delete it first): %w", t.Name, ErrDuplicate)
+		return fmt.Errorf("add task: a task named %q %w (delete it first)", t.Name, ErrDuplicate)
 	}
 	return nil
 }

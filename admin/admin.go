@@ -1,4 +1,4 @@
-package service
+package admin
 
 import (
 	"context"
@@ -12,12 +12,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/slotpoller/slotpoller/checkin"
-	"github.com/slotpoller/slotpoller/clocksync"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/service"
 )
 
 // The admin endpoint (admin.listen) serves, while the node runs:
@@ -33,113 +33,63 @@ import (
 // All but /healthz and /readyz pass the guard (api_guard.go): the token
 // when admin.token is set, no foreign Origin, a loopback Host otherwise.
 const (
-	// pingTimeout bounds the database check of /readyz.
-	pingTimeout = 2 * time.Second
-	// pingEvery is how long a database check's answer is reused: probes
-	// and scrapes never cost the database more than one query a second.
-	pingEvery = time.Second
 	// statusTimeout bounds the queries of /status.
 	statusTimeout = 5 * time.Second
-	// adminStopTimeout is how long a stop waits for requests in progress.
-	adminStopTimeout = 2 * time.Second
 	// adminRetryMax caps the pause between attempts to listen.
 	adminRetryMax = 30 * time.Second
 )
 
-// nodeParts are the parts of a running node the admin endpoint reads; each
-// is nil until Run has built it.
-type nodeParts struct {
-	store    *store.Store
-	est      *clocksync.Estimator
-	reg      checkin.Registry
-	runner   *jobs.Runner
-	stopping bool
+// Node is what the admin endpoint needs of a node; *service.Node is one.
+type Node interface {
+	// Config is the node's configuration, as validated.
+	Config() service.Config
+	// Clock is the node's local clock.
+	Clock() clock.Clock
+	// Logger is the node's logger, naming the node.
+	Logger() *slog.Logger
+	// Store is the node's database; nil until the node has connected.
+	Store() *store.Store
+	// LocalRunner is the runner a job due now may start on at once; nil
+	// before the node runs and once it stops.
+	LocalRunner() *jobs.Runner
+	// NotReady is why the node is not ready, one reason per failing
+	// check; none when it is ready.
+	NotReady() []string
+	// Metrics is the node's Prometheus registry.
+	Metrics() prometheus.Gatherer
 }
 
-func (n *Node) parts() nodeParts {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return nodeParts{store: n.store, est: n.est, reg: n.reg, runner: n.runner, stopping: n.stopping}
-}
+var _ Node = (*service.Node)(nil)
 
-// dbCheck is the cached answer of the database check.
-type dbCheck struct {
-	mu    sync.Mutex
-	store *store.Store
-	at    time.Time // local time the last check ended; zero: never
-	err   error
-}
-
-// pingDB reads the database clock with a short timeout, at most once per
-// pingEvery; in between it returns the last answer.
-func (n *Node) pingDB(s *store.Store) error {
-	c := &n.dbCheck
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.store == s && !c.at.IsZero() && n.clock.Now().Sub(c.at) < pingEvery {
-		return c.err
-	}
-	// Not the request's context: a probe that hangs up must not leave a
-	// cancellation behind as the database's answer.
-	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
-	defer cancel()
-	_, err := s.Now(ctx)
-	if err != nil && errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("did not answer within %v", pingTimeout)
-	}
-	c.store, c.at, c.err = s, n.clock.Now(), err
-	return err
-}
-
-// notReady returns why the node is not ready, one reason per failing
-// check; none when it is ready.
-func (n *Node) notReady() []string {
-	p := n.parts()
-	var why []string
-	if p.stopping {
-		why = append(why, "node: stopping (draining its calls)")
-	}
-	if p.store == nil {
-		why = append(why, "database: not connected yet")
-	} else if err := n.pingDB(p.store); err != nil {
-		why = append(why, "database: "+n.maskDSN(err.Error()))
-	}
-	offsetKnown := false
-	if p.est != nil {
-		_, offsetKnown = p.est.Current()
-	}
-	if !offsetKnown {
-		why = append(why, "clock offset: not measured yet")
-	}
-	switch {
-	case p.reg == nil:
-		why = append(why, "checked in: not yet")
-	case !p.reg.Membership().OK:
-		why = append(why, fmt.Sprintf("checked in: no successful registry write within its promise (a heartbeat's TTL, %v; on PostgreSQL a rotation, two slots and the TTL)", n.cfg.Checkin.TTL))
-	}
-	return why
+// endpoint is one node's admin handler: what its routes share.
+type endpoint struct {
+	Node
+	cfg   service.Config
+	log   *slog.Logger
+	clock clock.Clock
 }
 
 // maskDSN hides the DSN's password should a driver quote the DSN in an
 // error.
-func (n *Node) maskDSN(msg string) string {
+func (n *endpoint) maskDSN(msg string) string {
 	if dsn := n.cfg.Database.DSN; dsn != "" {
-		return strings.ReplaceAll(msg, dsn, MaskDSN(dsn))
+		return strings.ReplaceAll(msg, dsn, service.MaskDSN(dsn))
 	}
 	return msg
 }
 
-// AdminHandler is the admin endpoint's handler: the dashboard at /,
-// /healthz, /readyz, /metrics, /status and the HTTP API under /api/v1/. Run serves it on
-// admin.listen; it is exported for embedding and tests.
-func (n *Node) AdminHandler() http.Handler {
-	h, _ := n.adminHandler()
+// Handler is the admin endpoint's handler for n: the dashboard at /,
+// /healthz, /readyz, /metrics, /status and the HTTP API under /api/v1/.
+// A Server serves it on admin.listen; it is exported for embedding and
+// tests.
+func Handler(n Node) http.Handler {
+	h, _ := handler(n)
 	return h
 }
 
-// adminHandler is AdminHandler and its API, whose statements the tests
-// count.
-func (n *Node) adminHandler() (http.Handler, *api) {
+// handler is Handler and its API, whose statements the tests count.
+func handler(node Node) (http.Handler, *api) {
+	n := &endpoint{Node: node, cfg: node.Config(), log: node.Logger(), clock: node.Clock()}
 	mux := http.NewServeMux()
 	// The dashboard has / (dashboard.go); the list of routes is at /api/.
 	mux.HandleFunc("GET /api/{$}", func(w http.ResponseWriter, _ *http.Request) {
@@ -169,25 +119,25 @@ func (n *Node) adminHandler() (http.Handler, *api) {
 		text(w, http.StatusOK, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if why := n.notReady(); len(why) > 0 {
+		if why := n.NotReady(); len(why) > 0 {
 			text(w, http.StatusServiceUnavailable, "not ready\n"+strings.Join(why, "\n")+"\n")
 			return
 		}
 		text(w, http.StatusOK, "ready\n")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{
-		ErrorLog:      promLogger{n.log.With("node", n.cfg.Node.Name)},
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.Metrics(), promhttp.HandlerOpts{
+		ErrorLog:      promLogger{n.log},
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		p := n.parts()
-		if p.store == nil {
+		s := n.Store()
+		if s == nil {
 			text(w, http.StatusServiceUnavailable, "database: not connected yet\n")
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), statusTimeout)
 		defer cancel()
-		rep, err := Status(ctx, p.store, time.Duration(n.cfg.Checkin.TTL))
+		rep, err := service.Status(ctx, s, time.Duration(n.cfg.Checkin.TTL))
 		if err != nil {
 			text(w, http.StatusServiceUnavailable, n.maskDSN(err.Error())+"\n")
 			return
@@ -218,96 +168,109 @@ func (l promLogger) Println(v ...any) {
 	l.log.Warn("metrics: " + strings.TrimSuffix(fmt.Sprintln(v...), "\n"))
 }
 
-// AdminAddr is the address the admin endpoint listens on while it does
-// (its port resolved, so ":0" in admin.listen gives the port the system
-// chose); "" when admin.listen is off, before it listens and after the
-// node stopped.
-func (n *Node) AdminAddr() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.adminAddr
-}
+// Server serves a node's admin endpoint on admin.listen: give it to the
+// node's Serve, which starts it with the node's Run and stops it after the
+// drain.
+type Server struct {
+	n Node
+	h http.Handler
 
-// adminServer serves the admin endpoint for one Run.
-type adminServer struct {
-	n      *Node
-	log    *slog.Logger
+	mu     sync.Mutex
+	addr   string // where it listens; "" when it does not
 	srv    *http.Server
 	cancel context.CancelFunc
 	done   chan struct{}
-	once   sync.Once
 }
 
-// startAdmin starts the admin endpoint when admin.listen is set; nil
-// otherwise. A failure to listen (the port taken, say, by the previous
+// NewServer returns the admin endpoint of n, not yet started.
+func NewServer(n Node) *Server {
+	return &Server{n: n, h: Handler(n)}
+}
+
+// Addr is the address the admin endpoint listens on while it does (its
+// port resolved, so ":0" in admin.listen gives the port the system
+// chose); "" when admin.listen is off, before it listens and after it
+// stopped.
+func (a *Server) Addr() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.addr
+}
+
+// Start starts the admin endpoint when admin.listen is set, and returns at
+// once. A failure to listen (the port taken, say, by the previous
 // instance still draining during a restart) does not stop the node: its
 // work matters more than its being watched. The failure is logged as an
 // error and listening is retried, with a growing pause, until it works or
-// the node stops.
-func (n *Node) startAdmin(log *slog.Logger) *adminServer {
-	if n.cfg.Admin.Listen == "" {
-		return nil
+// the endpoint stops.
+func (a *Server) Start() {
+	cfg := a.n.Config()
+	if cfg.Admin.Listen == "" {
+		return
 	}
+	log := a.n.Logger()
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &adminServer{n: n, log: log, cancel: cancel, done: make(chan struct{}),
-		srv: &http.Server{Handler: n.AdminHandler(), ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute,
-			ErrorLog: slog.NewLogLogger(log.With("component", "admin").Handler(), slog.LevelWarn)}}
-	go a.run(ctx, n.cfg.Admin.AdminAddr())
-	return a
+	srv := &http.Server{Handler: a.h, ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute,
+		ErrorLog: slog.NewLogLogger(log.With("component", "admin").Handler(), slog.LevelWarn)}
+	done := make(chan struct{})
+	a.mu.Lock()
+	a.srv, a.cancel, a.done = srv, cancel, done
+	a.mu.Unlock()
+	go a.run(ctx, log, srv, done, cfg.Admin.AdminAddr())
 }
 
-func (a *adminServer) run(ctx context.Context, addr string) {
-	defer close(a.done)
+func (a *Server) run(ctx context.Context, log *slog.Logger, srv *http.Server, done chan struct{}, addr string) {
+	defer close(done)
 	pause, failures := time.Second, 0
 	for {
 		ln, err := net.Listen("tcp", addr)
 		if err == nil {
 			if failures > 0 {
-				a.log.Info("admin endpoint listening after all", "addr", ln.Addr().String(), "failed_attempts", failures)
+				log.Info("admin endpoint listening after all", "addr", ln.Addr().String(), "failed_attempts", failures)
 			} else {
-				a.log.Info("admin endpoint listening", "addr", ln.Addr().String())
+				log.Info("admin endpoint listening", "addr", ln.Addr().String())
 			}
-			a.n.mu.Lock()
-			a.n.adminAddr = ln.Addr().String()
-			a.n.mu.Unlock()
-			err := a.srv.Serve(ln) // closes ln
-			a.n.mu.Lock()
-			a.n.adminAddr = ""
-			a.n.mu.Unlock()
+			a.mu.Lock()
+			a.addr = ln.Addr().String()
+			a.mu.Unlock()
+			err := srv.Serve(ln) // closes ln
+			a.mu.Lock()
+			a.addr = ""
+			a.mu.Unlock()
 			if err != nil && !errors.Is(err, http.ErrServerClosed) {
-				a.log.Error("admin endpoint stopped serving; the node runs on without it", "addr", addr, "err", err)
+				log.Error("admin endpoint stopped serving; the node runs on without it", "addr", addr, "err", err)
 			}
 			return
 		}
 		failures++
 		if failures == 1 {
-			a.log.Error("could not listen on admin.listen; the node runs on without its admin endpoint and keeps trying",
+			log.Error("could not listen on admin.listen; the node runs on without its admin endpoint and keeps trying",
 				"addr", addr, "err", err, "retry_in", pause)
 		} else {
-			a.log.Debug("admin endpoint: could not listen; retrying", "addr", addr, "err", err, "retry_in", pause)
+			log.Debug("admin endpoint: could not listen; retrying", "addr", addr, "err", err, "retry_in", pause)
 		}
-		if clock.Sleep(ctx, a.n.clock, pause) != nil {
+		if clock.Sleep(ctx, a.n.Clock(), pause) != nil {
 			return
 		}
 		pause = min(2*pause, adminRetryMax)
 	}
 }
 
-// stop ends the admin endpoint, letting requests in progress finish for a
-// moment. It may be called more than once; nil does nothing.
-func (a *adminServer) stop() {
-	if a == nil {
+// Stop ends the admin endpoint, letting requests in progress finish until
+// ctx ends. It may be called more than once, and without a Start.
+func (a *Server) Stop(ctx context.Context) {
+	a.mu.Lock()
+	srv, cancel, done := a.srv, a.cancel, a.done
+	a.srv, a.cancel, a.done = nil, nil, nil
+	a.mu.Unlock()
+	if srv == nil {
 		return
 	}
-	a.once.Do(func() {
-		a.cancel()
-		ctx, cancel := context.WithTimeout(context.Background(), adminStopTimeout)
-		defer cancel()
-		if err := a.srv.Shutdown(ctx); err != nil {
-			a.log.Warn("admin endpoint: requests still in progress at stop were cut off", "err", err)
-			_ = a.srv.Close()
-		}
-		<-a.done
-	})
+	cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		a.n.Logger().Warn("admin endpoint: requests still in progress at stop were cut off", "err", err)
+		_ = srv.Close()
+	}
+	<-done
 }

@@ -1,4 +1,4 @@
-package service
+package admin
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/slotpoller/slotpoller/client"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/service"
 )
 
 // The HTTP API, under /api/v1/ on the admin endpoint. Every job operation
@@ -44,7 +45,7 @@ const (
 
 // api serves /api/v1/.
 type api struct {
-	n   *Node
+	n   *endpoint
 	log *slog.Logger
 
 	mu sync.Mutex
@@ -58,8 +59,8 @@ type api struct {
 }
 
 // apiRoutes serves the API on mux and returns it.
-func (n *Node) apiRoutes(mux *http.ServeMux) *api {
-	a := &api{n: n, log: n.log.With("node", n.cfg.Node.Name, "component", "api")}
+func (n *endpoint) apiRoutes(mux *http.ServeMux) *api {
+	a := &api{n: n, log: n.log.With("component", "api")}
 	a.route(mux, "/api/v1/jobs", methods{http.MethodGet: a.list, http.MethodPost: a.enqueue})
 	a.route(mux, "/api/v1/jobs/batch", methods{http.MethodPost: a.enqueueBatch})
 	a.route(mux, "/api/v1/jobs/counts", methods{http.MethodGet: a.counts})
@@ -152,7 +153,7 @@ func bodyCap(pattern string) int64 {
 // client returns the client of the node's store; a 503 before the node
 // has connected to its database.
 func (a *api) client() (*client.Client, error) {
-	s := a.n.parts().store
+	s := a.n.Store()
 	if s == nil {
 		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "database: not connected yet"}
 	}
@@ -174,21 +175,21 @@ func (a *api) client() (*client.Client, error) {
 // this node when it has room; nil while the node has no runner yet or is
 // stopping, when a job goes to the queue for the farm.
 func (a *api) localClient() (*client.Client, error) {
-	p := a.n.parts()
-	if p.runner == nil || p.stopping || p.store == nil {
+	runner, s := a.n.LocalRunner(), a.n.Store()
+	if runner == nil || s == nil {
 		return nil, nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.local == nil || a.runner != p.runner || a.localStore != p.store {
+	if a.local == nil || a.runner != runner || a.localStore != s {
 		cfg := a.n.cfg
-		c, err := client.New(p.store.DB(), cfg.Database.Driver, client.WithSchema(cfg.Database.Schema),
+		c, err := client.New(s.DB(), cfg.Database.Driver, client.WithSchema(cfg.Database.Schema),
 			client.WithDefaultMaxAttempts(cfg.Jobs.MaxAttempts), client.WithActor("api@"+cfg.Node.Name),
-			client.WithLocalRunner(p.runner))
+			client.WithLocalRunner(runner))
 		if err != nil {
 			return nil, err
 		}
-		a.local, a.runner, a.localStore = c, p.runner, p.store
+		a.local, a.runner, a.localStore = c, runner, s
 	}
 	return a.local, nil
 }
@@ -369,7 +370,7 @@ func (a *api) counts(ctx context.Context, _ *client.Client, r *http.Request) (in
 	if _, err := query(r); err != nil {
 		return 0, nil, err
 	}
-	tally, err := a.n.parts().store.JobCountsCapped(ctx, JobCountCap)
+	tally, err := a.n.Store().JobCountsCapped(ctx, service.JobCountCap)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -388,11 +389,11 @@ func (a *api) schedules(ctx context.Context, _ *client.Client, r *http.Request) 
 	if _, err := query(r); err != nil {
 		return 0, nil, err
 	}
-	rep, err := ScheduleReport(ctx, a.n.parts().store)
+	rep, err := service.ScheduleReport(ctx, a.n.Store())
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, map[string][]ScheduleStatus{"schedules": rep}, nil
+	return http.StatusOK, map[string][]service.ScheduleStatus{"schedules": rep}, nil
 }
 
 func (a *api) tasks(ctx context.Context, _ *client.Client, r *http.Request) (int, any, error) {
@@ -406,11 +407,11 @@ func (a *api) tasks(ctx context.Context, _ *client.Client, r *http.Request) (int
 			return 0, nil, &client.FieldError{Field: "all", Problem: fmt.Sprintf("%q is not true or false", v)}
 		}
 	}
-	tasks, err := a.n.parts().store.Tasks(ctx, all)
+	tasks, err := a.n.Store().Tasks(ctx, all)
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, map[string][]TaskStatus{"tasks": TaskReport(tasks)}, nil
+	return http.StatusOK, map[string][]service.TaskStatus{"tasks": service.TaskReport(tasks)}, nil
 }
 
 // pathID is the {id} of the path: a positive whole number.

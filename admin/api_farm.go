@@ -1,4 +1,4 @@
-package service
+package admin
 
 import (
 	"context"
@@ -12,7 +12,9 @@ import (
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/internal/turns"
 	"github.com/slotpoller/slotpoller/rotation"
+	"github.com/slotpoller/slotpoller/service"
 )
 
 // The dashboard's reads and the actions on schedules and tasks, under
@@ -71,7 +73,7 @@ func (c *shared[T]) get(read func() (T, error)) (T, error) {
 
 // FarmNode is one node as the farm view shows it.
 type FarmNode struct {
-	NodeStatus
+	service.NodeStatus
 	LastSeenAgoMS float64 `json:"last_seen_ago_ms"` // by the database clock
 	Tasks         int     `json:"tasks"`            // endless tasks it holds
 	Backlog       bool    `json:"backlog"`          // it left due work behind lately
@@ -185,7 +187,7 @@ func (a *api) nameAction(kind, done string, do func(context.Context, *store.Stor
 		if err := decodeBody(r, &struct{}{}, true); err != nil {
 			return 0, nil, err
 		}
-		body, err := do(ctx, a.n.parts().store, name)
+		body, err := do(ctx, a.n.Store(), name)
 		if errors.Is(err, store.ErrNotFound) {
 			return 0, nil, &apiError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no %s named %q", kind, name)}
 		}
@@ -199,18 +201,18 @@ func (a *api) nameAction(kind, done string, do func(context.Context, *store.Stor
 
 // farm reads the registry and the job counts: two statements.
 func (a *api) farm(ctx context.Context) (FarmView, error) {
-	s := a.n.parts().store
+	s := a.n.Store()
 	cfg := a.n.cfg
 	slot := time.Duration(cfg.Rotation.Slot)
 	nodes, dbNow, err := s.Nodes(ctx, time.Duration(cfg.Checkin.TTL))
 	if err != nil {
 		return FarmView{}, err
 	}
-	tally, err := s.JobCountsCapped(ctx, JobCountCap)
+	tally, err := s.JobCountsCapped(ctx, service.JobCountCap)
 	if err != nil {
 		return FarmView{}, err
 	}
-	v := FarmView{Node: cfg.Node.Name, Driver: cfg.Database.Driver, DSN: MaskDSN(cfg.Database.DSN),
+	v := FarmView{Node: cfg.Node.Name, Driver: cfg.Database.Driver, DSN: service.MaskDSN(cfg.Database.DSN),
 		DatabaseTime: dbNow, SlotMS: slot.Milliseconds(), Nodes: []FarmNode{},
 		Jobs: tally.Counts, JobsCountCap: tally.Cap}
 	k := rotation.Slot(dbNow, slot)
@@ -219,11 +221,11 @@ func (a *api) farm(ctx context.Context) (FarmView, error) {
 	pendingFrom, startedFrom := k+1, k+1
 	pollers := map[int64][]string{}
 	for _, n := range nodes {
-		fn := FarmNode{NodeStatus: NodeStatus{Name: n.Name, Live: n.Live, State: n.State, Incarnation: n.Incarnation,
+		fn := FarmNode{NodeStatus: service.NodeStatus{Name: n.Name, Live: n.Live, State: n.State, Incarnation: n.Incarnation,
 			Capacity: n.Capacity, Free: n.Free, OffsetMS: ms(n.Offset), OffsetErrorMS: ms(n.OffsetError),
 			LastSeen: n.LastSeen, Started: n.Started},
 			LastSeenAgoMS: ms(dbNow.Sub(n.LastSeen)), Tasks: n.Tasks, Backlog: n.Backlog, Turns: []int64{}}
-		for _, t := range decodeTurns(n.Turns) {
+		for _, t := range turns.Decode(n.Turns) {
 			if t >= first && t <= k {
 				fn.Turns = append(fn.Turns, t)
 				pollers[t] = append(pollers[t], n.Name)
@@ -262,7 +264,7 @@ func (a *api) farm(ctx context.Context) (FarmView, error) {
 // throughput reads the last hour's finished jobs per minute: one capped
 // statement.
 func (a *api) throughput(ctx context.Context) (ThroughputView, error) {
-	t, err := a.n.parts().store.JobThroughput(ctx, throughputWindow, throughputCap)
+	t, err := a.n.Store().JobThroughput(ctx, throughputWindow, throughputCap)
 	if err != nil {
 		return ThroughputView{}, err
 	}
@@ -283,3 +285,6 @@ func (a *api) throughput(ctx context.Context) (ThroughputView, error) {
 	}
 	return v, nil
 }
+
+// ms is d in milliseconds, to the microsecond, as status writes them.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,4 +1,4 @@
-package service
+package admin
 
 import (
 	"crypto/sha256"
@@ -23,7 +23,7 @@ import (
 //     need its CSRF header (dashboard_auth.go). The sign-in form at
 //     /login is open; a browser opening another page without either is
 //     sent there.
-func (n *Node) guard(next http.Handler, ses *sessions) http.Handler {
+func (n *endpoint) guard(next http.Handler, ses *sessions) http.Handler {
 	token := n.cfg.Admin.Token
 	var want [sha256.Size]byte
 	if token != "" {
@@ -92,7 +92,12 @@ func loopbackHostHeader(host string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	return isLoopbackHost(strings.Trim(host, "[]"))
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // sameOrigin reports whether origin is the listener's own: http or https

@@ -1,4 +1,4 @@
-package service
+package admin
 
 import (
 	"crypto/sha256"
@@ -23,7 +23,7 @@ var dashboardFS embed.FS
 const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
-func (n *Node) dashboardRoutes(mux *http.ServeMux, ses *sessions) {
+func (n *endpoint) dashboardRoutes(mux *http.ServeMux, ses *sessions) {
 	assets, _ := fs.Sub(dashboardFS, "dashboard")
 	page, _ := fs.ReadFile(assets, "index.html")
 	login, _ := fs.ReadFile(assets, "login.html")

@@ -20,18 +20,8 @@ import (
 	"github.com/slotpoller/slotpoller/service"
 )
 
-// The admin endpoint (admin.listen) serves, while the node runs:
-//
-//	GET /healthz  200 "ok" while the process is up
-//	GET /readyz   200 "ready" when the database answers, the clock offset is
-//	              known and the node is checked in; else 503 with one line
-//	              per failing check
-//	GET /metrics  Prometheus text format (the node's own registry)
-//	GET /status   the JSON of `slotpoller status -json`
-//	/api/v1/...   the HTTP API (api.go)
-//
-// All but /healthz and /readyz pass the guard (api_guard.go): the token
-// when admin.token is set, no foreign Origin, a loopback Host otherwise.
+// The admin endpoint (admin.listen) serves the routes of the route table
+// (routes.go) while the node runs.
 const (
 	// statusTimeout bounds the queries of /status.
 	statusTimeout = 5 * time.Second
@@ -90,68 +80,54 @@ func Handler(n Node) http.Handler {
 // handler is Handler and its API, whose statements the tests count.
 func handler(node Node) (http.Handler, *api) {
 	n := &endpoint{Node: node, cfg: node.Config(), log: node.Logger(), clock: node.Clock()}
-	mux := http.NewServeMux()
-	// The dashboard has / (dashboard.go); the list of routes is at /api/.
-	mux.HandleFunc("GET /api/{$}", func(w http.ResponseWriter, _ *http.Request) {
-		text(w, http.StatusOK, "slotpoller node "+n.cfg.Node.Name+"\n\n"+
-			"/         the dashboard (a browser)\n"+
-			"/healthz  200 while the process is up\n"+
-			"/readyz   200 when the database answers, the clock offset is known and the node is checked in\n"+
-			"/metrics  Prometheus metrics\n"+
-			"/status   the farm's status as JSON (slotpoller status -json)\n\n"+
-			"HTTP API (JSON; POST takes Content-Type: application/json):\n"+
-			"POST /api/v1/jobs               enqueue one job\n"+
-			"POST /api/v1/jobs/batch         enqueue {\"jobs\": [...]} in one transaction\n"+
-			"GET  /api/v1/jobs               list: ?state=&endpoint=&since=&until=&limit=&cursor=\n"+
-			"GET  /api/v1/jobs/counts        jobs by state\n"+
-			"GET  /api/v1/jobs/{id}          a job with its history\n"+
-			"POST /api/v1/jobs/{id}/cancel   cancel a waiting job\n"+
-			"POST /api/v1/jobs/{id}/retry    retry a finished job\n"+
-			"POST /api/v1/jobs/retry         retry {\"state\", \"endpoint\", \"since\", \"until\", \"limit\"}\n"+
-			"GET  /api/v1/schedules          schedules\n"+
-			"GET  /api/v1/tasks              endless tasks (?all=true: deleted too)\n"+
-			"GET  /api/v1/farm               the rotation, the nodes and job counts (the dashboard's farm view)\n"+
-			"GET  /api/v1/throughput         jobs finished per minute and start delays, last hour\n"+
-			"POST /api/v1/schedules/{name}/pause|resume|trigger   pause, resume, or run one extra occurrence now\n"+
-			"POST /api/v1/tasks/{name}/delete                     delete an endless task\n")
-	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		text(w, http.StatusOK, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if why := n.NotReady(); len(why) > 0 {
-			text(w, http.StatusServiceUnavailable, "not ready\n"+strings.Join(why, "\n")+"\n")
-			return
-		}
-		text(w, http.StatusOK, "ready\n")
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(n.Metrics(), promhttp.HandlerOpts{
+	ses := newSessions(n.clock, sessionCookieName(n.cfg.Admin.AdminAddr()))
+	a := newAPI(n)
+	table := n.routes(a, newDashboard(n, ses))
+	return n.guard(serveMux(table, a), ses, table), a
+}
+
+// healthz is 200 while the process is up.
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	text(w, http.StatusOK, "ok\n")
+}
+
+// readyz is 200 when the node is ready, else 503 with a line per failing
+// check.
+func (n *endpoint) readyz(w http.ResponseWriter, _ *http.Request) {
+	if why := n.NotReady(); len(why) > 0 {
+		text(w, http.StatusServiceUnavailable, "not ready\n"+strings.Join(why, "\n")+"\n")
+		return
+	}
+	text(w, http.StatusOK, "ready\n")
+}
+
+// metrics serves the node's registry in the Prometheus formats.
+func (n *endpoint) metrics() http.Handler {
+	return promhttp.HandlerFor(n.Metrics(), promhttp.HandlerOpts{
 		ErrorLog:      promLogger{n.log},
 		ErrorHandling: promhttp.ContinueOnError,
-	}))
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		s := n.Store()
-		if s == nil {
-			text(w, http.StatusServiceUnavailable, "database: not connected yet\n")
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), statusTimeout)
-		defer cancel()
-		rep, err := service.Status(ctx, s, time.Duration(n.cfg.Checkin.TTL))
-		if err != nil {
-			text(w, http.StatusServiceUnavailable, n.maskDSN(err.Error())+"\n")
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(rep)
 	})
-	a := n.apiRoutes(mux)
-	ses := newSessions(n.clock, sessionCookieName(n.cfg.Admin.AdminAddr()))
-	n.dashboardRoutes(mux, ses)
-	return n.guard(mux, ses), a
+}
+
+// status is the JSON of `slotpoller status -json`, byte for byte.
+func (n *endpoint) status(w http.ResponseWriter, r *http.Request) {
+	s := n.Store()
+	if s == nil {
+		text(w, http.StatusServiceUnavailable, "database: not connected yet\n")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), statusTimeout)
+	defer cancel()
+	rep, err := service.Status(ctx, s, time.Duration(n.cfg.Checkin.TTL))
+	if err != nil {
+		text(w, http.StatusServiceUnavailable, n.maskDSN(err.Error())+"\n")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(rep)
 }
 
 func text(w http.ResponseWriter, code int, body string) {

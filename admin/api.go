@@ -17,20 +17,10 @@ import (
 	"github.com/slotpoller/slotpoller/service"
 )
 
-// The HTTP API, under /api/v1/ on the admin endpoint. Every job operation
-// goes through the client package, as the CLI's do. JSON in and out;
-// durations are Go duration strings ("30s", "1h30m"), times RFC 3339.
-//
-//	POST /api/v1/jobs               enqueue one job          201 {"id"}
-//	POST /api/v1/jobs/batch         enqueue {"jobs":[...]}   201 {"ids"}, all or none
-//	GET  /api/v1/jobs               list: state, endpoint, since, until, limit, cursor
-//	GET  /api/v1/jobs/counts        jobs by state
-//	POST /api/v1/jobs/retry         retry the jobs a filter selects
-//	GET  /api/v1/jobs/{id}          one job with its history
-//	POST /api/v1/jobs/{id}/cancel   cancel a waiting job
-//	POST /api/v1/jobs/{id}/retry    retry a finished job
-//	GET  /api/v1/schedules          schedules with their outcomes
-//	GET  /api/v1/tasks              endless tasks (?all=true: deleted too)
+// The HTTP API, under /api/v1/ on the admin endpoint (its routes are in
+// the route table, routes.go). Every job operation goes through the
+// client package, as the CLI's do. JSON in and out; durations are Go
+// duration strings ("30s", "1h30m"), times RFC 3339.
 const (
 	// maxJobBody caps the body of one job: a 1 MiB payload sent as
 	// payload_base64 is 1.34 MiB; the rest is room for the other fields.
@@ -56,26 +46,22 @@ type api struct {
 	local      *client.Client
 	localStore *store.Store
 	runner     *jobs.Runner
+
+	// The dashboard's two reads, shared by its viewers (api_farm.go).
+	farmCopy       *shared[FarmView]
+	throughputCopy *shared[ThroughputView]
 }
 
-// apiRoutes serves the API on mux and returns it.
-func (n *endpoint) apiRoutes(mux *http.ServeMux) *api {
-	a := &api{n: n, log: n.log.With("component", "api")}
-	a.route(mux, "/api/v1/jobs", methods{http.MethodGet: a.list, http.MethodPost: a.enqueue})
-	a.route(mux, "/api/v1/jobs/batch", methods{http.MethodPost: a.enqueueBatch})
-	a.route(mux, "/api/v1/jobs/counts", methods{http.MethodGet: a.counts})
-	a.route(mux, "/api/v1/jobs/retry", methods{http.MethodPost: a.retryMatching})
-	a.route(mux, "/api/v1/jobs/{id}", methods{http.MethodGet: a.get})
-	a.route(mux, "/api/v1/jobs/{id}/cancel", methods{http.MethodPost: a.act("cancelled", (*client.Client).Cancel, client.StateCancelled)})
-	a.route(mux, "/api/v1/jobs/{id}/retry", methods{http.MethodPost: a.act("retried", (*client.Client).Retry, client.StateReady)})
-	a.route(mux, "/api/v1/schedules", methods{http.MethodGet: a.schedules})
-	a.route(mux, "/api/v1/tasks", methods{http.MethodGet: a.tasks})
-	a.farmRoutes(mux) // api_farm.go: the dashboard's reads, schedule and task actions
-	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeAPIError(w, &apiError{Status: http.StatusNotFound, Code: "no_route",
-			Message: fmt.Sprintf("no API route %s; the routes are listed at GET /api/", r.URL.Path)})
-	})
-	return a
+func newAPI(n *endpoint) *api {
+	return &api{n: n, log: n.log.With("component", "api"),
+		farmCopy:       &shared[FarmView]{clk: n.clock, every: farmEvery},
+		throughputCopy: &shared[ThroughputView]{clk: n.clock, every: throughputEvery}}
+}
+
+// noRoute answers a path under /api/ that no route of the table has.
+func noRoute(w http.ResponseWriter, r *http.Request) {
+	writeAPIError(w, &apiError{Status: http.StatusNotFound, Code: "no_route",
+		Message: fmt.Sprintf("no API route %s; the routes are listed at GET /api/", r.URL.Path)})
 }
 
 // statements is how many statements the API's clients have sent: the job

@@ -11,23 +11,15 @@ import (
 	"github.com/slotpoller/slotpoller/client"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
-	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/internal/turns"
+	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/rotation"
 	"github.com/slotpoller/slotpoller/service"
 )
 
-// The dashboard's reads and the actions on schedules and tasks, under
-// /api/v1/ beside the job routes (api.go):
-//
-//	GET  /api/v1/farm                      the rotation, the nodes, job counts
-//	GET  /api/v1/throughput                jobs finished per minute, start delays (last hour)
-//	POST /api/v1/schedules/{name}/pause    what `schedule pause` does
-//	POST /api/v1/schedules/{name}/resume   what `schedule resume` does
-//	POST /api/v1/schedules/{name}/trigger  what `schedule trigger` does: one extra occurrence now
-//	POST /api/v1/tasks/{name}/delete       what `task delete` does (without waiting)
-//
-// The two reads are answered from a copy shared by every viewer of this
+// The dashboard's reads (GET /api/v1/farm and /api/v1/throughput) and the
+// actions on schedules and tasks, under /api/v1/ beside the job routes
+// (api.go); routes.go has their paths. The two reads are answered from a copy shared by every viewer of this
 // node, refreshed at most once per farmEvery and throughputEvery: the
 // database work of a node's dashboards does not grow with their number,
 // and a refresh is one statement or two whatever the farm's size.
@@ -136,37 +128,42 @@ type ThroughputPoint struct {
 	MaxDelayMS int64   `json:"max_delay_ms"`
 }
 
-func (a *api) farmRoutes(mux *http.ServeMux) {
-	farm := &shared[FarmView]{clk: a.n.clock, every: farmEvery}
-	tput := &shared[ThroughputView]{clk: a.n.clock, every: throughputEvery}
-	a.route(mux, "/api/v1/farm", methods{http.MethodGet: func(ctx context.Context, _ *client.Client, r *http.Request) (int, any, error) {
-		if _, err := query(r); err != nil {
-			return 0, nil, err
-		}
-		v, err := farm.get(func() (FarmView, error) { return a.farm(ctx) })
-		return http.StatusOK, v, err
-	}})
-	a.route(mux, "/api/v1/throughput", methods{http.MethodGet: func(ctx context.Context, _ *client.Client, r *http.Request) (int, any, error) {
-		if _, err := query(r); err != nil {
-			return 0, nil, err
-		}
-		v, err := tput.get(func() (ThroughputView, error) { return a.throughput(ctx) })
-		return http.StatusOK, v, err
-	}})
-	a.route(mux, "/api/v1/schedules/{name}/pause", methods{http.MethodPost: a.scheduleAction("paused", func(ctx context.Context, s *store.Store, name string) (any, error) {
-		return map[string]any{"name": name, "enabled": false}, jobs.PauseSchedule(ctx, s, name)
-	})})
-	a.route(mux, "/api/v1/schedules/{name}/resume", methods{http.MethodPost: a.scheduleAction("resumed", func(ctx context.Context, s *store.Store, name string) (any, error) {
-		return map[string]any{"name": name, "enabled": true}, jobs.ResumeSchedule(ctx, s, name)
-	})})
-	a.route(mux, "/api/v1/schedules/{name}/trigger", methods{http.MethodPost: a.scheduleAction("triggered", func(ctx context.Context, s *store.Store, name string) (any, error) {
-		id, err := jobs.TriggerSchedule(ctx, s, name)
-		return map[string]any{"name": name, "id": id}, err
-	})})
-	a.route(mux, "/api/v1/tasks/{name}/delete", methods{http.MethodPost: a.nameAction("task", "delete requested", func(ctx context.Context, s *store.Store, name string) (any, error) {
-		state, err := s.TaskRequestDelete(ctx, name)
-		return map[string]any{"name": name, "state": state}, err
-	})})
+// farmRead is GET /api/v1/farm: the shared copy.
+func (a *api) farmRead(ctx context.Context, _ *client.Client, r *http.Request) (int, any, error) {
+	if _, err := query(r); err != nil {
+		return 0, nil, err
+	}
+	v, err := a.farmCopy.get(func() (FarmView, error) { return a.farm(ctx) })
+	return http.StatusOK, v, err
+}
+
+// throughputRead is GET /api/v1/throughput: the shared copy.
+func (a *api) throughputRead(ctx context.Context, _ *client.Client, r *http.Request) (int, any, error) {
+	if _, err := query(r); err != nil {
+		return 0, nil, err
+	}
+	v, err := a.throughputCopy.get(func() (ThroughputView, error) { return a.throughput(ctx) })
+	return http.StatusOK, v, err
+}
+
+// The actions of nameAction: each the function the CLI's verb calls.
+
+func pauseSchedule(ctx context.Context, s *store.Store, name string) (any, error) {
+	return map[string]any{"name": name, "enabled": false}, jobs.PauseSchedule(ctx, s, name)
+}
+
+func resumeSchedule(ctx context.Context, s *store.Store, name string) (any, error) {
+	return map[string]any{"name": name, "enabled": true}, jobs.ResumeSchedule(ctx, s, name)
+}
+
+func triggerSchedule(ctx context.Context, s *store.Store, name string) (any, error) {
+	id, err := jobs.TriggerSchedule(ctx, s, name)
+	return map[string]any{"name": name, "id": id}, err
+}
+
+func deleteTask(ctx context.Context, s *store.Store, name string) (any, error) {
+	state, err := s.TaskRequestDelete(ctx, name)
+	return map[string]any{"name": name, "state": state}, err
 }
 
 func (a *api) scheduleAction(done string, do func(context.Context, *store.Store, string) (any, error)) apiFunc {

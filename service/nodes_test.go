@@ -100,4 +100,3 @@ func (rn *runningNode) stop(t *testing.T) {
 		}
 	})
 }
-

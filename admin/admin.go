@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -109,7 +108,9 @@ func (n *endpoint) metrics() http.Handler {
 	})
 }
 
-// status is the JSON of `slotpoller status -json`, byte for byte.
+// status is the report of `slotpoller status -json`, indented as it is
+// (its times are the CLI's, RFC 3339 to the nanosecond: the report is
+// the CLI's).
 func (n *endpoint) status(w http.ResponseWriter, r *http.Request) {
 	s := n.Store()
 	if s == nil {
@@ -125,7 +126,8 @@ func (n *endpoint) status(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	enc := json.NewEncoder(w)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	enc := jsonEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(rep)
 }

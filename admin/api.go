@@ -379,7 +379,7 @@ func (a *api) schedules(ctx context.Context, _ *client.Client, r *http.Request) 
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, map[string][]service.ScheduleStatus{"schedules": rep}, nil
+	return http.StatusOK, map[string][]scheduleView{"schedules": scheduleViews(rep)}, nil
 }
 
 func (a *api) tasks(ctx context.Context, _ *client.Client, r *http.Request) (int, any, error) {
@@ -397,7 +397,7 @@ func (a *api) tasks(ctx context.Context, _ *client.Client, r *http.Request) (int
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, map[string][]service.TaskStatus{"tasks": service.TaskReport(tasks)}, nil
+	return http.StatusOK, map[string][]taskView{"tasks": taskViews(service.TaskReport(tasks))}, nil
 }
 
 // pathID is the {id} of the path: a positive whole number.

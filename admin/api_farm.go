@@ -65,7 +65,7 @@ func (c *shared[T]) get(read func() (T, error)) (T, error) {
 
 // FarmNode is one node as the farm view shows it.
 type FarmNode struct {
-	service.NodeStatus
+	nodeView
 	LastSeenAgoMS float64 `json:"last_seen_ago_ms"` // by the database clock
 	Tasks         int     `json:"tasks"`            // endless tasks it holds
 	Backlog       bool    `json:"backlog"`          // it left due work behind lately
@@ -96,7 +96,7 @@ type FarmView struct {
 	Node         string         `json:"node"` // the node answering
 	Driver       string         `json:"driver"`
 	DSN          string         `json:"dsn"` // masked
-	DatabaseTime time.Time      `json:"database_time"`
+	DatabaseTime apiTime        `json:"database_time"`
 	SlotMS       int64          `json:"slot_ms"`
 	Slot         int64          `json:"slot"`
 	Owner        string         `json:"owner"`
@@ -210,7 +210,7 @@ func (a *api) farm(ctx context.Context) (FarmView, error) {
 		return FarmView{}, err
 	}
 	v := FarmView{Node: cfg.Node.Name, Driver: cfg.Database.Driver, DSN: service.MaskDSN(cfg.Database.DSN),
-		DatabaseTime: dbNow, SlotMS: slot.Milliseconds(), Nodes: []FarmNode{},
+		DatabaseTime: apiTime(dbNow), SlotMS: slot.Milliseconds(), Nodes: []FarmNode{},
 		Jobs: tally.Counts, JobsCountCap: tally.Cap}
 	k := rotation.Slot(dbNow, slot)
 	first := k - stripSlots + 1
@@ -218,9 +218,9 @@ func (a *api) farm(ctx context.Context) (FarmView, error) {
 	pendingFrom, startedFrom := k+1, k+1
 	pollers := map[int64][]string{}
 	for _, n := range nodes {
-		fn := FarmNode{NodeStatus: service.NodeStatus{Name: n.Name, Live: n.Live, State: n.State, Incarnation: n.Incarnation,
+		fn := FarmNode{nodeView: nodeView{Name: n.Name, Live: n.Live, State: n.State, Incarnation: n.Incarnation,
 			Capacity: n.Capacity, Free: n.Free, OffsetMS: ms(n.Offset), OffsetErrorMS: ms(n.OffsetError),
-			LastSeen: n.LastSeen, Started: n.Started},
+			LastSeen: apiTime(n.LastSeen), Started: apiTime(n.Started)},
 			LastSeenAgoMS: ms(dbNow.Sub(n.LastSeen)), Tasks: n.Tasks, Backlog: n.Backlog, Turns: []int64{}}
 		for _, t := range turns.Decode(n.Turns) {
 			if t >= first && t <= k {

@@ -255,7 +255,7 @@ var dashboardReads = []struct{ page, path string }{
 // number of schedules (the schedules page once read two per schedule);
 // and each schedule's row tells its own last result. The figures are
 // docs/benchmarks.md's "Dashboard" table: go test -run
-// TestDashboardReadStatements -v ./service/
+// TestDashboardReadStatements -v ./admin/
 func TestDashboardReadStatements(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
 		s, db := storetest.OpenDB(t, driver)

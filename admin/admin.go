@@ -142,6 +142,7 @@ func text(w http.ResponseWriter, code int, body string) {
 // promLogger passes the metrics handler's errors to the node's log.
 type promLogger struct{ log *slog.Logger }
 
+// Println logs one error of the metrics handler as a warning.
 func (l promLogger) Println(v ...any) {
 	l.log.Warn("metrics: " + strings.TrimSuffix(fmt.Sprintln(v...), "\n"))
 }

@@ -63,7 +63,8 @@ func (c *shared[T]) get(read func() (T, error)) (T, error) {
 	return v, nil
 }
 
-// FarmNode is one node as the farm view shows it.
+// FarmNode is one node as the farm view shows it: the fields of
+// `slotpoller status` (nodeView), and more.
 type FarmNode struct {
 	nodeView
 	LastSeenAgoMS float64 `json:"last_seen_ago_ms"` // by the database clock

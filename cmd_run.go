@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/slotpoller/slotpoller/admin"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/service"
 )
@@ -37,6 +38,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	}
 	log := service.NewLogger(stderr, cfg.Log)
 	node := service.NewNode(cfg, log, nil)
+	node.Serve(admin.NewServer(node)) // admin.listen, while the node runs
 	ctx, stop := stopOnSignals(log, time.Duration(cfg.Jobs.DrainTimeout), node.StopNow)
 	defer stop()
 	return node.Run(ctx)
@@ -101,7 +103,9 @@ func runService(cfg service.Config, stderr io.Writer) error {
 		return err
 	}
 	prg.Logger = log
-	prg.Run = service.NewNode(cfg, log, nil).Run
+	node := service.NewNode(cfg, log, nil)
+	node.Serve(admin.NewServer(node))
+	prg.Run = node.Run
 	if err := runManaged(svc, prg); err != nil {
 		return err
 	}

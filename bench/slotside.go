@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/slotpoller/slotpoller/admin"
 	"github.com/slotpoller/slotpoller/bench/benchkit"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
@@ -68,7 +69,7 @@ func (s slotSide) Start(ctx context.Context, db *benchkit.Database, spec benchki
 	}
 	sf := &slotFarm{farm: f, feeder: feeder}
 	for _, n := range f.nodes {
-		sf.apis = append(sf.apis, httptest.NewServer(n.AdminHandler()))
+		sf.apis = append(sf.apis, httptest.NewServer(admin.Handler(n)))
 	}
 	if err := f.waitLive(ctx, feeder, time.Duration(cfgs[0].Checkin.TTL)); err != nil {
 		_ = sf.Stop(ctx)

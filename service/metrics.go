@@ -59,6 +59,10 @@ func newMetrics(n *Node) *metrics {
 	return m
 }
 
+// Metrics is the node's Prometheus registry, which the admin endpoint
+// serves at /metrics. Nothing else is registered on it.
+func (n *Node) Metrics() prometheus.Gatherer { return n.metrics.reg }
+
 // observeCall is the runner's OnCall hook.
 func (m *metrics) observeCall(_ jobs.Verdict, d time.Duration) {
 	m.callDuration.Observe(d.Seconds())
@@ -161,7 +165,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descLiveNodes, float64(live))
 	ready := 0.0
-	if len(n.notReady()) == 0 {
+	if len(n.NotReady()) == 0 {
 		ready = 1
 	}
 	gauge(descReady, ready)

@@ -20,6 +20,7 @@ import (
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
+	"github.com/slotpoller/slotpoller/internal/turns"
 	"github.com/slotpoller/slotpoller/jobs"
 )
 
@@ -52,8 +53,8 @@ type Node struct {
 	clock clock.Clock
 
 	metrics *metrics
-	dbCheck dbCheck // the cached database check of /readyz
-	turns   turnLog // the slots this node polled lately, for the dashboard
+	dbCheck dbCheck   // the cached database check of /readyz
+	turns   turns.Log // the slots this node polled lately, for the dashboard
 
 	// hurry ends when the operator asks for a stop at once (StopNow).
 	hurry   context.Context
@@ -65,8 +66,8 @@ type Node struct {
 	reg       checkin.Registry
 	runner    *jobs.Runner
 	keeper    *jobs.Keeper
-	stopping  bool   // work has ended: leaving, releasing, draining
-	adminAddr string // where the admin endpoint listens; "" when it does not
+	stopping  bool     // work has ended: leaving, releasing, draining
+	adminHook Endpoint // served while Run runs (Serve); nil: none
 }
 
 // NewNode returns a node for a validated configuration. clk is the local
@@ -101,8 +102,8 @@ func (d dbSource) Resolution() time.Duration { return d.s.Dialect().ClockResolut
 // after a graceful stop, or the error that made the node give up (a schema
 // newer than this binary, another process using the node's name).
 //
-// With admin.listen set, the admin endpoint (/healthz, /readyz, /metrics,
-// /status) serves from the start, while the database may still be away,
+// The endpoint given to Serve (package admin's, when admin.listen is set)
+// serves from the start, while the database may still be away,
 // until the drain is over.
 func (n *Node) Run(ctx context.Context) error {
 	cfg := n.cfg
@@ -113,8 +114,8 @@ func (n *Node) Run(ctx context.Context) error {
 		log.Warn("clock.skew is set: this node reads its local clock as off by it", "skew", cfg.Clock.Skew)
 	}
 
-	admin := n.startAdmin(log)
-	defer admin.stop() // on an early return; stop may be called again
+	stopAdmin := n.startEndpoint()
+	defer stopAdmin() // on an early return; stop may be called again
 
 	s, err := n.connect(ctx, log)
 	if err != nil {
@@ -123,7 +124,7 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	defer func() { admin.stop(); s.Close() }() // the endpoint reads the store: stop it first
+	defer func() { stopAdmin(); s.Close() }() // the endpoint reads the store: stop it first
 
 	est := clocksync.New(dbSource{s}, n.clock, clocksync.Options{Interval: time.Duration(cfg.Clock.Resync), Logger: log})
 	n.mu.Lock()
@@ -169,7 +170,7 @@ func (n *Node) Run(ctx context.Context) error {
 	w.gracefulStop(n.hurry)
 	stopRenewing()
 	<-renewDone
-	admin.stop()
+	stopAdmin()
 	log.Info("stopped", "polls", w.runner.Stats().Polls)
 	if errors.Is(cause, context.Canceled) && ctx.Err() != nil {
 		return nil

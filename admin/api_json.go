@@ -1,4 +1,4 @@
-package service
+package admin
 
 import (
 	"bytes"
@@ -51,7 +51,49 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(body)
+	_ = jsonEncoder(w).Encode(body)
+}
+
+// jsonEncoder writes JSON for people and tools, not for inlining in HTML:
+// "<admin.token>" stays as it is, not \u003cadmin.token\u003e. A body is
+// never HTML: its Content-Type is JSON and nosniff keeps a browser to it.
+func jsonEncoder(w io.Writer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc
+}
+
+// timeLayout is how the API writes a time: RFC 3339 in UTC to the
+// millisecond, always 24 characters ("2026-12-01T02:00:00.000Z"), so that
+// times line up in a listing and sort as text. Date.parse reads it.
+const timeLayout = "2006-01-02T15:04:05.000Z"
+
+// apiTime is a time as the API writes it (timeLayout).
+type apiTime time.Time
+
+// MarshalJSON writes the time in timeLayout.
+func (t apiTime) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + time.Time(t).UTC().Format(timeLayout) + `"`), nil
+}
+
+// UnmarshalJSON reads an RFC 3339 time, as a Go client of the API's
+// exported views decodes them.
+func (t *apiTime) UnmarshalJSON(b []byte) error {
+	var v time.Time
+	if err := v.UnmarshalJSON(b); err != nil {
+		return err
+	}
+	*t = apiTime(v)
+	return nil
+}
+
+// optTime is t as the API writes it; nil stays nil.
+func optTime(t *time.Time) *apiTime {
+	if t == nil {
+		return nil
+	}
+	v := apiTime(*t)
+	return &v
 }
 
 // apiError turns an error of a call into its answer.
@@ -330,38 +372,52 @@ type jobView struct {
 	Retrying bool   `json:"retrying"` // ready after a failed attempt: backing off
 	// Payload is the body as text when it is UTF-8, else PayloadBase64
 	// holds it (a job's page only; a list gives PayloadBytes alone).
-	Payload        *string        `json:"payload,omitempty"`
-	PayloadBase64  *string        `json:"payload_base64,omitempty"`
-	PayloadBytes   int            `json:"payload_bytes"`
-	RunAt          time.Time      `json:"run_at"`
-	Attempt        int            `json:"attempt"`
-	MaxAttempts    int            `json:"max_attempts"`
-	Timeout        string         `json:"timeout,omitempty"` // a Go duration; absent: the node's jobs.timeout
-	UniqueKey      string         `json:"unique_key,omitempty"`
-	IdempotencyKey string         `json:"idempotency_key"`
-	Node           string         `json:"node,omitempty"`
-	LeaseUntil     *time.Time     `json:"lease_until,omitempty"`
-	Created        time.Time      `json:"created"`
-	Started        *time.Time     `json:"started,omitempty"`
-	Finished       *time.Time     `json:"finished,omitempty"`
-	LastStatus     int            `json:"last_status,omitempty"`
-	LastError      string         `json:"last_error,omitempty"`
-	Schedule       string         `json:"schedule,omitempty"`
-	ScheduledFor   *time.Time     `json:"scheduled_for,omitempty"`
-	History        []client.Event `json:"history,omitempty"`
+	Payload        *string     `json:"payload,omitempty"`
+	PayloadBase64  *string     `json:"payload_base64,omitempty"`
+	PayloadBytes   int         `json:"payload_bytes"`
+	RunAt          apiTime     `json:"run_at"`
+	Attempt        int         `json:"attempt"`
+	MaxAttempts    int         `json:"max_attempts"`
+	Timeout        string      `json:"timeout,omitempty"` // a Go duration; absent: the node's jobs.timeout
+	UniqueKey      string      `json:"unique_key,omitempty"`
+	IdempotencyKey string      `json:"idempotency_key"`
+	Node           string      `json:"node,omitempty"`
+	LeaseUntil     *apiTime    `json:"lease_until,omitempty"`
+	Created        apiTime     `json:"created"`
+	Started        *apiTime    `json:"started,omitempty"`
+	Finished       *apiTime    `json:"finished,omitempty"`
+	LastStatus     int         `json:"last_status,omitempty"`
+	LastError      string      `json:"last_error,omitempty"`
+	Schedule       string      `json:"schedule,omitempty"`
+	ScheduledFor   *apiTime    `json:"scheduled_for,omitempty"`
+	History        []eventView `json:"history,omitempty"`
+}
+
+// eventView is a client.Event as the API shows it.
+type eventView struct {
+	Attempt int      `json:"attempt"`
+	Node    string   `json:"node"`
+	Started *apiTime `json:"started,omitempty"`
+	Ended   apiTime  `json:"ended"`
+	Outcome string   `json:"outcome"`
+	Status  int      `json:"status,omitempty"`
+	Error   string   `json:"error,omitempty"`
 }
 
 func view(j client.JobInfo, full bool) jobView {
 	v := jobView{ID: j.ID, Endpoint: j.Endpoint, Method: j.Method, State: j.State, Retrying: j.Retrying,
-		PayloadBytes: len(j.Payload), RunAt: j.RunAt, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
-		UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey, Node: j.Node, LeaseUntil: j.LeaseUntil,
-		Created: j.Created, Started: j.Started, Finished: j.Finished, LastStatus: j.LastStatus, LastError: j.LastError,
-		Schedule: j.Schedule, ScheduledFor: j.ScheduledFor}
+		PayloadBytes: len(j.Payload), RunAt: apiTime(j.RunAt), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
+		UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey, Node: j.Node, LeaseUntil: optTime(j.LeaseUntil),
+		Created: apiTime(j.Created), Started: optTime(j.Started), Finished: optTime(j.Finished), LastStatus: j.LastStatus, LastError: j.LastError,
+		Schedule: j.Schedule, ScheduledFor: optTime(j.ScheduledFor)}
 	if j.Timeout != 0 {
 		v.Timeout = j.Timeout.String()
 	}
 	if full {
-		v.History = j.History
+		for _, e := range j.History {
+			v.History = append(v.History, eventView{Attempt: e.Attempt, Node: e.Node, Started: optTime(e.Started),
+				Ended: apiTime(e.Ended), Outcome: e.Outcome, Status: e.Status, Error: e.Error})
+		}
 		if utf8.Valid(j.Payload) {
 			s := string(j.Payload)
 			v.Payload = &s

@@ -1,4 +1,4 @@
-package service
+package admin
 
 import (
 	"context"
@@ -14,22 +14,13 @@ import (
 	"github.com/slotpoller/slotpoller/client"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/service"
 )
 
-// The HTTP API, under /api/v1/ on the admin endpoint. Every job operation
-// goes through the client package, as the CLI's do. JSON in and out;
-// durations are Go duration strings ("30s", "1h30m"), times RFC 3339.
-//
-//	POST /api/v1/jobs               enqueue one job          201 {"id"}
-//	POST /api/v1/jobs/batch         enqueue {"jobs":[...]}   201 {"ids"}, all or none
-//	GET  /api/v1/jobs               list: state, endpoint, since, until, limit, cursor
-//	GET  /api/v1/jobs/counts        jobs by state
-//	POST /api/v1/jobs/retry         retry the jobs a filter selects
-//	GET  /api/v1/jobs/{id}          one job with its history
-//	POST /api/v1/jobs/{id}/cancel   cancel a waiting job
-//	POST /api/v1/jobs/{id}/retry    retry a finished job
-//	GET  /api/v1/schedules          schedules with their outcomes
-//	GET  /api/v1/tasks              endless tasks (?all=true: deleted too)
+// The HTTP API, under /api/v1/ on the admin endpoint (its routes are in
+// the route table, routes.go). Every job operation goes through the
+// client package, as the CLI's do. JSON in and out; durations are Go
+// duration strings ("30s", "1h30m"), times RFC 3339.
 const (
 	// maxJobBody caps the body of one job: a 1 MiB payload sent as
 	// payload_base64 is 1.34 MiB; the rest is room for the other fields.
@@ -44,32 +35,27 @@ const (
 
 // api serves /api/v1/.
 type api struct {
-	n   *Node
+	n   *endpoint
 	log *slog.Logger
 
 	mu sync.Mutex
 	s  *store.Store // the store c was made for
 	c  *client.Client
+	// The dashboard's two reads, shared by its viewers (api_farm.go).
+	farmCopy       *shared[FarmView]
+	throughputCopy *shared[ThroughputView]
 }
 
-// apiRoutes serves the API on mux and returns it.
-func (n *Node) apiRoutes(mux *http.ServeMux) *api {
-	a := &api{n: n, log: n.log.With("node", n.cfg.Node.Name, "component", "api")}
-	a.route(mux, "/api/v1/jobs", methods{http.MethodGet: a.list, http.MethodPost: a.enqueue})
-	a.route(mux, "/api/v1/jobs/batch", methods{http.MethodPost: a.enqueueBatch})
-	a.route(mux, "/api/v1/jobs/counts", methods{http.MethodGet: a.counts})
-	a.route(mux, "/api/v1/jobs/retry", methods{http.MethodPost: a.retryMatching})
-	a.route(mux, "/api/v1/jobs/{id}", methods{http.MethodGet: a.get})
-	a.route(mux, "/api/v1/jobs/{id}/cancel", methods{http.MethodPost: a.act("cancelled", (*client.Client).Cancel, client.StateCancelled)})
-	a.route(mux, "/api/v1/jobs/{id}/retry", methods{http.MethodPost: a.act("retried", (*client.Client).Retry, client.StateReady)})
-	a.route(mux, "/api/v1/schedules", methods{http.MethodGet: a.schedules})
-	a.route(mux, "/api/v1/tasks", methods{http.MethodGet: a.tasks})
-	a.farmRoutes(mux) // api_farm.go: the dashboard's reads, schedule and task actions
-	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeAPIError(w, &apiError{Status: http.StatusNotFound, Code: "no_route",
-			Message: fmt.Sprintf("no API route %s; the routes are listed at GET /api/", r.URL.Path)})
-	})
-	return a
+func newAPI(n *endpoint) *api {
+	return &api{n: n, log: n.log.With("component", "api"),
+		farmCopy:       &shared[FarmView]{clk: n.clock, every: farmEvery},
+		throughputCopy: &shared[ThroughputView]{clk: n.clock, every: throughputEvery}}
+}
+
+// noRoute answers a path under /api/ that no route of the table has.
+func noRoute(w http.ResponseWriter, r *http.Request) {
+	writeAPIError(w, &apiError{Status: http.StatusNotFound, Code: "no_route",
+		Message: fmt.Sprintf("no API route %s; the routes are listed at GET /api/", r.URL.Path)})
 }
 
 // statements is how many statements the API's clients have sent: the job
@@ -145,7 +131,7 @@ func bodyCap(pattern string) int64 {
 // client returns the client of the node's store; a 503 before the node
 // has connected to its database.
 func (a *api) client() (*client.Client, error) {
-	s := a.n.parts().store
+	s := a.n.Store()
 	if s == nil {
 		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "database: not connected yet"}
 	}
@@ -169,8 +155,8 @@ func (a *api) client() (*client.Client, error) {
 // node stopping or full, the job not due now or refused by validation,
 // which the client then reports), and the job goes to the farm's queue.
 func (a *api) startNow(ctx context.Context, j client.Job) (id int64, taken bool, err error) {
-	p := a.n.parts()
-	if p.runner == nil || p.stopping || p.store == nil || !j.RunAt.IsZero() || j.Delay != 0 {
+	runner := a.n.LocalRunner()
+	if runner == nil || a.n.Store() == nil || !j.RunAt.IsZero() || j.Delay != 0 {
 		return 0, false, nil
 	}
 	nj := store.NewJob{Endpoint: j.Endpoint, Method: j.Method, Payload: j.Payload, MaxAttempts: j.MaxAttempts,
@@ -181,7 +167,7 @@ func (a *api) startNow(ctx context.Context, j client.Job) (id int64, taken bool,
 	if jobs.CheckNewJob(&nj) != nil {
 		return 0, false, nil
 	}
-	id, taken, err = p.runner.StartNow(ctx, nj)
+	id, taken, err = runner.StartNow(ctx, nj)
 	if errors.Is(err, store.ErrDuplicate) {
 		return 0, true, &client.DuplicateError{UniqueKey: nj.UniqueKey, ID: id}
 	}
@@ -364,7 +350,7 @@ func (a *api) counts(ctx context.Context, _ *client.Client, r *http.Request) (in
 	if _, err := query(r); err != nil {
 		return 0, nil, err
 	}
-	tally, err := a.n.parts().store.JobCountsCapped(ctx, JobCountCap)
+	tally, err := a.n.Store().JobCountsCapped(ctx, service.JobCountCap)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -383,11 +369,11 @@ func (a *api) schedules(ctx context.Context, _ *client.Client, r *http.Request) 
 	if _, err := query(r); err != nil {
 		return 0, nil, err
 	}
-	rep, err := ScheduleReport(ctx, a.n.parts().store)
+	rep, err := service.ScheduleReport(ctx, a.n.Store())
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, map[string][]ScheduleStatus{"schedules": rep}, nil
+	return http.StatusOK, map[string][]scheduleView{"schedules": scheduleViews(rep)}, nil
 }
 
 func (a *api) tasks(ctx context.Context, _ *client.Client, r *http.Request) (int, any, error) {
@@ -401,11 +387,11 @@ func (a *api) tasks(ctx context.Context, _ *client.Client, r *http.Request) (int
 			return 0, nil, &client.FieldError{Field: "all", Problem: fmt.Sprintf("%q is not true or false", v)}
 		}
 	}
-	tasks, err := a.n.parts().store.Tasks(ctx, all)
+	tasks, err := a.n.Store().Tasks(ctx, all)
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, map[string][]TaskStatus{"tasks": TaskReport(tasks)}, nil
+	return http.StatusOK, map[string][]taskView{"tasks": taskViews(service.TaskReport(tasks))}, nil
 }
 
 // pathID is the {id} of the path: a positive whole number.

@@ -1,4 +1,4 @@
-package service
+package admin
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/service"
 	"github.com/stretchr/testify/require"
 )
 
@@ -157,7 +158,7 @@ func TestAPIJobs(t *testing.T) {
 		s, db := storetest.OpenDB(t, driver)
 		ep, epURL := newEndpoints(t)
 		rn := runNode(t, testConfig(t, db, "api-1", epURL))
-		srv := httptest.NewServer(rn.n.AdminHandler())
+		srv := httptest.NewServer(Handler(rn.n))
 		t.Cleanup(srv.Close)
 		base := srv.URL
 		require.Eventually(t, func() bool { return callAPI(t, base, getReq("/api/v1/jobs/counts")).status == http.StatusOK },
@@ -314,11 +315,8 @@ func apiServer(t testing.TB, s *store.Store, db storetest.DB, token string) stri
 	t.Helper()
 	cfg := testConfig(t, db, "api-bad", "http://localhost")
 	cfg.Admin.Token = token
-	n := NewNode(cfg, NewLogger(io.Discard, LogConfig{Level: "error"}), nil)
-	n.mu.Lock()
-	n.store = s
-	n.mu.Unlock()
-	srv := httptest.NewServer(n.AdminHandler())
+	n := service.NewNode(cfg, service.NewLogger(io.Discard, service.LogConfig{Level: "error"}), nil)
+	srv := httptest.NewServer(Handler(storeNode{n, s}))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

@@ -1,4 +1,4 @@
-package service
+package admin
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 // the HTTP API (a real loopback socket, keep-alive). Run with
 // SLOTPOLLER_TEST_POSTGRES_DSN set:
 //
-//	go test -run '^$' -bench Enqueue -benchtime 3s ./service/
+//	go test -run '^$' -bench Enqueue -benchtime 3s ./admin/
 //
 // Each reports jobs/s; docs/benchmarks.md has the figures.
 

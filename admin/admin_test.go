@@ -1,4 +1,4 @@
-package service
+package admin
 
 import (
 	"bytes"
@@ -21,11 +21,21 @@ import (
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/service"
 	"github.com/stretchr/testify/require"
 )
 
 // These are integration tests: a real node on a real database, its admin
 // endpoint on a real socket. Waits are generous; nothing asserts speed.
+
+// storeNode is a node that does not run, on a store of the test's: enough
+// for every route but those that need jobs run.
+type storeNode struct {
+	*service.Node
+	s *store.Store
+}
+
+func (n storeNode) Store() *store.Store { return n.s }
 
 // adminFamilies are the metric families /metrics must always show once the
 // node is up and its database answers.
@@ -58,47 +68,50 @@ func (s *syncBuffer) String() string {
 }
 
 // testConfig is a node with fast slots and heartbeats on db.
-func testConfig(t testing.TB, db storetest.DB, name, baseURL string) Config {
+func testConfig(t testing.TB, db storetest.DB, name, baseURL string) service.Config {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.Database = DatabaseConfig{Driver: db.Driver, DSN: db.DSN, Schema: db.Schema, Migrate: true}
+	cfg := service.DefaultConfig()
+	cfg.Database = service.DatabaseConfig{Driver: db.Driver, DSN: db.DSN, Schema: db.Schema, Migrate: true}
 	if cfg.Database.Schema == "" {
 		cfg.Database.Schema = store.DefaultSQLServerSchema
 	}
-	cfg.Node = NodeConfig{Name: name, Capacity: 4}
+	cfg.Node = service.NodeConfig{Name: name, Capacity: 4}
 	cfg.Jobs.BaseURL = baseURL
-	cfg.Jobs.Lease = Duration(time.Second)
+	cfg.Jobs.Lease = service.Duration(time.Second)
 	if db.Driver == "sqlserver" {
 		// The T-SQL test server (Babelfish) parses a statement afresh on
 		// each new connection, up to seconds on a busy machine: a 1 s
 		// lease would run out before the first call, and its statement
 		// deadlines (a renewal: lease/3; a poll: the lease) are shorter
 		// than that parse.
-		cfg.Jobs.Lease = Duration(6 * time.Second)
+		cfg.Jobs.Lease = service.Duration(6 * time.Second)
 	}
-	cfg.Jobs.Timeout = Duration(10 * time.Second)
-	cfg.Jobs.DrainTimeout = Duration(2 * time.Second)
-	cfg.Rotation.Slot = Duration(100 * time.Millisecond)
-	cfg.Checkin.Heartbeat = Duration(200 * time.Millisecond)
-	cfg.Checkin.TTL = Duration(time.Second)
+	cfg.Jobs.Timeout = service.Duration(10 * time.Second)
+	cfg.Jobs.DrainTimeout = service.Duration(2 * time.Second)
+	cfg.Rotation.Slot = service.Duration(100 * time.Millisecond)
+	cfg.Checkin.Heartbeat = service.Duration(200 * time.Millisecond)
+	cfg.Checkin.TTL = service.Duration(time.Second)
 	require.NoError(t, cfg.Validate())
 	return cfg
 }
 
 // runningNode is a node running in the test.
 type runningNode struct {
-	n      *Node
+	n      *service.Node
+	srv    *Server // its admin endpoint, served as cmd run serves it
 	logs   *syncBuffer
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
 }
 
-func runNode(t *testing.T, cfg Config) *runningNode {
+func runNode(t *testing.T, cfg service.Config) *runningNode {
 	t.Helper()
 	logs := &syncBuffer{}
-	rn := &runningNode{n: NewNode(cfg, NewLogger(logs, LogConfig{Level: "debug", Format: "text"}), nil),
+	rn := &runningNode{n: service.NewNode(cfg, service.NewLogger(logs, service.LogConfig{Level: "debug", Format: "text"}), nil),
 		logs: logs, done: make(chan error, 1)}
+	rn.srv = NewServer(rn.n)
+	rn.n.Serve(rn.srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	rn.cancel = cancel
 	go func() { rn.done <- rn.n.Run(ctx) }()
@@ -128,9 +141,9 @@ func (rn *runningNode) stop(t *testing.T) {
 // adminURL waits until the node's admin endpoint listens.
 func (rn *runningNode) adminURL(t *testing.T) string {
 	t.Helper()
-	require.Eventually(t, func() bool { return rn.n.AdminAddr() != "" }, 30*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return rn.srv.Addr() != "" }, 30*time.Second, 20*time.Millisecond,
 		"the admin endpoint should listen")
-	return "http://" + rn.n.AdminAddr()
+	return "http://" + rn.srv.Addr()
 }
 
 var httpClient = &http.Client{Timeout: 15 * time.Second}
@@ -328,7 +341,7 @@ func TestAdminEndpoint(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
-		var rep StatusReport
+		var rep service.StatusReport
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&rep))
 		resp.Body.Close()
 		require.Len(t, rep.Nodes, 1)
@@ -361,7 +374,7 @@ func TestAdminEndpoint(t *testing.T) {
 
 		// A graceful stop closes the endpoint.
 		rn.stop(t)
-		require.Empty(t, rn.n.AdminAddr())
+		require.Empty(t, rn.srv.Addr())
 		_, err = httpClient.Get(base + "/healthz")
 		require.Error(t, err, "the endpoint should be closed after the stop")
 	})
@@ -371,7 +384,7 @@ func TestAdminEndpoint(t *testing.T) {
 // other endpoints still answer.
 func TestAdminEndpointBeforeTheDatabase(t *testing.T) {
 	cfg := testConfig(t, storetest.DB{Driver: "sqlite", DSN: t.TempDir() + "/never-opened.db"}, "admin-b", "http://localhost")
-	srv := httptest.NewServer(NewNode(cfg, NewLogger(io.Discard, cfg.Log), nil).AdminHandler())
+	srv := httptest.NewServer(Handler(service.NewNode(cfg, service.NewLogger(io.Discard, cfg.Log), nil)))
 	defer srv.Close()
 
 	code, body := get(t, srv.URL+"/healthz")
@@ -405,7 +418,7 @@ func TestAdminEndpointOffByDefault(t *testing.T) {
 	require.Empty(t, cfg.Admin.Listen)
 	rn := runNode(t, cfg)
 	require.Eventually(t, func() bool { return rn.n.Stats().Jobs.Polls >= 3 }, 60*time.Second, 20*time.Millisecond)
-	require.Empty(t, rn.n.AdminAddr())
+	require.Empty(t, rn.srv.Addr())
 	require.NotContains(t, rn.logs.String(), "admin endpoint")
 }
 
@@ -425,10 +438,10 @@ func TestAdminEndpointPortInUse(t *testing.T) {
 	}, 60*time.Second, 20*time.Millisecond, "the failure to listen should be logged")
 	require.Eventually(t, func() bool { return rn.n.Stats().Jobs.Polls >= 3 }, 60*time.Second, 20*time.Millisecond,
 		"the node should work without its admin endpoint")
-	require.Empty(t, rn.n.AdminAddr())
+	require.Empty(t, rn.srv.Addr())
 
 	require.NoError(t, taken.Close())
-	require.Eventually(t, func() bool { return rn.n.AdminAddr() == addr }, 60*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return rn.srv.Addr() == addr }, 60*time.Second, 20*time.Millisecond,
 		"the endpoint should listen once the port is free")
 	code, _ := get(t, "http://"+addr+"/healthz")
 	require.Equal(t, http.StatusOK, code)

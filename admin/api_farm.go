@@ -1,4 +1,4 @@
-package service
+package admin
 
 import (
 	"context"
@@ -11,21 +11,15 @@ import (
 	"github.com/slotpoller/slotpoller/client"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/turns"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/rotation"
+	"github.com/slotpoller/slotpoller/service"
 )
 
-// The dashboard's reads and the actions on schedules and tasks, under
-// /api/v1/ beside the job routes (api.go):
-//
-//	GET  /api/v1/farm                      the rotation, the nodes, job counts
-//	GET  /api/v1/throughput                jobs finished per minute, start delays (last hour)
-//	POST /api/v1/schedules/{name}/pause    what `schedule pause` does
-//	POST /api/v1/schedules/{name}/resume   what `schedule resume` does
-//	POST /api/v1/schedules/{name}/trigger  what `schedule trigger` does: one extra occurrence now
-//	POST /api/v1/tasks/{name}/delete       what `task delete` does (without waiting)
-//
-// The two reads are answered from a copy shared by every viewer of this
+// The dashboard's reads (GET /api/v1/farm and /api/v1/throughput) and the
+// actions on schedules and tasks, under /api/v1/ beside the job routes
+// (api.go); routes.go has their paths. The two reads are answered from a copy shared by every viewer of this
 // node, refreshed at most once per farmEvery and throughputEvery: the
 // database work of a node's dashboards does not grow with their number,
 // and a refresh is one statement or two whatever the farm's size.
@@ -69,9 +63,10 @@ func (c *shared[T]) get(read func() (T, error)) (T, error) {
 	return v, nil
 }
 
-// FarmNode is one node as the farm view shows it.
+// FarmNode is one node as the farm view shows it: the fields of
+// `slotpoller status` (nodeView), and more.
 type FarmNode struct {
-	NodeStatus
+	nodeView
 	LastSeenAgoMS float64 `json:"last_seen_ago_ms"` // by the database clock
 	Tasks         int     `json:"tasks"`            // endless tasks it holds
 	Backlog       bool    `json:"backlog"`          // it left due work behind lately
@@ -102,7 +97,7 @@ type FarmView struct {
 	Node         string         `json:"node"` // the node answering
 	Driver       string         `json:"driver"`
 	DSN          string         `json:"dsn"` // masked
-	DatabaseTime time.Time      `json:"database_time"`
+	DatabaseTime apiTime        `json:"database_time"`
 	SlotMS       int64          `json:"slot_ms"`
 	Slot         int64          `json:"slot"`
 	Owner        string         `json:"owner"`
@@ -134,37 +129,42 @@ type ThroughputPoint struct {
 	MaxDelayMS int64   `json:"max_delay_ms"`
 }
 
-func (a *api) farmRoutes(mux *http.ServeMux) {
-	farm := &shared[FarmView]{clk: a.n.clock, every: farmEvery}
-	tput := &shared[ThroughputView]{clk: a.n.clock, every: throughputEvery}
-	a.route(mux, "/api/v1/farm", methods{http.MethodGet: func(ctx context.Context, _ *client.Client, r *http.Request) (int, any, error) {
-		if _, err := query(r); err != nil {
-			return 0, nil, err
-		}
-		v, err := farm.get(func() (FarmView, error) { return a.farm(ctx) })
-		return http.StatusOK, v, err
-	}})
-	a.route(mux, "/api/v1/throughput", methods{http.MethodGet: func(ctx context.Context, _ *client.Client, r *http.Request) (int, any, error) {
-		if _, err := query(r); err != nil {
-			return 0, nil, err
-		}
-		v, err := tput.get(func() (ThroughputView, error) { return a.throughput(ctx) })
-		return http.StatusOK, v, err
-	}})
-	a.route(mux, "/api/v1/schedules/{name}/pause", methods{http.MethodPost: a.scheduleAction("paused", func(ctx context.Context, s *store.Store, name string) (any, error) {
-		return map[string]any{"name": name, "enabled": false}, jobs.PauseSchedule(ctx, s, name)
-	})})
-	a.route(mux, "/api/v1/schedules/{name}/resume", methods{http.MethodPost: a.scheduleAction("resumed", func(ctx context.Context, s *store.Store, name string) (any, error) {
-		return map[string]any{"name": name, "enabled": true}, jobs.ResumeSchedule(ctx, s, name)
-	})})
-	a.route(mux, "/api/v1/schedules/{name}/trigger", methods{http.MethodPost: a.scheduleAction("triggered", func(ctx context.Context, s *store.Store, name string) (any, error) {
-		id, err := jobs.TriggerSchedule(ctx, s, name)
-		return map[string]any{"name": name, "id": id}, err
-	})})
-	a.route(mux, "/api/v1/tasks/{name}/delete", methods{http.MethodPost: a.nameAction("task", "delete requested", func(ctx context.Context, s *store.Store, name string) (any, error) {
-		state, err := s.TaskRequestDelete(ctx, name)
-		return map[string]any{"name": name, "state": state}, err
-	})})
+// farmRead is GET /api/v1/farm: the shared copy.
+func (a *api) farmRead(ctx context.Context, _ *client.Client, r *http.Request) (int, any, error) {
+	if _, err := query(r); err != nil {
+		return 0, nil, err
+	}
+	v, err := a.farmCopy.get(func() (FarmView, error) { return a.farm(ctx) })
+	return http.StatusOK, v, err
+}
+
+// throughputRead is GET /api/v1/throughput: the shared copy.
+func (a *api) throughputRead(ctx context.Context, _ *client.Client, r *http.Request) (int, any, error) {
+	if _, err := query(r); err != nil {
+		return 0, nil, err
+	}
+	v, err := a.throughputCopy.get(func() (ThroughputView, error) { return a.throughput(ctx) })
+	return http.StatusOK, v, err
+}
+
+// The actions of nameAction: each the function the CLI's verb calls.
+
+func pauseSchedule(ctx context.Context, s *store.Store, name string) (any, error) {
+	return map[string]any{"name": name, "enabled": false}, jobs.PauseSchedule(ctx, s, name)
+}
+
+func resumeSchedule(ctx context.Context, s *store.Store, name string) (any, error) {
+	return map[string]any{"name": name, "enabled": true}, jobs.ResumeSchedule(ctx, s, name)
+}
+
+func triggerSchedule(ctx context.Context, s *store.Store, name string) (any, error) {
+	id, err := jobs.TriggerSchedule(ctx, s, name)
+	return map[string]any{"name": name, "id": id}, err
+}
+
+func deleteTask(ctx context.Context, s *store.Store, name string) (any, error) {
+	state, err := s.TaskRequestDelete(ctx, name)
+	return map[string]any{"name": name, "state": state}, err
 }
 
 func (a *api) scheduleAction(done string, do func(context.Context, *store.Store, string) (any, error)) apiFunc {
@@ -185,7 +185,7 @@ func (a *api) nameAction(kind, done string, do func(context.Context, *store.Stor
 		if err := decodeBody(r, &struct{}{}, true); err != nil {
 			return 0, nil, err
 		}
-		body, err := do(ctx, a.n.parts().store, name)
+		body, err := do(ctx, a.n.Store(), name)
 		if errors.Is(err, store.ErrNotFound) {
 			return 0, nil, &apiError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no %s named %q", kind, name)}
 		}
@@ -199,19 +199,19 @@ func (a *api) nameAction(kind, done string, do func(context.Context, *store.Stor
 
 // farm reads the registry and the job counts: two statements.
 func (a *api) farm(ctx context.Context) (FarmView, error) {
-	s := a.n.parts().store
+	s := a.n.Store()
 	cfg := a.n.cfg
 	slot := time.Duration(cfg.Rotation.Slot)
 	nodes, dbNow, err := s.Nodes(ctx, time.Duration(cfg.Checkin.TTL))
 	if err != nil {
 		return FarmView{}, err
 	}
-	tally, err := s.JobCountsCapped(ctx, JobCountCap)
+	tally, err := s.JobCountsCapped(ctx, service.JobCountCap)
 	if err != nil {
 		return FarmView{}, err
 	}
-	v := FarmView{Node: cfg.Node.Name, Driver: cfg.Database.Driver, DSN: MaskDSN(cfg.Database.DSN),
-		DatabaseTime: dbNow, SlotMS: slot.Milliseconds(), Nodes: []FarmNode{},
+	v := FarmView{Node: cfg.Node.Name, Driver: cfg.Database.Driver, DSN: service.MaskDSN(cfg.Database.DSN),
+		DatabaseTime: apiTime(dbNow), SlotMS: slot.Milliseconds(), Nodes: []FarmNode{},
 		Jobs: tally.Counts, JobsCountCap: tally.Cap}
 	k := rotation.Slot(dbNow, slot)
 	first := k - stripSlots + 1
@@ -219,11 +219,11 @@ func (a *api) farm(ctx context.Context) (FarmView, error) {
 	pendingFrom, startedFrom := k+1, k+1
 	pollers := map[int64][]string{}
 	for _, n := range nodes {
-		fn := FarmNode{NodeStatus: NodeStatus{Name: n.Name, Live: n.Live, State: n.State, Incarnation: n.Incarnation,
+		fn := FarmNode{nodeView: nodeView{Name: n.Name, Live: n.Live, State: n.State, Incarnation: n.Incarnation,
 			Capacity: n.Capacity, Free: n.Free, OffsetMS: ms(n.Offset), OffsetErrorMS: ms(n.OffsetError),
-			LastSeen: n.LastSeen, Started: n.Started},
+			LastSeen: apiTime(n.LastSeen), Started: apiTime(n.Started)},
 			LastSeenAgoMS: ms(dbNow.Sub(n.LastSeen)), Tasks: n.Tasks, Backlog: n.Backlog, Turns: []int64{}}
-		for _, t := range decodeTurns(n.Turns) {
+		for _, t := range turns.Decode(n.Turns) {
 			if t >= first && t <= k {
 				fn.Turns = append(fn.Turns, t)
 				pollers[t] = append(pollers[t], n.Name)
@@ -262,7 +262,7 @@ func (a *api) farm(ctx context.Context) (FarmView, error) {
 // throughput reads the last hour's finished jobs per minute: one capped
 // statement.
 func (a *api) throughput(ctx context.Context) (ThroughputView, error) {
-	t, err := a.n.parts().store.JobThroughput(ctx, throughputWindow, throughputCap)
+	t, err := a.n.Store().JobThroughput(ctx, throughputWindow, throughputCap)
 	if err != nil {
 		return ThroughputView{}, err
 	}
@@ -283,3 +283,6 @@ func (a *api) throughput(ctx context.Context) (ThroughputView, error) {
 	}
 	return v, nil
 }
+
+// ms is d in milliseconds, to the microsecond, as status writes them.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

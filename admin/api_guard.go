@@ -1,4 +1,4 @@
-package service
+package admin
 
 import (
 	"crypto/sha256"
@@ -8,8 +8,9 @@ import (
 	"strings"
 )
 
-// guard protects everything the admin endpoint serves but /healthz and
-// /readyz, which load balancers probe without credentials. In order:
+// guard protects everything the admin endpoint serves but the public
+// routes of the table (/healthz and /readyz, which load balancers probe
+// without credentials). In order:
 //
 //   - With no admin.token (only possible on loopback), the Host header
 //     must name loopback (localhost, 127.0.0.1, [::1]): a page on another
@@ -20,18 +21,19 @@ import (
 //     an answer.
 //   - With admin.token set, "Authorization: Bearer <token>", compared in
 //     constant time; or the dashboard's session cookie, whose writes also
-//     need its CSRF header (dashboard_auth.go). The sign-in form at
-//     /login is open; a browser opening another page without either is
-//     sent there.
-func (n *Node) guard(next http.Handler, ses *sessions) http.Handler {
+//     need its CSRF header (dashboard_auth.go). The table's sign-in
+//     routes (the form at /login, the page's assets) are open; a browser
+//     opening another page without either is sent there.
+func (n *endpoint) guard(next http.Handler, ses *sessions, table []route) http.Handler {
+	accessOf := accessOf(table)
 	token := n.cfg.Admin.Token
 	var want [sha256.Size]byte
 	if token != "" {
 		want = sha256.Sum256([]byte(token))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/healthz", "/readyz":
+		need := accessOf(r.URL.Path)
+		if need == public {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -51,7 +53,7 @@ func (n *Node) guard(next http.Handler, ses *sessions) http.Handler {
 		}
 		auth := r.Header.Get("Authorization")
 		if auth == "" {
-			if r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/assets/") {
+			if need == signIn {
 				// The sign-in form and the page's script and style: nothing
 				// in them is secret.
 				next.ServeHTTP(w, r)
@@ -92,7 +94,12 @@ func loopbackHostHeader(host string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	return isLoopbackHost(strings.Trim(host, "[]"))
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // sameOrigin reports whether origin is the listener's own: http or https

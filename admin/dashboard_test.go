@@ -1,4 +1,4 @@
-package service
+package admin
 
 import (
 	"context"
@@ -17,28 +17,9 @@ import (
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/service"
 	"github.com/stretchr/testify/require"
 )
-
-// The turn log keeps the latest 64 turns, one per slot, and its text
-// reads back as the same slots.
-func TestTurnLogEncodesTheLatestTurns(t *testing.T) {
-	var l turnLog
-	require.Equal(t, "", l.Encode())
-	require.Nil(t, decodeTurns(""))
-	for k := int64(1_780_000_000); k < 1_780_000_000+300; k += 3 {
-		l.Record(k)
-		l.Record(k) // a widened slot's second turn
-	}
-	enc := l.Encode()
-	got := decodeTurns(enc)
-	require.Len(t, got, turnsKept)
-	require.Equal(t, int64(1_780_000_297), got[0], "newest first")
-	require.Equal(t, int64(1_780_000_297-3*(turnsKept-1)), got[turnsKept-1])
-	require.True(t, strings.HasPrefix(enc, "1780000297,3,3"), enc)
-	require.Less(t, len(enc), 1000, "fits the column")
-	require.Equal(t, []int64{10, 7}, decodeTurns("10,3,x,4"), "unreadable text ends the list")
-}
 
 // dashServer serves a node's admin handler on s with a fake clock.
 func dashServer(t *testing.T, s *store.Store, db storetest.DB, token string) (string, *clock.Fake) {
@@ -54,11 +35,8 @@ func dashServerAs(t *testing.T, s *store.Store, db storetest.DB, token, listen s
 	cfg := testConfig(t, db, "dash-1", "http://localhost")
 	cfg.Admin.Token, cfg.Admin.Listen = token, listen
 	clk := clock.NewFake(time.Unix(1_780_000_000, 0))
-	n := NewNode(cfg, NewLogger(io.Discard, LogConfig{Level: "error"}), clk)
-	n.mu.Lock()
-	n.store = s
-	n.mu.Unlock()
-	h, a := n.adminHandler()
+	n := service.NewNode(cfg, service.NewLogger(io.Discard, service.LogConfig{Level: "error"}), clk)
+	h, a := handler(storeNode{n, s})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv.URL, clk, a
@@ -277,7 +255,7 @@ var dashboardReads = []struct{ page, path string }{
 // number of schedules (the schedules page once read two per schedule);
 // and each schedule's row tells its own last result. The figures are
 // docs/benchmarks.md's "Dashboard" table: go test -run
-// TestDashboardReadStatements -v ./service/
+// TestDashboardReadStatements -v ./admin/
 func TestDashboardReadStatements(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
 		s, db := storetest.OpenDB(t, driver)
@@ -339,7 +317,7 @@ func TestDashboardReadStatements(t *testing.T) {
 		require.Equal(t, int64(3), few["/api/v1/schedules"], "the schedules, their counts, their last results")
 
 		var got struct {
-			Schedules []ScheduleStatus `json:"schedules"`
+			Schedules []service.ScheduleStatus `json:"schedules"`
 		}
 		res, body := send(t, "GET", base+"/api/v1/schedules", "", nil)
 		require.Equal(t, http.StatusOK, res.StatusCode)
@@ -398,7 +376,7 @@ func TestDashboardNeverShowsTheDSNPassword(t *testing.T) {
 		_, body := send(t, "GET", base+"/api/v1/farm", "", nil)
 		var farm FarmView
 		require.NoError(t, json.Unmarshal([]byte(body), &farm))
-		require.Equal(t, MaskDSN(db.DSN), farm.DSN)
+		require.Equal(t, service.MaskDSN(db.DSN), farm.DSN)
 		require.Contains(t, farm.DSN, "xxxxx", "the DSN is shown, masked")
 	})
 }

@@ -1,4 +1,7 @@
-package service
+// Package turns keeps the slots a node polled lately, as the node writes
+// them on its registry row and the dashboard reads them back: the
+// dashboard's rotation strip costs no statement of its own.
+package turns
 
 import (
 	"strconv"
@@ -11,17 +14,17 @@ import (
 // in every one of them.
 const turnsKept = 64
 
-// turnLog is the slots this node polled lately. The poll loop records
+// Log is the slots this node polled lately. The poll loop records
 // each turn; the heartbeat writes them on the node's row with the values
 // it writes anyway, so the dashboard's rotation strip costs no statement.
-type turnLog struct {
+type Log struct {
 	mu    sync.Mutex
 	slots []int64 // oldest first, at most turnsKept
 }
 
 // Record notes a turn taken in slot k. A turn again in the same slot (a
 // widened rotation gives one per slot) is noted once.
-func (l *turnLog) Record(k int64) {
+func (l *Log) Record(k int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if n := len(l.slots); n > 0 && l.slots[n-1] == k {
@@ -37,7 +40,7 @@ func (l *turnLog) Record(k int64) {
 // older one how far back it is from the one before ("1780000123,3,3").
 // The gaps keep the text short (64 turns in well under 1000 characters
 // whatever the slot numbers); "" when there are none.
-func (l *turnLog) Encode() string {
+func (l *Log) Encode() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var b strings.Builder
@@ -52,10 +55,10 @@ func (l *turnLog) Encode() string {
 	return b.String()
 }
 
-// decodeTurns reads what Encode wrote, newest first. Text it cannot read
+// Decode reads what Encode wrote, newest first. Text it cannot read
 // (another version's format, a truncated value) gives what it could read
 // up to there: the strip is a picture, not a record.
-func decodeTurns(s string) []int64 {
+func Decode(s string) []int64 {
 	if s == "" {
 		return nil
 	}

@@ -25,6 +25,9 @@ import (
 const (
 	chromiumPath     = "/usr/bin/chromium"
 	chromedriverPath = "/usr/bin/chromedriver"
+	// browserZone is the browser's time zone: 13 hours from UTC in
+	// November, so that no time in it passes for UTC.
+	browserZone = "Pacific/Auckland"
 )
 
 type browser struct {
@@ -56,6 +59,10 @@ func startBrowser(t *testing.T) *browser {
 	}
 	port := freePort(t)
 	cmd := exec.Command(chromedriverPath, "--port="+strconv.Itoa(port))
+	// The browser runs in an operator's zone far from UTC (and the
+	// chromium it starts inherits it): a time the pages show in the
+	// browser's zone, not UTC like the rest, differs by hours.
+	cmd.Env = append(os.Environ(), "TZ="+browserZone)
 	cmd.SysProcAttr = dieWithTheTest()
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
@@ -228,6 +235,79 @@ return out;`, &got, css)
 	if len(got.Outside) > 0 {
 		b.t.Fatalf("browser: %d of %d elements %s lie outside their card:\n%s", len(got.Outside), got.N, css, strings.Join(got.Outside, "\n"))
 	}
+}
+
+// resize sets the browser window's size (its page is as wide in
+// headless Chromium).
+func (b *browser) resize(width, height int) {
+	b.t.Helper()
+	b.do("POST", "/window/rect", map[string]int{"width": width, "height": height}, nil)
+	b.waitJS(fmt.Sprintf("a window %d px wide", width), "return window.innerWidth === arguments[0]", width)
+}
+
+// layoutProblems measures what an operator misreads on the page on
+// screen: the page or a card scrolling sideways (a column off screen), the
+// farm's slot number or a schedule's rule broken across lines (read as two
+// numbers, or a cron field as two), and an "updated" time not in UTC's
+// 24-hour form or not the time of the database's clock, in which every
+// other time is shown. Each text is measured by the line boxes of its
+// characters, whatever the elements around them.
+func (b *browser) layoutProblems() []string {
+	b.t.Helper()
+	var got []string
+	err := b.eval(`
+const out = [];
+// lines counts the lines on which the characters [start, end) of node's text lie.
+const lines = (node, start, end) => {
+  const tops = [];
+  const w = document.createTreeWalker(node, NodeFilter.SHOW_TEXT);
+  let at = 0;
+  for (let t = w.nextNode(); t; t = w.nextNode()) {
+    const a = Math.max(start, at), z = Math.min(end, at + t.length);
+    if (a < z) {
+      const r = document.createRange();
+      r.setStart(t, a - at);
+      r.setEnd(t, z - at);
+      for (const q of r.getClientRects()) if (q.width > 0 && !tops.some((y) => Math.abs(y - q.top) < 3)) tops.push(q.top);
+    }
+    at += t.length;
+  }
+  return tops.length;
+};
+const doc = document.scrollingElement;
+if (doc.scrollWidth > doc.clientWidth) out.push('the page scrolls sideways: ' + doc.scrollWidth + ' px in a window ' + doc.clientWidth + ' wide');
+for (const c of document.querySelectorAll('.card'))
+  if (c.scrollWidth > c.clientWidth) out.push('a card (' + (c.querySelector('table, h2')?.id || c.querySelector('h2')?.textContent || c.className) + ') scrolls sideways: ' + c.scrollWidth + ' px in ' + c.clientWidth);
+for (const s of document.querySelectorAll('.stat')) {
+  if (s.querySelector('.k')?.textContent !== 'Slot now') continue;
+  const v = s.querySelector('.v');
+  const n = lines(v, 0, v.textContent.length);
+  if (n !== 1 || v.scrollWidth > v.clientWidth) out.push('the slot number "' + v.textContent + '" on ' + n + ' lines, ' + v.scrollWidth + ' px in ' + v.clientWidth);
+}
+for (const tr of document.querySelectorAll('#schedules tbody tr')) {
+  const td = tr.children[1];
+  const rule = td.textContent.replace(/ \([^()]*\)$/, ''); // its zone may go below it
+  const n = lines(td, 0, rule.length);
+  if (n !== 1) out.push('schedule ' + tr.dataset.schedule + ': its rule "' + rule + '" on ' + n + ' lines');
+}
+const up = document.getElementById('updated');
+if (up) {
+  const m = /^updated (\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d) UTC$/.exec(up.textContent);
+  if (!m) out.push('the header says "' + up.textContent + '", not "updated YYYY-MM-DD HH:MM:SS UTC"');
+  else {
+    const at = Date.parse(m[1] + 'T' + m[2] + 'Z');
+    if (Math.abs(at - Date.now()) > 15000) out.push('the header\'s "' + up.textContent + '" read as UTC is ' + Math.round((at - Date.now()) / 1000) + ' s from now');
+    // The farm's database time, shown as every time is (fmtTime, UTC).
+    const db = /database time (\S+) (\S+) UTC/.exec(document.querySelector('[title^="database time"]')?.title || '');
+    if (db && Math.abs(Date.parse(db[1] + 'T' + db[2] + 'Z') - at) > 15000)
+      out.push('the header\'s "' + up.textContent + '" and the database time ' + db[1] + ' ' + db[2] + ' UTC are in different zones');
+  }
+}
+return out;`, &got)
+	if err != nil {
+		b.t.Fatalf("browser: measure the layout: %v", err)
+	}
+	return got
 }
 
 // typeInto types text into the input matching css.

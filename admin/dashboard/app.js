@@ -164,7 +164,9 @@ async function refreshNow() {
   try {
     if (page) await page.refresh();
     live.classList.remove("stale");
-    document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    // In UTC like every other time on the pages: the browser's own zone
+    // and 12-hour clock beside them misled.
+    document.getElementById("updated").textContent = "updated " + fmtTime(new Date()) + " UTC";
   } catch (e) {
     live.classList.add("stale");
     document.getElementById("updated").textContent = e.message;
@@ -198,7 +200,7 @@ function mountFarm(main) {
       const counts = f.jobs || {};
       const capped = (s) => (counts[s] >= f.jobs_count_cap ? `${f.jobs_count_cap}+` : String(counts[s] || 0));
       stats.replaceChildren(
-        stat("Slot now", String(f.slot), `${f.slot_ms} ms per slot`),
+        stat("Slot now", String(f.slot), `${f.slot_ms} ms per slot`, { id: "slot-now" }),
         stat("Owner", f.owner || "none", f.backlog ? "backlog: rotation widened" : "one poller per slot", { id: "owner" }),
         stat("Live nodes", String(f.live), `${f.nodes.length - f.live} not live`),
         stat("Capacity", `${f.free} / ${f.capacity}`, "free / total calls"),
@@ -388,16 +390,17 @@ function mountSchedules(main) {
         el("thead", {}, el("tr", {}, ["Schedule", "When", "Endpoint", "State", "Next fire (UTC)", "Last fire", "Last result", "Missed", "Policy", ""].map((h, i) => el("th", { class: i === 7 ? "num" : "", title: h === "Policy" ? "misfire · overlap · tolerance" : null }, h)))),
         el("tbody", {}, schedules.map((s) => el("tr", { "data-schedule": s.name, "data-enabled": String(s.enabled) },
           el("td", {}, el("strong", {}, s.name)),
-          el("td", { class: "mono" }, s.when),
+          el("td", { class: "mono when" }, whenParts(s.when)),
           el("td", { class: "mono trunc", title: s.endpoint }, s.endpoint),
           el("td", {}, badge(s.enabled ? "enabled" : "paused")),
-          el("td", { class: "nowrap" }, s.enabled ? fmtTime(s.next_fire_at) : "–"),
-          el("td", { class: "nowrap" }, fmtTime(s.last_fire_at)),
+          el("td", {}, s.enabled ? stampParts(s.next_fire_at) : "–"),
+          el("td", {}, stampParts(s.last_fire_at)),
           el("td", { title: s.last_error || "" }, s.last_result ? badge(s.last_result) : "–", s.last_status ? ` ${s.last_status}` : ""),
           el("td", { class: "num" }, s.missed),
           // One cell for the three policies: eleven columns did not fit a
-          // 1360 px window, and the actions were cut off.
-          el("td", { class: "nowrap", title: `misfire ${s.misfire}, overlap ${s.overlap}, tolerance ${s.tolerance}` }, `${s.misfire} · ${s.overlap} · ${s.tolerance}`),
+          // 1360 px window, and the actions were cut off. It wraps between
+          // them where the window is narrower.
+          el("td", { title: `misfire ${s.misfire}, overlap ${s.overlap}, tolerance ${s.tolerance}` }, `${s.misfire} · ${s.overlap} · ${s.tolerance}`),
           el("td", {}, el("div", { class: "actions stack" },
             s.enabled
               ? el("button", { type: "button", "data-action": "pause", onclick: () => act(path(s, "pause"), {}, `schedule ${s.name} paused`) }, "Pause")
@@ -405,6 +408,20 @@ function mountSchedules(main) {
             el("button", { type: "button", "data-action": "trigger", onclick: () => act(path(s, "trigger"), {}, (r) => `schedule ${s.name}: occurrence #${r.id} due now`) }, "Trigger now"))))))) : el("div", { class: "empty" }, "No schedule. Add one with slotpoller schedule add, or in config.yaml."));
     },
   };
+}
+
+// whenParts splits a schedule's "when" ("cron 0 2 * * 1-5 (Europe/Berlin)",
+// "every 1s") into the rule, kept on one line (a cron field broken across
+// lines reads as two), and its zone, which may go to the next.
+function whenParts(when) {
+  const m = /^(.*?)( \([^()]*\))?$/.exec(when || "");
+  return [el("span", { class: "rule" }, m[1]), m[2] ? " " : null, m[2] ? el("span", { class: "zone" }, m[2].trim()) : null];
+}
+
+// stampParts is fmtTime's text as its date and its time, each kept on one
+// line: a narrow column wraps between them, never inside the date.
+function stampParts(s) {
+  return fmtTime(s).split(" ").flatMap((part, i) => [i ? " " : null, el("span", { class: "nowrap" }, part)]);
 }
 
 // ---- Tasks ----

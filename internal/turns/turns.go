@@ -36,6 +36,28 @@ func (l *Log) Record(k int64) {
 	l.slots = append(l.slots, k)
 }
 
+// Carry takes over the turns a previous incarnation of this node wrote on
+// the node's row (prev, as Encode wrote it), those older than any turn of
+// its own: the check-in leaves the row's turns as they were, but the first
+// write of a restarted node would replace them with its own few, and the
+// strip would show the slots the node polled before its restart as slots
+// nobody polled. Called once, between the check-in and the first turn.
+func (l *turnLog) Carry(prev string) {
+	old := decodeTurns(prev) // newest first
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var carried []int64 // oldest first
+	for i := len(old) - 1; i >= 0; i-- {
+		if len(l.slots) == 0 || old[i] < l.slots[0] {
+			carried = append(carried, old[i])
+		}
+	}
+	l.slots = append(carried, l.slots...)
+	if n := len(l.slots); n > turnsKept {
+		l.slots = l.slots[n-turnsKept:]
+	}
+}
+
 // Encode writes the turns newest first: the newest slot, then for each
 // older one how far back it is from the one before ("1780000123,3,3").
 // The gaps keep the text short (64 turns in well under 1000 characters

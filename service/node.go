@@ -153,6 +153,7 @@ func (n *Node) Run(ctx context.Context) error {
 		return err // another live process has the node's name
 	}
 	log.Info("checked in", "incarnation", w.reg.Incarnation(), "live_nodes", len(w.reg.Membership().Members))
+	n.carryTurns(ctx, s)
 	n.putSchedules(ctx, log, s)
 
 	// Job leases are renewed until the drain is over, not just until work
@@ -319,4 +320,20 @@ func (n *Node) Stats() Stats {
 		st.Statements = n.store.Statements()
 	}
 	return st
+}
+
+// carryTurns takes over the turns the node's previous incarnation left on
+// its row, so that the dashboard's strip keeps showing the slots polled
+// before a restart as polled (one read at start; if it fails, the strip
+// shows those slots as gaps, nothing else).
+func (n *Node) carryTurns(ctx context.Context, s *store.Store) {
+	nodes, _, err := s.Nodes(ctx, time.Duration(n.cfg.Checkin.TTL))
+	if err != nil {
+		return
+	}
+	for _, r := range nodes {
+		if r.Name == n.cfg.Node.Name {
+			n.turns.Carry(r.Turns)
+		}
+	}
 }

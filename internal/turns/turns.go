@@ -42,8 +42,8 @@ func (l *Log) Record(k int64) {
 // write of a restarted node would replace them with its own few, and the
 // strip would show the slots the node polled before its restart as slots
 // nobody polled. Called once, between the check-in and the first turn.
-func (l *turnLog) Carry(prev string) {
-	old := decodeTurns(prev) // newest first
+func (l *Log) Carry(prev string) {
+	old := Decode(prev) // newest first
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var carried []int64 // oldest first

@@ -19,6 +19,7 @@
 // watchdog that cuts it off), lease.go (the renewal of running calls'
 // leases), drain.go (the stop), startnow.go and enqueue.go (the node's own
 // doors), complete.go (recording results in batches), invoke.go (the HTTP
-// call). Tasks: tasks.go (the Keeper and its workers), balance.go (spreading
+// call), verdict.go (what an answer means), backoff.go (when a failed job
+// is tried again). Tasks: tasks.go (the Keeper and its workers), balance.go (spreading
 // tasks over the members). Schedules: schedules.go and firetime.go.
 package jobs

@@ -45,3 +45,30 @@ func goTool(t testing.TB) string {
 	}
 	return filepath.Join(strings.TrimSpace(string(goroot)), "bin", "go")
 }
+
+// Drivers are the import paths of the database drivers slotpoller speaks
+// through.
+var Drivers = []string{"github.com/jackc/pgx", "github.com/microsoft/go-mssqldb", "modernc.org/sqlite"}
+
+// NodeOnly are the packages only a node needs: an application's packages
+// must not compile them in.
+var NodeOnly = []string{"github.com/netresearch/go-cron", "github.com/slotpoller/slotpoller/jobs"}
+
+// RequireOnly fails t if pkg compiles in a driver other than own ("" for
+// none), or a package only a node needs; and if own is set, unless pkg
+// compiles in own.
+func RequireOnly(t testing.TB, pkg, own string) {
+	t.Helper()
+	deps := NonStandard(t, pkg)
+	if own != "" && len(Having(deps, own)) == 0 {
+		t.Errorf("%s does not depend on %s, its own driver", pkg, own)
+	}
+	for _, unwanted := range append(append([]string{}, Drivers...), NodeOnly...) {
+		if unwanted == own {
+			continue
+		}
+		if found := Having(deps, unwanted); len(found) > 0 {
+			t.Errorf("%s depends on %s: %v", pkg, unwanted, found)
+		}
+	}
+}

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
-	"github.com/slotpoller/slotpoller/service"
 )
 
 func cmdSchema(args []string, stdout, stderr io.Writer) error {
@@ -23,7 +23,7 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 	if sub == "migrate" {
 		use = dbCreate
 	}
-	return withStore(*cfgPath, use, func(ctx context.Context, cfg service.Config, s *store.Store) error {
+	return withStore(*cfgPath, use, func(ctx context.Context, cfg config.Config, s *store.Store) error {
 		if sub == "status" {
 			cur, latest, err := install.Status(ctx, s)
 			if err != nil {

@@ -25,10 +25,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
-	"github.com/slotpoller/slotpoller/service"
 )
 
 const usage = `slotpoller runs a farm's background jobs from one shared SQL database.
@@ -118,7 +118,7 @@ func runWith(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var ue usageError
-	var fe *service.FlagError
+	var fe *config.FlagError
 	switch {
 	case err == nil:
 		return 0
@@ -157,7 +157,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-func loadConfig(path string) (service.Config, error) {
+func loadConfig(path string) (config.Config, error) {
 	cfg, _, err := loadConfigWith(path, "", nil)
 	return cfg, err
 }
@@ -168,7 +168,7 @@ func loadConfig(path string) (service.Config, error) {
 // envFile, when set, is an environment file (`run -env-file`, as the
 // service runs on System V init): its variables are added to the
 // environment, and win over the process's own.
-func loadConfigWith(path, envFile string, flags []service.Flag) (service.Config, service.Sources, error) {
+func loadConfigWith(path, envFile string, flags []config.Flag) (config.Config, config.Sources, error) {
 	explicit := path != ""
 	if !explicit {
 		path = "config.yaml"
@@ -177,11 +177,11 @@ func loadConfigWith(path, envFile string, flags []service.Flag) (service.Config,
 	if envFile != "" {
 		extra, err := install.ReadEnvFile(envFile)
 		if err != nil {
-			return service.Config{}, nil, err
+			return config.Config{}, nil, err
 		}
 		environ = append(environ, extra...)
 	}
-	return service.LoadWithSources(path, explicit, environ, flags...)
+	return config.LoadWithSources(path, explicit, environ, flags...)
 }
 
 // addEnvFileFlag defines -env-file on fs.
@@ -200,16 +200,16 @@ var overrideFlags = []struct{ name, key, usage string }{
 
 // addOverrideFlags defines the override flags on fs; the function it
 // returns lists those given on the command line.
-func addOverrideFlags(fs *flag.FlagSet) func() []service.Flag {
+func addOverrideFlags(fs *flag.FlagSet) func() []config.Flag {
 	for _, o := range overrideFlags {
 		fs.String(o.name, "", o.usage)
 	}
-	return func() []service.Flag {
-		var given []service.Flag
+	return func() []config.Flag {
+		var given []config.Flag
 		fs.Visit(func(f *flag.Flag) {
 			for _, o := range overrideFlags {
 				if o.name == f.Name {
-					given = append(given, service.Flag{Key: o.key, Name: "-" + o.name, Value: f.Value.String()})
+					given = append(given, config.Flag{Key: o.key, Name: "-" + o.name, Value: f.Value.String()})
 				}
 			}
 		})
@@ -236,7 +236,7 @@ const (
 // Only dbCreate makes a SQLite file that is not there: opening one
 // creates it, and a verb that reads or changes rows would leave an empty
 // database behind, beside the one that was meant.
-func openStore(ctx context.Context, cfg service.Config, use dbUse) (*store.Store, error) {
+func openStore(ctx context.Context, cfg config.Config, use dbUse) (*store.Store, error) {
 	if cfg.Database.Driver == "sqlite" && use != dbCreate {
 		if path := sqliteFile(cfg.Database.DSN); path != "" {
 			if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
@@ -253,7 +253,7 @@ func openStore(ctx context.Context, cfg service.Config, use dbUse) (*store.Store
 	defer cancel()
 	s, err := store.Open(ctx, cfg.Database.Driver, cfg.Database.DSN, store.WithSchema(cfg.Database.Schema))
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the database (%s %s): %w", cfg.Database.Driver, service.MaskDSN(cfg.Database.DSN), err)
+		return nil, fmt.Errorf("cannot reach the database (%s %s): %w", cfg.Database.Driver, config.MaskDSN(cfg.Database.DSN), err)
 	}
 	return s, nil
 }
@@ -290,8 +290,8 @@ func checkName(kind, name string) error {
 
 // inDatabase says which database err is about: the driver and the DSN,
 // its password masked.
-func inDatabase(cfg service.Config, err error) error {
-	return fmt.Errorf("%w (database: %s %s)", err, cfg.Database.Driver, service.MaskDSN(cfg.Database.DSN))
+func inDatabase(cfg config.Config, err error) error {
+	return fmt.Errorf("%w (database: %s %s)", err, cfg.Database.Driver, config.MaskDSN(cfg.Database.DSN))
 }
 
 // sqliteFile is the file a SQLite DSN names: a plain path, or the path of
@@ -319,12 +319,12 @@ func sqliteFile(dsn string) string {
 }
 
 // withStore loads the configuration and connects for a one-shot verb.
-func withStore(cfgPath string, use dbUse, f func(context.Context, service.Config, *store.Store) error) error {
+func withStore(cfgPath string, use dbUse, f func(context.Context, config.Config, *store.Store) error) error {
 	return withStoreEnv(cfgPath, "", use, f)
 }
 
 // withStoreEnv is withStore with an environment file (-env-file).
-func withStoreEnv(cfgPath, envFile string, use dbUse, f func(context.Context, service.Config, *store.Store) error) error {
+func withStoreEnv(cfgPath, envFile string, use dbUse, f func(context.Context, config.Config, *store.Store) error) error {
 	cfg, _, err := loadConfigWith(cfgPath, envFile, nil)
 	if err != nil {
 		return err
@@ -339,8 +339,8 @@ func withStoreEnv(cfgPath, envFile string, use dbUse, f func(context.Context, se
 }
 
 // withSchema is withStore for verbs that need the schema in place.
-func withSchema(cfgPath string, use dbUse, f func(context.Context, service.Config, *store.Store) error) error {
-	return withStore(cfgPath, use, func(ctx context.Context, cfg service.Config, s *store.Store) error {
+func withSchema(cfgPath string, use dbUse, f func(context.Context, config.Config, *store.Store) error) error {
+	return withStore(cfgPath, use, func(ctx context.Context, cfg config.Config, s *store.Store) error {
 		if err := install.Check(ctx, s); err != nil {
 			return inDatabase(cfg, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	kservice "github.com/kardianos/service"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/service"
 )
 
@@ -40,7 +41,7 @@ func registeredWithoutServiceFlag() bool { return false }
 func runManaged(s kservice.Service, _ *service.Program) error { return s.Run() }
 
 // serviceLogger logs to standard error, which systemd hands to journald.
-func serviceLogger(_ kservice.Service, c service.LogConfig, stderr io.Writer) (*slog.Logger, error) {
+func serviceLogger(_ kservice.Service, c config.LogConfig, stderr io.Writer) (*slog.Logger, error) {
 	return service.NewLogger(stderr, c), nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	kservice "github.com/kardianos/service"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/service"
 	"golang.org/x/sys/windows"
@@ -29,7 +30,7 @@ func registeredWithoutServiceFlag() bool { return !kservice.Interactive() }
 
 // serviceLogger logs to the Windows Event Log, under the source that
 // install registered.
-func serviceLogger(s kservice.Service, c service.LogConfig, _ io.Writer) (*slog.Logger, error) {
+func serviceLogger(s kservice.Service, c config.LogConfig, _ io.Writer) (*slog.Logger, error) {
 	// SystemLogger, not Logger: Logger picks the console when Windows'
 	// guess says the process is not a service.
 	l, err := s.SystemLogger(nil)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/bench/benchkit"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/rotation"
@@ -111,7 +112,7 @@ func scheduleScenario(ctx context.Context, o options, logger *slog.Logger, stder
 	}))
 	defer srv.Close()
 
-	var cfgs []service.Config
+	var cfgs []config.Config
 	for _, name := range nodeNames(o.scheduleNodes) {
 		c := sc.nodeConfig(o, name)
 		c.Node.Capacity = o.scheduleCapacity

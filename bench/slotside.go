@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/bench/benchkit"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
-	"github.com/slotpoller/slotpoller/service"
 )
 
 // slotSide is slotpoller's side of the River comparison: in-process nodes
@@ -53,7 +53,7 @@ func (s slotSide) Start(ctx context.Context, db *benchkit.Database, spec benchki
 	if err != nil {
 		return nil, err
 	}
-	var cfgs []service.Config
+	var cfgs []config.Config
 	for _, name := range nodeNames(spec.Nodes) {
 		c := nodeConfig(options{slot: spec.Slot}, db.FarmDSN, name)
 		c.Node.Capacity = spec.Concurrency

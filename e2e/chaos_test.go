@@ -39,6 +39,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
@@ -625,20 +626,20 @@ func (f *chaosFarm) joinAndStep() {
 	p := f.profile
 	const name = "node-d"
 	clk := &steppableClock{Clock: clock.Real()}
-	cfg := service.DefaultConfig()
+	cfg := config.Default()
 	cfg.Database.Driver, cfg.Database.DSN = f.driver, f.db.DSN
 	if f.db.Schema != "" {
 		cfg.Database.Schema = f.db.Schema
 	}
 	cfg.Node.Name, cfg.Node.Capacity = name, 16
-	cfg.Jobs.BaseURL, cfg.Jobs.Lease, cfg.Jobs.MaxAttempts = f.base, service.Duration(p.lease), 20
-	cfg.Jobs.DrainTimeout = service.Duration(2 * time.Second)
-	cfg.Rotation.Slot = service.Duration(p.slot)
-	cfg.Checkin.Heartbeat, cfg.Checkin.TTL = service.Duration(p.heartbeat), service.Duration(p.ttl())
-	cfg.Clock.Resync = service.Duration(time.Second)
+	cfg.Jobs.BaseURL, cfg.Jobs.Lease, cfg.Jobs.MaxAttempts = f.base, config.Duration(p.lease), 20
+	cfg.Jobs.DrainTimeout = config.Duration(2 * time.Second)
+	cfg.Rotation.Slot = config.Duration(p.slot)
+	cfg.Checkin.Heartbeat, cfg.Checkin.TTL = config.Duration(p.heartbeat), config.Duration(p.ttl())
+	cfg.Clock.Resync = config.Duration(time.Second)
 	require.NoError(t, cfg.Validate())
 	logs := &syncWriter{&sync.Mutex{}, &bytes.Buffer{}}
-	n := service.NewNode(cfg, service.NewLogger(logs, service.LogConfig{Level: "info", Format: "text"}), clk)
+	n := service.NewNode(cfg, service.NewLogger(logs, config.LogConfig{Level: "info", Format: "text"}), clk)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()

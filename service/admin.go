@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/clocksync"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -124,7 +125,7 @@ func (n *Node) notReady() []string {
 // error.
 func (n *Node) maskDSN(msg string) string {
 	if dsn := n.cfg.Database.DSN; dsn != "" {
-		return strings.ReplaceAll(msg, dsn, MaskDSN(dsn))
+		return strings.ReplaceAll(msg, dsn, config.MaskDSN(dsn))
 	}
 	return msg
 }

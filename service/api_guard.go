@@ -2,6 +2,7 @@ package service
 
 import (
 	"crypto/sha256"
+	"github.com/slotpoller/slotpoller/config"
 	"net"
 	"net/http"
 	"net/url"
@@ -92,7 +93,7 @@ func loopbackHostHeader(host string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	return isLoopbackHost(strings.Trim(host, "[]"))
+	return config.IsLoopbackHost(strings.Trim(host, "[]"))
 }
 
 // sameOrigin reports whether origin is the listener's own: http or https

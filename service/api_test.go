@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -314,7 +315,7 @@ func apiServer(t testing.TB, s *store.Store, db storetest.DB, token string) stri
 	t.Helper()
 	cfg := testConfig(t, db, "api-bad", "http://localhost")
 	cfg.Admin.Token = token
-	n := NewNode(cfg, NewLogger(io.Discard, LogConfig{Level: "error"}), nil)
+	n := NewNode(cfg, NewLogger(io.Discard, config.LogConfig{Level: "error"}), nil)
 	n.mu.Lock()
 	n.store = s
 	n.mu.Unlock()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/clocksync"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
@@ -23,30 +24,16 @@ import (
 )
 
 // NewLogger builds the node's logger from its log settings.
-func NewLogger(w io.Writer, c LogConfig) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.Level))
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationsAsText}
+func NewLogger(w io.Writer, c config.LogConfig) *slog.Logger {
 	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(slog.NewJSONHandler(w, c.HandlerOptions()))
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// durationsAsText writes every duration of a log record as a Go duration
-// string ("1.5s", "250ms", "5m"), as the config's Duration values and
-// the config file write them: slog's JSON handler would write a
-// time.Duration as nanoseconds beside Durations written as strings.
-func durationsAsText(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
-		a.Value = slog.StringValue(Duration(a.Value.Duration()).String())
-	}
-	return a
+	return slog.New(slog.NewTextHandler(w, c.HandlerOptions()))
 }
 
 // Node is one slotpoller node.
 type Node struct {
-	cfg   Config
+	cfg   config.Config
 	log   *slog.Logger
 	clock clock.Clock
 
@@ -71,7 +58,7 @@ type Node struct {
 // NewNode returns a node for a validated configuration. clk is the local
 // clock; nil means the real one. The configured clock.skew is applied on
 // top of it.
-func NewNode(cfg Config, logger *slog.Logger, clk clock.Clock) *Node {
+func NewNode(cfg config.Config, logger *slog.Logger, clk clock.Clock) *Node {
 	if clk == nil {
 		clk = clock.Real()
 	}
@@ -106,7 +93,7 @@ func (d dbSource) Resolution() time.Duration { return d.s.Dialect().ClockResolut
 func (n *Node) Run(ctx context.Context) error {
 	cfg := n.cfg
 	log := n.log.With("node", cfg.Node.Name)
-	log.Info("starting", "driver", cfg.Database.Driver, "dsn", MaskDSN(cfg.Database.DSN), "slot", cfg.Rotation.Slot,
+	log.Info("starting", "driver", cfg.Database.Driver, "dsn", config.MaskDSN(cfg.Database.DSN), "slot", cfg.Rotation.Slot,
 		"heartbeat", cfg.Checkin.Heartbeat, "ttl", cfg.Checkin.TTL, "capacity", cfg.Node.Capacity, "base_url", cfg.Jobs.BaseURL)
 	if cfg.Clock.Skew != 0 {
 		log.Warn("clock.skew is set: this node reads its local clock as off by it", "skew", cfg.Clock.Skew)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/checkin"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -21,14 +22,14 @@ import (
 
 // fastNodeConfig is a valid config of a node on a SQLite file whose slots,
 // heartbeats and TTL are short enough for a test.
-func fastNodeConfig(t *testing.T, dsn, name string, capacity int) Config {
-	cfg := DefaultConfig()
+func fastNodeConfig(t *testing.T, dsn, name string, capacity int) config.Config {
+	cfg := config.Default()
 	cfg.Database.DSN = dsn
-	cfg.Node = NodeConfig{Name: name, Capacity: capacity}
-	cfg.Jobs.DrainTimeout = Duration(time.Second)
-	cfg.Rotation.Slot = Duration(100 * time.Millisecond)
-	cfg.Checkin.Heartbeat = Duration(100 * time.Millisecond)
-	cfg.Checkin.TTL = Duration(time.Second)
+	cfg.Node = config.NodeConfig{Name: name, Capacity: capacity}
+	cfg.Jobs.DrainTimeout = config.Duration(time.Second)
+	cfg.Rotation.Slot = config.Duration(100 * time.Millisecond)
+	cfg.Checkin.Heartbeat = config.Duration(100 * time.Millisecond)
+	cfg.Checkin.TTL = config.Duration(time.Second)
 	require.NoError(t, cfg.Validate())
 	return cfg
 }
@@ -55,7 +56,7 @@ func TestSecondNodeUnderALiveNodesNameRefusesToStart(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	first := make(chan error, 1)
-	go func() { first <- NewNode(cfg, NewLogger(logs, LogConfig{Level: "info"}), nil).Run(ctx) }()
+	go func() { first <- NewNode(cfg, NewLogger(logs, config.LogConfig{Level: "info"}), nil).Run(ctx) }()
 	defer func() {
 		if t.Failed() {
 			t.Logf("node log:\n%s", logs.String())
@@ -69,7 +70,7 @@ func TestSecondNodeUnderALiveNodesNameRefusesToStart(t *testing.T) {
 
 	secondCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err = NewNode(cfg, NewLogger(logs, LogConfig{Level: "info"}), nil).Run(secondCtx)
+	err = NewNode(cfg, NewLogger(logs, config.LogConfig{Level: "info"}), nil).Run(secondCtx)
 	require.ErrorIs(t, err, checkin.ErrNameInUse)
 	require.ErrorContains(t, err, "node.name")
 	require.NoError(t, secondCtx.Err(), "it gave up by itself, within about the TTL")
@@ -94,7 +95,7 @@ func TestNodeRestartedAfterACrashStartsAfterTheTTL(t *testing.T) {
 	crashed := func() {
 		ctx, stop := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- NewNode(cfg, NewLogger(logs, LogConfig{Level: "info"}), nil).Run(ctx) }()
+		go func() { done <- NewNode(cfg, NewLogger(logs, config.LogConfig{Level: "info"}), nil).Run(ctx) }()
 		s, err := store.Open(context.Background(), "sqlite", dsn)
 		require.NoError(t, err)
 		defer s.Close()
@@ -114,7 +115,7 @@ func TestNodeRestartedAfterACrashStartsAfterTheTTL(t *testing.T) {
 	defer stop()
 	begin := time.Now()
 	done := make(chan error, 1)
-	go func() { done <- NewNode(cfg, NewLogger(logs, LogConfig{Level: "info"}), nil).Run(ctx) }()
+	go func() { done <- NewNode(cfg, NewLogger(logs, config.LogConfig{Level: "info"}), nil).Run(ctx) }()
 	s, err := store.Open(context.Background(), "sqlite", dsn)
 	require.NoError(t, err)
 	defer s.Close()
@@ -143,8 +144,8 @@ func TestBacklogSpreadIsAsLongAsHearingTakes(t *testing.T) {
 		{"short slot", 250 * time.Millisecond, time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.Rotation.Slot, cfg.Checkin.Heartbeat = Duration(c.slot), Duration(c.heartbeat)
+			cfg := config.Default()
+			cfg.Rotation.Slot, cfg.Checkin.Heartbeat = config.Duration(c.slot), config.Duration(c.heartbeat)
 			// A note reaches every node at once; each takes its turn then.
 			notes := backlogSpread(cfg, true)
 			require.Positive(t, notes)

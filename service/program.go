@@ -16,6 +16,7 @@ import (
 	"time"
 
 	kservice "github.com/kardianos/service"
+	"github.com/slotpoller/slotpoller/config"
 )
 
 // stopMargin is what a stop may take beyond jobs.drain_timeout and the
@@ -30,7 +31,7 @@ const stopMargin = 3*5*time.Second + adminStopTimeout
 // the job calls (jobs.drain_timeout) and give back the rest, each step
 // bounded. The service manager must wait longer than this before it kills
 // the process.
-func StopTimeout(cfg Config) time.Duration {
+func StopTimeout(cfg config.Config) time.Duration {
 	return time.Duration(cfg.Jobs.DrainTimeout) + time.Duration(cfg.Checkin.TTL) + stopMargin
 }
 
@@ -134,7 +135,7 @@ func (p *Program) Stop(kservice.Service) error {
 	done := p.doneLocked()
 	bound := p.StopTimeout
 	if bound <= 0 {
-		bound = StopTimeout(DefaultConfig())
+		bound = StopTimeout(config.Default())
 	}
 	p.mu.Unlock()
 
@@ -156,16 +157,15 @@ func (p *Program) Stop(kservice.Service) error {
 // c.Format says, to a service manager's log l (the Windows Event Log):
 // errors as errors, warnings as warnings, the rest as information. c.Level
 // filters; the time is left to the log, which stamps every entry.
-func NewSystemLogger(l kservice.Logger, c LogConfig) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.Level))
+func NewSystemLogger(l kservice.Logger, c config.LogConfig) *slog.Logger {
 	out := &systemLogOut{log: l}
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+	opts := c.HandlerOptions()
+	opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
 		if len(groups) == 0 && a.Key == slog.TimeKey {
 			return slog.Attr{}
 		}
-		return durationsAsText(groups, a)
-	}}
+		return config.DurationsAsText(groups, a)
+	}
 	var inner slog.Handler = slog.NewTextHandler(out, opts)
 	if c.Format == "json" {
 		inner = slog.NewJSONHandler(out, opts)

@@ -16,6 +16,7 @@ import (
 
 	kservice "github.com/kardianos/service"
 	"github.com/slotpoller/slotpoller/checkin"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/rotation"
@@ -27,7 +28,7 @@ import (
 // only deadlines are the bounds under test and generous upper limits.
 
 func TestStopTimeoutIsTheDrainPlusAMargin(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	// Node.Run's stop: leave (5s) + task release (ttl + 5s) + drain (20s)
 	// + job release (5s) + admin endpoint (2s).
 	require.Equal(t, 40*time.Second, StopTimeout(cfg), "drain 20s + ttl 3s + 17s")
@@ -101,7 +102,7 @@ func TestProgramRunsARealNode(t *testing.T) {
 	cfg := fastNodeConfig(t, dsn, "svc-node", 2)
 
 	logs := &programLog{}
-	log := NewLogger(logs, LogConfig{Level: "debug", Format: "text"})
+	log := NewLogger(logs, config.LogConfig{Level: "debug", Format: "text"})
 	prg := &Program{Run: NewNode(cfg, log, nil).Run, StopTimeout: StopTimeout(cfg), Logger: log}
 	require.NoError(t, prg.Start(nil))
 	defer func() {
@@ -175,7 +176,7 @@ var _ kservice.Logger = (*eventLog)(nil)
 
 func TestSystemLoggerWritesEachRecordAtItsLevel(t *testing.T) {
 	el := &eventLog{}
-	log := NewSystemLogger(el, LogConfig{Level: "info", Format: "text"}).With("node", "web-01")
+	log := NewSystemLogger(el, config.LogConfig{Level: "info", Format: "text"}).With("node", "web-01")
 	log.Debug("not shown")
 	log.Info("checked in", "live_nodes", 3)
 	log.Warn("clock off")
@@ -187,7 +188,7 @@ func TestSystemLoggerWritesEachRecordAtItsLevel(t *testing.T) {
 	}, el.entries, "one entry per record, no time (the event log stamps it)")
 
 	el = &eventLog{}
-	NewSystemLogger(el, LogConfig{Level: "debug", Format: "json"}).WithGroup("g").Debug("d", "k", 1)
+	NewSystemLogger(el, config.LogConfig{Level: "debug", Format: "json"}).WithGroup("g").Debug("d", "k", 1)
 	require.Len(t, el.entries, 1)
 	var rec map[string]any
 	require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(el.entries[0], "info: ")), &rec))
@@ -220,14 +221,14 @@ func TestPollersAheadSplitsAWidenedSlotEvenly(t *testing.T) {
 // time.Duration as a config Duration is written.
 func TestJSONLogsWriteDurationsAsStrings(t *testing.T) {
 	var buf bytes.Buffer
-	NewLogger(&buf, LogConfig{Level: "info", Format: "json"}).WithGroup("g").Info("stopping",
-		"drain_timeout", Duration(20*time.Second), "took", 1500*time.Millisecond, "bound", 5*time.Minute)
+	NewLogger(&buf, config.LogConfig{Level: "info", Format: "json"}).WithGroup("g").Info("stopping",
+		"drain_timeout", config.Duration(20*time.Second), "took", 1500*time.Millisecond, "bound", 5*time.Minute)
 	var rec map[string]any
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &rec))
 	require.Equal(t, map[string]any{"drain_timeout": "20s", "took": "1.5s", "bound": "5m"}, rec["g"])
 
 	el := &eventLog{}
-	NewSystemLogger(el, LogConfig{Level: "info", Format: "json"}).Info("stopping", "bound", 35*time.Second)
+	NewSystemLogger(el, config.LogConfig{Level: "info", Format: "json"}).Info("stopping", "bound", 35*time.Second)
 	require.Len(t, el.entries, 1)
 	require.Contains(t, el.entries[0], `"bound":"35s"`)
 }

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -193,7 +194,7 @@ func ScheduleReport(ctx context.Context, s *store.Store) ([]ScheduleStatus, erro
 	for _, sc := range scs {
 		st := ScheduleStatus{Name: sc.Name, Endpoint: sc.Endpoint, Enabled: sc.Enabled, Source: sc.Source,
 			NextFireAt: sc.NextFireAt, LastFireAt: sc.LastFireAt, Missed: sc.Missed, Misfire: sc.Misfire, Overlap: sc.Overlap,
-			Tolerance: Duration(sc.Tolerance).String()}
+			Tolerance: config.Duration(sc.Tolerance).String()}
 		if ft, err := jobs.CompileSchedule(sc); err == nil {
 			st.When = ft.String()
 		} else {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/clocksync"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -97,7 +98,7 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 		Nudge:   w.nudge,
 	}
 	w.pruner = jobs.NewPruner(s, jobs.PruneOptions{
-		Jobs: cfg.Jobs.retention(), Nodes: time.Duration(cfg.Checkin.Retention),
+		Jobs: cfg.Jobs.Retention(), Nodes: time.Duration(cfg.Checkin.Retention),
 		// A turn's deleting stays a fraction of the slot: the slot owner's
 		// next turn is due a slot later.
 		Budget: min(jobs.DefaultPruneBudget, time.Duration(cfg.Rotation.Slot)/5),
@@ -123,7 +124,7 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 // later turns miss the jobs done in between, so the last few jobs of a
 // burst wait for this spread (they waited a second on PostgreSQL before
 // the spread shortened there).
-func backlogSpread(cfg Config, hearsNotes bool) time.Duration {
+func backlogSpread(cfg config.Config, hearsNotes bool) time.Duration {
 	slot := time.Duration(cfg.Rotation.Slot)
 	if hearsNotes {
 		return slot / 8

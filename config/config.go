@@ -1,4 +1,22 @@
-package service
+// Package config is a slotpoller node's configuration: the Config struct
+// and its defaults (Default), loading it from config.yaml, the
+// environment (SLOTPOLLER_<SECTION>_<KEY>) and command-line flags with the
+// source of every value (LoadWithSources), and its validation.
+//
+// Invariants:
+//   - Layers override in one order: defaults < file < environment < flags;
+//     Sources says which layer each key's value came from.
+//   - A Config that Load returns has passed Validate: every key is within
+//     its bounds, and each problem names the key, the value and why, all
+//     problems reported together.
+//   - An unknown key in the file or an unknown SLOTPOLLER_ variable of a
+//     known section is an error, with the nearest known key suggested.
+//   - A secret (the DSN's password, the signing key, the admin token)
+//     appears masked in every error, log and `config show` (Redacted,
+//     MaskDSN, IsSecret).
+//   - The environment comes in as a slice (os.Environ's form): the package
+//     reads no variable itself and keeps no state between calls.
+package config
 
 import (
 	"errors"
@@ -145,8 +163,8 @@ type JobsConfig struct {
 	SigningKey string `yaml:"signing_key"`
 }
 
-// retention is the retention of each finished state, keyed by state.
-func (c JobsConfig) retention() map[string]time.Duration {
+// Retention is the retention of each finished state, keyed by state.
+func (c JobsConfig) Retention() map[string]time.Duration {
 	return map[string]time.Duration{
 		store.StateDone: time.Duration(c.RetentionDone), store.StateFailed: time.Duration(c.RetentionFailed),
 		store.StateDead: time.Duration(c.RetentionDead), store.StateCancelled: time.Duration(c.RetentionCancelled),
@@ -186,12 +204,12 @@ func (a AdminConfig) Loopback() bool {
 	if err != nil {
 		return false
 	}
-	return isLoopbackHost(host)
+	return IsLoopbackHost(host)
 }
 
 // isLoopbackHost reports whether host (no port) names this host's loopback
 // interface.
-func isLoopbackHost(host string) bool {
+func IsLoopbackHost(host string) bool {
 	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
 		return true
 	}
@@ -316,11 +334,11 @@ func boundsOf(key string) bounds {
 	return durationBounds[key]
 }
 
-// DefaultConfig returns the defaults. Three defaults depend on where and how
+// Default returns the defaults. Three defaults depend on where and how
 // the node runs and are resolved by Load: database.dsn (empty here),
 // node.name (empty here) and checkin.ttl (three default heartbeats here,
 // recomputed from the final heartbeat when nothing sets it).
-func DefaultConfig() Config {
+func Default() Config {
 	return Config{
 		Database: DatabaseConfig{Driver: "sqlite", Schema: store.DefaultSQLServerSchema, Migrate: true},
 		Node:     NodeConfig{Capacity: 16},
@@ -502,7 +520,7 @@ func (c Config) problems() []problem {
 	}
 	within("jobs.drain_timeout", c.Jobs.DrainTimeout)
 	for _, st := range store.FinishedStates {
-		if d := c.Jobs.retention()[st]; d != 0 {
+		if d := c.Jobs.Retention()[st]; d != 0 {
 			within("jobs.retention_"+st, Duration(d))
 		}
 	}

@@ -1,4 +1,4 @@
-package service
+package config
 
 import (
 	"bytes"
@@ -44,7 +44,7 @@ func Load(path string, explicit bool, environ []string) (Config, error) {
 // Keys missing from the Sources kept their plain default; Sources.Of says
 // so.
 func LoadWithSources(path string, explicit bool, environ []string, flags ...Flag) (Config, Sources, error) {
-	cfg := DefaultConfig()
+	cfg := Default()
 	src := Sources{} // key path -> where its value came from
 
 	if path == "" && explicit {

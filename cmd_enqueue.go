@@ -16,9 +16,9 @@ import (
 
 	"github.com/slotpoller/slotpoller/client"
 	"github.com/slotpoller/slotpoller/config"
-	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/schema"
 )
 
 func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -224,7 +224,7 @@ func withClient(cfg config.Config, use dbUse, f func(context.Context, *client.Cl
 		return err
 	}
 	defer s.Close()
-	if err := install.Check(ctx, s); err != nil {
+	if err := schema.Check(ctx, s); err != nil {
 		return inDatabase(cfg, err)
 	}
 	c, err := newClient(s, cfg)

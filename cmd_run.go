@@ -92,7 +92,7 @@ func stopOnSignals(log *slog.Logger, drain time.Duration, now func()) (ctx conte
 // A node that gives up on its own makes the process exit with its error,
 // so that the service manager restarts it.
 func runService(cfg config.Config, stderr io.Writer) error {
-	prg := &service.Program{StopTimeout: service.StopTimeout(cfg)}
+	prg := &install.Program{StopTimeout: service.StopTimeout(cfg)}
 	svc, err := install.NewService(prg, serviceOptions(prg))
 	if err != nil {
 		return err

@@ -6,8 +6,8 @@ import (
 	"io"
 
 	"github.com/slotpoller/slotpoller/config"
-	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/schema"
 )
 
 func cmdSchema(args []string, stdout, stderr io.Writer) error {
@@ -25,17 +25,17 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 	}
 	return withStore(*cfgPath, use, func(ctx context.Context, cfg config.Config, s *store.Store) error {
 		if sub == "status" {
-			cur, latest, err := install.Status(ctx, s)
+			cur, latest, err := schema.Status(ctx, s)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "schema version %d; this binary's latest is %d\n", cur, latest)
-			if err := install.Check(ctx, s); err != nil {
+			if err := schema.Check(ctx, s); err != nil {
 				return inDatabase(cfg, err)
 			}
 			return nil
 		}
-		applied, err := install.Migrate(ctx, s)
+		applied, err := schema.Migrate(ctx, s)
 		if err != nil {
 			return err
 		}

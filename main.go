@@ -29,6 +29,7 @@ import (
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/schema"
 )
 
 const usage = `slotpoller runs a farm's background jobs from one shared SQL database.
@@ -341,7 +342,7 @@ func withStoreEnv(cfgPath, envFile string, use dbUse, f func(context.Context, co
 // withSchema is withStore for verbs that need the schema in place.
 func withSchema(cfgPath string, use dbUse, f func(context.Context, config.Config, *store.Store) error) error {
 	return withStore(cfgPath, use, func(ctx context.Context, cfg config.Config, s *store.Store) error {
-		if err := install.Check(ctx, s); err != nil {
+		if err := schema.Check(ctx, s); err != nil {
 			return inDatabase(cfg, err)
 		}
 		return f(ctx, cfg, s)

@@ -17,9 +17,9 @@ import (
 
 	"github.com/slotpoller/slotpoller/bench/benchkit"
 	"github.com/slotpoller/slotpoller/config"
-	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
+	dbschema "github.com/slotpoller/slotpoller/schema"
 	"github.com/slotpoller/slotpoller/service"
 )
 
@@ -59,7 +59,7 @@ func newSchema(ctx context.Context, base string) (*schema, error) {
 		sc.drop()
 		return nil, err
 	}
-	if _, err := install.Migrate(ctx, sc.store); err != nil {
+	if _, err := dbschema.Migrate(ctx, sc.store); err != nil {
 		sc.drop()
 		return nil, fmt.Errorf("migrate: %w", err)
 	}

@@ -13,9 +13,9 @@ import (
 
 	"github.com/slotpoller/slotpoller/bench/benchkit"
 	"github.com/slotpoller/slotpoller/config"
-	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
+	dbschema "github.com/slotpoller/slotpoller/schema"
 )
 
 // slotSide is slotpoller's side of the River comparison: in-process nodes
@@ -34,7 +34,7 @@ func (s slotSide) Migrate(ctx context.Context, db *benchkit.Database) error {
 		return err
 	}
 	defer st.Close()
-	_, err = install.Migrate(ctx, st)
+	_, err = dbschema.Migrate(ctx, st)
 	return err
 }
 

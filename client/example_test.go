@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/client"
-	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/schema"
 )
 
 // Enqueue a job in the application's own transaction: it exists, and runs,
@@ -89,7 +89,7 @@ func exampleDB() *sql.DB {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := install.Migrate(ctx, s); err != nil {
+	if _, err := schema.Migrate(ctx, s); err != nil {
 		log.Fatal(err)
 	}
 	return s.DB()

@@ -40,11 +40,11 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/config"
-	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/schema"
 	"github.com/slotpoller/slotpoller/service"
 	"github.com/stretchr/testify/require"
 )
@@ -299,7 +299,7 @@ func TestChaos(t *testing.T) {
 		s, err := store.Open(ctx, "postgres", pg.DSN())
 		require.NoError(t, err)
 		defer s.Close()
-		_, err = install.Migrate(ctx, s)
+		_, err = schema.Migrate(ctx, s)
 		require.NoError(t, err)
 		reports = append(reports, runChaos(t, s, storetest.DB{Driver: "postgres", DSN: pg.DSN()}, pg, fastChaos, duration))
 	})

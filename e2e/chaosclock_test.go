@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/schema"
 	"github.com/stretchr/testify/require"
 )
 
@@ -47,7 +47,7 @@ func TestChaosDatabaseClockSteps(t *testing.T) {
 	s, err := store.Open(ctx, "postgres", pg.DSN())
 	require.NoError(t, err)
 	defer s.Close()
-	_, err = install.Migrate(ctx, s)
+	_, err = schema.Migrate(ctx, s)
 	require.NoError(t, err)
 	db := storetest.DB{Driver: "postgres", DSN: pg.DSN()}
 

@@ -17,10 +17,10 @@ import (
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/clocksync"
 	"github.com/slotpoller/slotpoller/config"
-	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/schema"
 )
 
 // NewLogger builds the node's logger from its log settings.
@@ -198,11 +198,11 @@ func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, err
 		}
 		if n.cfg.Database.Migrate {
 			var applied []int
-			if applied, err = install.Migrate(octx, s); err == nil && len(applied) > 0 {
+			if applied, err = schema.Migrate(octx, s); err == nil && len(applied) > 0 {
 				log.Info("schema migrated", "versions", applied)
 			}
 		} else {
-			err = install.Check(octx, s)
+			err = schema.Check(octx, s)
 		}
 		if err != nil {
 			s.Close()
@@ -251,7 +251,7 @@ func retry(ctx context.Context, clk clock.Clock, log *slog.Logger, what string, 
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, install.ErrSchemaNewer) || errors.Is(err, install.ErrSchemaBehind) || errors.Is(err, checkin.ErrNameInUse) ||
+		if errors.Is(err, schema.ErrSchemaNewer) || errors.Is(err, schema.ErrSchemaBehind) || errors.Is(err, checkin.ErrNameInUse) ||
 			store.Permanent(err) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
@@ -280,6 +280,22 @@ func (n *Node) checkNTP(ctx context.Context, log *slog.Logger) {
 			return
 		}
 	}
+}
+
+// stopMargin is what a stop may take beyond jobs.drain_timeout and the
+// task calls in flight (checkin.ttl), by Node.Run's stop sequence: leaving
+// the registry (5s at most), the tasks' release write (5s beyond the
+// TTL), the release of the jobs given back unrun (5s), and the admin
+// endpoint's shutdown (adminStopTimeout).
+const stopMargin = 3*5*time.Second + adminStopTimeout
+
+// StopTimeout is how long a node's stop takes at most: leave the registry,
+// hand the tasks back once their calls in flight end (checkin.ttl), drain
+// the job calls (jobs.drain_timeout) and give back the rest, each step
+// bounded. The OS service manager must wait longer than this before it
+// kills the process.
+func StopTimeout(cfg config.Config) time.Duration {
+	return time.Duration(cfg.Jobs.DrainTimeout) + time.Duration(cfg.Checkin.TTL) + stopMargin
 }
 
 // Stats are a running node's counters (for benchmarks and the metrics).

@@ -210,3 +210,30 @@ func TestAStoppedNodeClosesItsConnectionsToTheEndpoints(t *testing.T) {
 		assert.Zero(c, openConns(), "connections to the endpoint the stopped node left open")
 	}, 5*time.Second, 10*time.Millisecond)
 }
+
+func TestStopTimeoutIsTheDrainPlusAMargin(t *testing.T) {
+	cfg := config.Default()
+	// Node.Run's stop: leave (5s) + task release (ttl + 5s) + drain (20s)
+	// + job release (5s) + admin endpoint (2s).
+	require.Equal(t, 40*time.Second, StopTimeout(cfg), "drain 20s + ttl 3s + 17s")
+	cfg.Jobs.DrainTimeout = 0
+	require.Equal(t, 20*time.Second, StopTimeout(cfg))
+}
+
+// programLog collects a node's log lines, written from its goroutines.
+type programLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *programLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *programLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/config"
-	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/schema"
 )
 
 // NodeStatus is one node as `slotpoller status` shows it.
@@ -45,7 +45,7 @@ type StatusReport struct {
 // JobCountCap so that the read costs the same on a table of any size.
 func Status(ctx context.Context, s *store.Store, ttl time.Duration) (StatusReport, error) {
 	rep := StatusReport{Nodes: []NodeStatus{}}
-	cur, _, err := install.Status(ctx, s)
+	cur, _, err := schema.Status(ctx, s)
 	if err != nil {
 		return rep, err
 	}

@@ -10,8 +10,8 @@
 //     Stop returns within the node's own stop bound (service.StopTimeout),
 //     and the service manager waits ManagerStopMargin longer before it
 //     kills the process, so a node is never killed while it writes.
-//   - A secret environment value is never printed, and never lands in a
-//     file readable by others than root.
+//   - A secret environment value is never printed; on Linux it lands only
+//     in files root alone can read.
 //
 // The package wraps the node (it imports service); the node imports
 // nothing of it. The database schema, which a node migrates at start, is

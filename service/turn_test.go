@@ -1,6 +1,9 @@
 package service
 
 import (
+	"bytes"
+	"errors"
+	"log/slog"
 	"testing"
 
 	"github.com/slotpoller/slotpoller/checkin"
@@ -28,4 +31,26 @@ func TestPollersAheadSplitsAWidenedSlotEvenly(t *testing.T) {
 		left -= take
 	}
 	require.Zero(t, left)
+}
+
+// A part that fails turn after turn is logged once when it breaks and once
+// when it works again, at the levels its failureLog names.
+func TestFailureLogSaysWhenAPartBreaksAndWhenItHeals(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}}))
+	fl := logs(slog.LevelWarn, "retention failed", "retention works again")
+	broken := errors.New("database away")
+	for _, err := range []error{nil, broken, broken, broken, nil, nil, broken} {
+		fl.report(log, err, "slot", 7)
+	}
+	require.Equal(t, "level=WARN msg=\"retention failed\" slot=7 err=\"database away\"\n"+
+		"level=INFO msg=\"retention works again\"\n"+
+		"level=WARN msg=\"retention failed\" slot=7 err=\"database away\"\n", buf.String())
+	require.True(t, fl.failing)
 }

@@ -52,7 +52,7 @@ const (
 type nodeParts struct {
 	store    *store.Store
 	est      *clocksync.Estimator
-	reg      checkin.Registry
+	reg      *checkin.Registry
 	runner   *jobs.Runner
 	stopping bool
 }

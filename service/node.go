@@ -48,7 +48,7 @@ type Node struct {
 	mu        sync.Mutex
 	store     *store.Store
 	est       *clocksync.Estimator
-	reg       checkin.Registry
+	reg       *checkin.Registry
 	runner    *jobs.Runner
 	keeper    *jobs.Keeper
 	stopping  bool   // work has ended: leaving, releasing, draining
@@ -62,7 +62,9 @@ func NewNode(cfg config.Config, logger *slog.Logger, clk clock.Clock) *Node {
 	if clk == nil {
 		clk = clock.Real()
 	}
-	n := &Node{cfg: cfg, log: logger, clock: clock.Skewed(clk, time.Duration(cfg.Clock.Skew))}
+	// The node's logger names the node once; its parts log through it and
+	// do not name it again.
+	n := &Node{cfg: cfg, log: logger.With("node", cfg.Node.Name), clock: clock.Skewed(clk, time.Duration(cfg.Clock.Skew))}
 	n.metrics = newMetrics(n)
 	n.hurry, n.stopNow = context.WithCancel(context.Background())
 	return n
@@ -92,7 +94,7 @@ func (d dbSource) Resolution() time.Duration { return d.s.Dialect().ClockResolut
 // until the drain is over.
 func (n *Node) Run(ctx context.Context) error {
 	cfg := n.cfg
-	log := n.log.With("node", cfg.Node.Name)
+	log := n.log
 	log.Info("starting", "driver", cfg.Database.Driver, "dsn", config.MaskDSN(cfg.Database.DSN), "slot", cfg.Rotation.Slot,
 		"heartbeat", cfg.Checkin.Heartbeat, "ttl", cfg.Checkin.TTL, "capacity", cfg.Node.Capacity, "base_url", cfg.Jobs.BaseURL)
 	if cfg.Clock.Skew != 0 {

@@ -30,7 +30,7 @@ type wiring struct {
 	log    *slog.Logger
 	store  *store.Store
 	est    *clocksync.Estimator
-	reg    *checkin.Heartbeats
+	reg    *checkin.Registry
 	runner *jobs.Runner
 	keeper *jobs.Keeper
 	pruner *jobs.Pruner

@@ -89,7 +89,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 				enc.SetIndent("", "  ")
 				return enc.Encode(rep)
 			}
-			return service.WriteSchedules(stdout, rep)
+			return writeSchedules(stdout, rep)
 		})
 	case "remove", "pause", "resume", "trigger":
 		name := fs.String("name", "", "name of the schedule (required)")

@@ -47,7 +47,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		// Which database it read: a status of the wrong one (a shell
 		// without the node's variables) looks like an empty farm.
 		fmt.Fprintln(stdout, "database:", cfg.Database.Driver, config.MaskDSN(cfg.Database.DSN))
-		return rep.WriteText(stdout)
+		return writeStatus(stdout, rep)
 	})
 	if err != nil && *asJSON {
 		_ = encode(statusJSON{Service: svc})

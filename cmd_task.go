@@ -73,7 +73,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 				enc.SetIndent("", "  ")
 				return enc.Encode(rep)
 			}
-			return service.WriteTasks(stdout, rep)
+			return writeTasks(stdout, rep)
 		})
 	case "delete":
 		name := fs.String("name", "", "name of the task (required)")

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -43,18 +42,6 @@ func TestRetentionDefaultsAndKeys(t *testing.T) {
 	require.Zero(t, cfg.Jobs.Retention()["dead"], "0 keeps dead jobs")
 	require.Zero(t, cfg.Checkin.Retention)
 	require.NoError(t, cfg.Validate())
-}
-
-func TestStatusShowsRetryingAndCappedCounts(t *testing.T) {
-	rep := StatusReport{Jobs: map[string]int{store.StateReady: 7, store.StateRetrying: 2, store.StateDone: JobCountCap, store.StateDead: 3},
-		JobsCountCap: JobCountCap}
-	var b bytes.Buffer
-	require.NoError(t, rep.WriteText(&b))
-	require.Contains(t, b.String(), "jobs: ready=7 retrying=2 done=10000+ dead=3\n")
-
-	b.Reset()
-	require.NoError(t, StatusReport{Jobs: map[string]int{}}.WriteText(&b))
-	require.Contains(t, b.String(), "jobs: none\n")
 }
 
 // A running node, as slot owner, deletes finished jobs past their retention

@@ -121,11 +121,18 @@ type Status struct {
 
 // Options configure a Registry.
 type Options struct {
-	Name      string
-	Capacity  int
+	// Name is the node's name (node.name), unique in the farm.
+	Name string
+	// Capacity is how many calls the node runs at once (node.capacity).
+	Capacity int
+	// Heartbeat is checkin.heartbeat: how often a node without a slot
+	// writes its row, and the pace of the liveness checks.
 	Heartbeat time.Duration
-	TTL       time.Duration
-	Clock     clock.Clock
+	// TTL is checkin.ttl: how long after its last write a heartbeating
+	// node counts as live.
+	TTL time.Duration
+	// Clock is the local clock; nil means the real one.
+	Clock clock.Clock
 	// Logger is the node's logger, which names the node (the registry's
 	// lines do not name it again); nil discards.
 	Logger *slog.Logger

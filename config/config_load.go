@@ -254,7 +254,7 @@ func setValue(v reflect.Value, raw string) error {
 		}
 		v.SetBool(b)
 	default:
-		panic(fmt.Sprintf("service: config field of unsupported type %s", v.Type()))
+		panic(fmt.Sprintf("config: field of unsupported type %s", v.Type()))
 	}
 	return nil
 }

@@ -1,8 +1,20 @@
-// Package service wires one slotpoller node together: it loads the node's
-// configuration, connects to the farm's database (retrying while it is
-// away), measures the offset to the database clock, checks in, and then
-// polls in the node's rotation slots until it is told to stop, when it
-// drains its calls, gives back what it could not finish and leaves.
+// Package service is one slotpoller node: given its configuration
+// (package config), it connects to the farm's database (retrying while it
+// is away), measures the offset to the database clock, checks in, and then
+// takes its turns in the rotation (turn.go) until it is told to stop, when
+// it drains its calls, gives back what it could not finish and leaves.
+// (Running it as an OS service is package install's.)
+//
+// Invariants:
+//   - The node's long-lived parts (wiring.go's loops) start in one order
+//     and stop in the reverse order, each ended before the one before it
+//     is told to end: the turns stop claiming before the registry and the
+//     clock they rely on stop.
+//   - A turn's duties run in the one order turner.duties lists; a duty's
+//     failure is logged when it starts and when it heals, not every turn.
+//   - A stop takes at most StopTimeout: every step of it has a budget.
+//   - The node's logger names the node once (NewNode); its parts log
+//     through it and do not name it again.
 package service
 
 import (
@@ -183,8 +195,8 @@ func (n *Node) putSchedules(ctx context.Context, log *slog.Logger, s *store.Stor
 }
 
 // connect opens the database and brings its schema to this binary's
-// version, retrying with backoff while it cannot: a service may boot
-// before its database, its login or its network. Each failure is logged
+// version, retrying with backoff while it cannot: a node may start (at
+// boot, as an OS service) before its database, its login or its network. Each failure is logged
 // as what it is (authentication failed, no such database, unreachable,
 // TLS; store.ExplainConnect). What waiting cannot fix is not retried: a
 // schema newer than the binary, a SQLite file that is not a database.

@@ -38,7 +38,7 @@ type wiring struct {
 	turner *turner
 	client *http.Client // calls the endpoints, for the jobs and the tasks
 
-	nudge      chan struct{} // wakes the turn loop to re-read the membership
+	nudge      chan struct{} // wakes the turns' waiter to re-read the membership
 	renewTasks chan struct{} // renews task leases now: a task was just given to this node
 }
 
@@ -226,7 +226,7 @@ func (w *wiring) status() checkin.Status {
 	return st
 }
 
-// membershipChanged nudges the turn loop to re-read the membership, and
+// membershipChanged nudges the turns' waiter to re-read the membership, and
 // renews task leases at once when the reading counts more tasks for this
 // node than it works: one was just given to it.
 func (w *wiring) membershipChanged(m checkin.Membership) {
@@ -252,7 +252,7 @@ func signal(c chan<- struct{}) {
 
 // taskLoop renews the node's task leases at every heartbeat (one
 // statement), and at once when a task was just given to this node (by its
-// own poll loop, or as the membership read shows). A node that works no
+// own turn's balancing, or as the membership read shows). A node that works no
 // task and holds none by the last membership read sends nothing (a note,
 // on PostgreSQL, or its next turn's reading elsewhere, tells it of a
 // task given to it). The first renewal falls a phase into the heartbeat,

@@ -111,7 +111,8 @@ type Hints struct {
 	TaskLeaseEnds time.Duration
 }
 
-// Status is what the node reports about itself at each heartbeat.
+// Status is what the node reports about itself at each write of its row
+// (its turns; heartbeats without a slot).
 type Status struct {
 	Free        int
 	Offset      time.Duration
@@ -140,7 +141,8 @@ type Options struct {
 	// one. A node draws it first (NewIncarnation) so that the parts that
 	// hold work under it can be built before the registry reads them.
 	Incarnation string
-	// Status is read at every heartbeat; nil reports all capacity free.
+	// Status is read at every write of the node's row; nil reports all
+	// capacity free.
 	Status func() Status
 	// Changed is called after every membership reading (to nudge the poller).
 	Changed func(Membership)

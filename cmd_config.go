@@ -9,7 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/slotpoller/slotpoller/service"
+	"github.com/slotpoller/slotpoller/config"
 )
 
 func cmdConfig(args []string, stdout, stderr io.Writer) error {
@@ -39,8 +39,8 @@ func cmdConfig(args []string, stdout, stderr io.Writer) error {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
-			ConfigFile string            `json:"config_file"`
-			Settings   []service.Setting `json:"settings"`
+			ConfigFile string           `json:"config_file"`
+			Settings   []config.Setting `json:"settings"`
 		}{file, settings})
 	}
 	if file == "" {

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/client"
-	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
-	"github.com/slotpoller/slotpoller/service"
+	"github.com/slotpoller/slotpoller/schema"
 )
 
 func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -132,7 +132,7 @@ func durationText(d time.Duration) string {
 // enqueueLocal posts a job to the node's admin API on this host. It
 // returns errNodeAway when no node answers there (the job was not
 // written), and the API's own message when it refused the job.
-func enqueueLocal(admin service.AdminConfig, j localJob) (int64, error) {
+func enqueueLocal(admin config.AdminConfig, j localJob) (int64, error) {
 	body, err := json.Marshal(j)
 	if err != nil {
 		return 0, err
@@ -217,14 +217,14 @@ func flagGiven(fs *flag.FlagSet, name string) bool {
 
 // withClient connects a client for a one-shot verb, once the schema is
 // in place.
-func withClient(cfg service.Config, use dbUse, f func(context.Context, *client.Client) error) error {
+func withClient(cfg config.Config, use dbUse, f func(context.Context, *client.Client) error) error {
 	ctx := context.Background()
 	s, err := openStore(ctx, cfg, use)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if err := install.Check(ctx, s); err != nil {
+	if err := schema.Check(ctx, s); err != nil {
 		return inDatabase(cfg, err)
 	}
 	c, err := newClient(s, cfg)
@@ -234,7 +234,7 @@ func withClient(cfg service.Config, use dbUse, f func(context.Context, *client.C
 	return f(ctx, c)
 }
 
-func newClient(s *store.Store, cfg service.Config) (*client.Client, error) {
+func newClient(s *store.Store, cfg config.Config) (*client.Client, error) {
 	return client.New(s.DB(), s.Driver(), client.WithSchema(cfg.Database.Schema),
 		client.WithDefaultMaxAttempts(cfg.Jobs.MaxAttempts), client.WithActor("cli"))
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/slotpoller/slotpoller/service"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,7 +28,7 @@ func TestEnqueueLocalPostsToTheNodesAPI(t *testing.T) {
 		_, _ = w.Write([]byte(`{"id":7}`))
 	}))
 	defer srv.Close()
-	admin := service.AdminConfig{Listen: strings.TrimPrefix(srv.URL, "http://"), Token: "0123456789abcdef"}
+	admin := config.AdminConfig{Listen: strings.TrimPrefix(srv.URL, "http://"), Token: "0123456789abcdef"}
 
 	id, err := enqueueLocal(admin, localJob{Endpoint: "/jobs/x", Method: "PUT", PayloadBase64: "AQI=", MaxAttempts: 2, Timeout: "5s"})
 	require.NoError(t, err)
@@ -45,6 +45,6 @@ func TestEnqueueLocalPostsToTheNodesAPI(t *testing.T) {
 	require.NoError(t, err)
 	addr := l.Addr().String()
 	l.Close()
-	_, err = enqueueLocal(service.AdminConfig{Listen: addr}, localJob{Endpoint: "/jobs/x"})
+	_, err = enqueueLocal(config.AdminConfig{Listen: addr}, localJob{Endpoint: "/jobs/x"})
 	require.ErrorIs(t, err, errNodeAway)
 }

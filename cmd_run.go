@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/admin"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/service"
 )
@@ -59,7 +60,7 @@ func stopOnSignals(log *slog.Logger, drain time.Duration, now func()) (ctx conte
 		case s := <-sig:
 			log.Info("stopping gracefully: leaving the registry, handing tasks back, letting calls in flight finish; "+
 				"a second Ctrl-C or SIGTERM stops at once, giving unfinished jobs back unrun",
-				"signal", s.String(), "drain_timeout", service.Duration(drain))
+				"signal", s.String(), "drain_timeout", config.Duration(drain))
 			cancel()
 		case <-quit:
 			return
@@ -92,8 +93,8 @@ func stopOnSignals(log *slog.Logger, drain time.Duration, now func()) (ctx conte
 // go to the Windows Event Log, or to standard error (journald) elsewhere.
 // A node that gives up on its own makes the process exit with its error,
 // so that the service manager restarts it.
-func runService(cfg service.Config, stderr io.Writer) error {
-	prg := &service.Program{StopTimeout: service.StopTimeout(cfg)}
+func runService(cfg config.Config, stderr io.Writer) error {
+	prg := &install.Program{StopTimeout: service.StopTimeout(cfg)}
 	svc, err := install.NewService(prg, serviceOptions(prg))
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/service"
@@ -55,7 +56,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 		if err := jobs.ValidateEndpoint(*endpoint); err != nil {
 			return usageError{fmt.Sprintf("-endpoint %q: %v", *endpoint, err)}
 		}
-		return withSchema(*cfgPath, dbWrite, func(ctx context.Context, cfg service.Config, s *store.Store) error {
+		return withSchema(*cfgPath, dbWrite, func(ctx context.Context, cfg config.Config, s *store.Store) error {
 			attempts := *maxAttempts
 			if attempts == 0 {
 				attempts = cfg.Jobs.MaxAttempts
@@ -78,7 +79,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 		if err := fs.parse(args); err != nil {
 			return err
 		}
-		return withSchema(*cfgPath, dbRead, func(ctx context.Context, _ service.Config, s *store.Store) error {
+		return withSchema(*cfgPath, dbRead, func(ctx context.Context, _ config.Config, s *store.Store) error {
 			rep, err := service.ScheduleReport(ctx, s)
 			if err != nil {
 				return err
@@ -88,7 +89,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 				enc.SetIndent("", "  ")
 				return enc.Encode(rep)
 			}
-			return service.WriteSchedules(stdout, rep)
+			return writeSchedules(stdout, rep)
 		})
 	case "remove", "pause", "resume", "trigger":
 		name := fs.String("name", "", "name of the schedule (required)")
@@ -98,7 +99,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 		if *name == "" {
 			return usageError{"-name is required"}
 		}
-		return withSchema(*cfgPath, dbWrite, func(ctx context.Context, _ service.Config, s *store.Store) error {
+		return withSchema(*cfgPath, dbWrite, func(ctx context.Context, _ config.Config, s *store.Store) error {
 			var ok bool
 			var err error
 			switch sub {

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
-	"github.com/slotpoller/slotpoller/service"
+	"github.com/slotpoller/slotpoller/schema"
 )
 
 func cmdSchema(args []string, stdout, stderr io.Writer) error {
@@ -23,19 +23,19 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 	if sub == "migrate" {
 		use = dbCreate
 	}
-	return withStore(*cfgPath, use, func(ctx context.Context, cfg service.Config, s *store.Store) error {
+	return withStore(*cfgPath, use, func(ctx context.Context, cfg config.Config, s *store.Store) error {
 		if sub == "status" {
-			cur, latest, err := install.Status(ctx, s)
+			cur, latest, err := schema.Status(ctx, s)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "schema version %d; this binary's latest is %d\n", cur, latest)
-			if err := install.Check(ctx, s); err != nil {
+			if err := schema.Check(ctx, s); err != nil {
 				return inDatabase(cfg, err)
 			}
 			return nil
 		}
-		applied, err := install.Migrate(ctx, s)
+		applied, err := schema.Migrate(ctx, s)
 		if err != nil {
 			return err
 		}

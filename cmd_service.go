@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/service"
 )
@@ -33,7 +34,7 @@ func cmdInstall(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("the service runs `slotpoller run -service -config %s`, and there is no config file there (%v): write one (config.yaml in the release is a commented example) or pass -config PATH", abs, err)
 	}
 	environ := os.Environ()
-	cfg, src, err := service.LoadWithSources(abs, true, environ)
+	cfg, src, err := config.LoadWithSources(abs, true, environ)
 	if err != nil {
 		return err
 	}
@@ -61,7 +62,7 @@ func cmdInstall(args []string, stdout, stderr io.Writer) error {
 
 // writeInstalled tells what install registered. Secret values (the DSN,
 // the signing key) are never printed.
-func writeInstalled(w io.Writer, spec install.ServiceSpec, cfg service.Config) {
+func writeInstalled(w io.Writer, spec install.ServiceSpec, cfg config.Config) {
 	words := append([]string{spec.Executable}, spec.Arguments()...)
 	for i, word := range words {
 		words[i] = quoteWord(word)
@@ -76,7 +77,7 @@ func writeInstalled(w io.Writer, spec install.ServiceSpec, cfg service.Config) {
 	}
 	stop, drain, ttl := spec.ManagerStopTimeout(), time.Duration(cfg.Jobs.DrainTimeout), time.Duration(cfg.Checkin.TTL)
 	fmt.Fprintf(w, "  stop timeout %v (jobs.drain_timeout %v + checkin.ttl %v + %v)\n",
-		stop, service.Duration(drain), service.Duration(ttl), service.Duration(stop-drain-ttl))
+		stop, config.Duration(drain), config.Duration(ttl), config.Duration(stop-drain-ttl))
 }
 
 // writeInstalledFiles tells which files install wrote and where the
@@ -106,7 +107,7 @@ func quoteWord(s string) string {
 // carriedEnv lists the environment variables that set a key of the
 // configuration: the node's environment overrides, which the service
 // must run with too.
-func carriedEnv(cfg service.Config, src service.Sources, environ []string) []install.EnvVar {
+func carriedEnv(cfg config.Config, src config.Sources, environ []string) []install.EnvVar {
 	values := map[string]string{}
 	for _, kv := range environ {
 		if name, value, ok := strings.Cut(kv, "="); ok {
@@ -115,8 +116,8 @@ func carriedEnv(cfg service.Config, src service.Sources, environ []string) []ins
 	}
 	var env []install.EnvVar
 	for _, s := range cfg.Settings(src) {
-		if s.Source.Kind == service.FromEnv {
-			env = append(env, install.EnvVar{Name: s.Source.Where, Value: values[s.Source.Where], Secret: service.IsSecret(s.Key)})
+		if s.Source.Kind == config.FromEnv {
+			env = append(env, install.EnvVar{Name: s.Source.Where, Value: values[s.Source.Where], Secret: config.IsSecret(s.Key)})
 		}
 	}
 	return env

@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/service"
@@ -35,7 +36,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	if !*asJSON {
 		fmt.Fprintln(stdout, "service:", svc)
 	}
-	err := withStoreEnv(*cfgPath, *envFile, dbRead, func(ctx context.Context, cfg service.Config, s *store.Store) error {
+	err := withStoreEnv(*cfgPath, *envFile, dbRead, func(ctx context.Context, cfg config.Config, s *store.Store) error {
 		rep, err := service.Status(ctx, s, time.Duration(cfg.Checkin.TTL))
 		if err != nil {
 			return inDatabase(cfg, err)
@@ -45,8 +46,8 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		}
 		// Which database it read: a status of the wrong one (a shell
 		// without the node's variables) looks like an empty farm.
-		fmt.Fprintln(stdout, "database:", cfg.Database.Driver, service.MaskDSN(cfg.Database.DSN))
-		return rep.WriteText(stdout)
+		fmt.Fprintln(stdout, "database:", cfg.Database.Driver, config.MaskDSN(cfg.Database.DSN))
+		return writeStatus(stdout, rep)
 	})
 	if err != nil && *asJSON {
 		_ = encode(statusJSON{Service: svc})

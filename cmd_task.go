@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/service"
@@ -46,7 +47,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 		if err := jobs.ValidateEndpoint(*endpoint); err != nil {
 			return usageError{fmt.Sprintf("-endpoint %q: %v", *endpoint, err)}
 		}
-		return withSchema(*cfgPath, dbWrite, func(ctx context.Context, _ service.Config, s *store.Store) error {
+		return withSchema(*cfgPath, dbWrite, func(ctx context.Context, _ config.Config, s *store.Store) error {
 			err := jobs.AddTask(ctx, s, store.NewTask{Name: *name, Endpoint: *endpoint, Method: *method,
 				Payload: []byte(*payload), Every: *every, Timeout: *timeout})
 			if err != nil {
@@ -61,7 +62,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 		if err := fs.parse(args); err != nil {
 			return err
 		}
-		return withSchema(*cfgPath, dbRead, func(ctx context.Context, _ service.Config, s *store.Store) error {
+		return withSchema(*cfgPath, dbRead, func(ctx context.Context, _ config.Config, s *store.Store) error {
 			tasks, err := s.Tasks(ctx, *all)
 			if err != nil {
 				return err
@@ -72,7 +73,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 				enc.SetIndent("", "  ")
 				return enc.Encode(rep)
 			}
-			return service.WriteTasks(stdout, rep)
+			return writeTasks(stdout, rep)
 		})
 	case "delete":
 		name := fs.String("name", "", "name of the task (required)")
@@ -83,7 +84,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 		if *name == "" {
 			return usageError{"-name is required"}
 		}
-		return withSchema(*cfgPath, dbWrite, func(ctx context.Context, _ service.Config, s *store.Store) error {
+		return withSchema(*cfgPath, dbWrite, func(ctx context.Context, _ config.Config, s *store.Store) error {
 			state, err := s.TaskRequestDelete(ctx, *name)
 			if err != nil {
 				return err

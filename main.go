@@ -29,11 +29,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/jobs"
-	"github.com/slotpoller/slotpoller/service"
+	"github.com/slotpoller/slotpoller/schema"
 )
 
 var version = "dev"
@@ -100,7 +101,7 @@ func runWith(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var ue usageError
-	var fe *service.FlagError
+	var fe *config.FlagError
 	switch {
 	case err == nil:
 		return 0
@@ -142,7 +143,7 @@ func (fs *flagSet) parse(args []string) error {
 	return nil
 }
 
-func loadConfig(path string) (service.Config, error) {
+func loadConfig(path string) (config.Config, error) {
 	cfg, _, err := loadConfigWith(path, "", nil)
 	return cfg, err
 }
@@ -153,7 +154,7 @@ func loadConfig(path string) (service.Config, error) {
 // envFile, when set, is an environment file (`run -env-file`, as the
 // service runs on System V init): its variables are added to the
 // environment, and win over the process's own.
-func loadConfigWith(path, envFile string, flags []service.Flag) (service.Config, service.Sources, error) {
+func loadConfigWith(path, envFile string, flags []config.Flag) (config.Config, config.Sources, error) {
 	explicit := path != ""
 	if !explicit {
 		path = "config.yaml"
@@ -162,11 +163,11 @@ func loadConfigWith(path, envFile string, flags []service.Flag) (service.Config,
 	if envFile != "" {
 		extra, err := install.ReadEnvFile(envFile)
 		if err != nil {
-			return service.Config{}, nil, err
+			return config.Config{}, nil, err
 		}
 		environ = append(environ, extra...)
 	}
-	return service.LoadWithSources(path, explicit, environ, flags...)
+	return config.LoadWithSources(path, explicit, environ, flags...)
 }
 
 // addEnvFileFlag defines -env-file on fs.
@@ -187,16 +188,16 @@ var overrideFlags = []struct{ name, key, usage string }{
 
 // addOverrideFlags defines the override flags on fs; the function it
 // returns lists those given on the command line.
-func addOverrideFlags(fs *flagSet) func() []service.Flag {
+func addOverrideFlags(fs *flagSet) func() []config.Flag {
 	for _, o := range overrideFlags {
 		fs.String(o.name, "", o.usage)
 	}
-	return func() []service.Flag {
-		var given []service.Flag
+	return func() []config.Flag {
+		var given []config.Flag
 		fs.Visit(func(f *flag.Flag) {
 			for _, o := range overrideFlags {
 				if o.name == f.Name {
-					given = append(given, service.Flag{Key: o.key, Name: "-" + o.name, Value: f.Value.String()})
+					given = append(given, config.Flag{Key: o.key, Name: "-" + o.name, Value: f.Value.String()})
 				}
 			}
 		})
@@ -223,7 +224,7 @@ const (
 // Only dbCreate makes a SQLite file that is not there: opening one
 // creates it, and a verb that reads or changes rows would leave an empty
 // database behind, beside the one that was meant.
-func openStore(ctx context.Context, cfg service.Config, use dbUse) (*store.Store, error) {
+func openStore(ctx context.Context, cfg config.Config, use dbUse) (*store.Store, error) {
 	if cfg.Database.Driver == "sqlite" && use != dbCreate {
 		if path := sqliteFile(cfg.Database.DSN); path != "" {
 			if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
@@ -240,7 +241,7 @@ func openStore(ctx context.Context, cfg service.Config, use dbUse) (*store.Store
 	defer cancel()
 	s, err := open.Store(ctx, cfg.Database.Driver, cfg.Database.DSN, store.WithSchema(cfg.Database.Schema))
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the database (%s %s): %w", cfg.Database.Driver, service.MaskDSN(cfg.Database.DSN), err)
+		return nil, fmt.Errorf("cannot reach the database (%s %s): %w", cfg.Database.Driver, config.MaskDSN(cfg.Database.DSN), err)
 	}
 	return s, nil
 }
@@ -277,8 +278,8 @@ func checkName(kind, name string) error {
 
 // inDatabase says which database err is about: the driver and the DSN,
 // its password masked.
-func inDatabase(cfg service.Config, err error) error {
-	return fmt.Errorf("%w (database: %s %s)", err, cfg.Database.Driver, service.MaskDSN(cfg.Database.DSN))
+func inDatabase(cfg config.Config, err error) error {
+	return fmt.Errorf("%w (database: %s %s)", err, cfg.Database.Driver, config.MaskDSN(cfg.Database.DSN))
 }
 
 // sqliteFile is the file a SQLite DSN names: a plain path, or the path of
@@ -306,12 +307,12 @@ func sqliteFile(dsn string) string {
 }
 
 // withStore loads the configuration and connects for a one-shot verb.
-func withStore(cfgPath string, use dbUse, f func(context.Context, service.Config, *store.Store) error) error {
+func withStore(cfgPath string, use dbUse, f func(context.Context, config.Config, *store.Store) error) error {
 	return withStoreEnv(cfgPath, "", use, f)
 }
 
 // withStoreEnv is withStore with an environment file (-env-file).
-func withStoreEnv(cfgPath, envFile string, use dbUse, f func(context.Context, service.Config, *store.Store) error) error {
+func withStoreEnv(cfgPath, envFile string, use dbUse, f func(context.Context, config.Config, *store.Store) error) error {
 	cfg, _, err := loadConfigWith(cfgPath, envFile, nil)
 	if err != nil {
 		return err
@@ -326,9 +327,9 @@ func withStoreEnv(cfgPath, envFile string, use dbUse, f func(context.Context, se
 }
 
 // withSchema is withStore for verbs that need the schema in place.
-func withSchema(cfgPath string, use dbUse, f func(context.Context, service.Config, *store.Store) error) error {
-	return withStore(cfgPath, use, func(ctx context.Context, cfg service.Config, s *store.Store) error {
-		if err := install.Check(ctx, s); err != nil {
+func withSchema(cfgPath string, use dbUse, f func(context.Context, config.Config, *store.Store) error) error {
+	return withStore(cfgPath, use, func(ctx context.Context, cfg config.Config, s *store.Store) error {
+		if err := schema.Check(ctx, s); err != nil {
 			return inDatabase(cfg, err)
 		}
 		return f(ctx, cfg, s)

@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	kservice "github.com/kardianos/service"
+	"github.com/slotpoller/slotpoller/config"
+	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/service"
 )
 
@@ -18,7 +20,7 @@ import (
 // node's error and systemd restarts it (Restart=always). SIGHUP stops the
 // node gracefully too, where its default would end the process without
 // leaving the registry; systemd then starts it again.
-func serviceOptions(prg *service.Program) kservice.KeyValue {
+func serviceOptions(prg *install.Program) kservice.KeyValue {
 	return kservice.KeyValue{"RunWait": func() {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGTERM, os.Interrupt, syscall.SIGHUP)
@@ -37,10 +39,10 @@ func registeredWithoutServiceFlag() bool { return false }
 
 // runManaged runs the program under the service manager: kardianos/service
 // starts it, and stops it when RunWait returns.
-func runManaged(s kservice.Service, _ *service.Program) error { return s.Run() }
+func runManaged(s kservice.Service, _ *install.Program) error { return s.Run() }
 
 // serviceLogger logs to standard error, which systemd hands to journald.
-func serviceLogger(_ kservice.Service, c service.LogConfig, stderr io.Writer) (*slog.Logger, error) {
+func serviceLogger(_ kservice.Service, c config.LogConfig, stderr io.Writer) (*slog.Logger, error) {
 	return service.NewLogger(stderr, c), nil
 }
 

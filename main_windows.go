@@ -10,15 +10,15 @@ import (
 	"time"
 
 	kservice "github.com/kardianos/service"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/install"
-	"github.com/slotpoller/slotpoller/service"
 	"golang.org/x/sys/windows"
 	"golang.org/x/sys/windows/svc"
 )
 
 // serviceOptions has nothing to add on Windows: runManaged runs the
 // program with a handler of its own.
-func serviceOptions(*service.Program) kservice.KeyValue { return nil }
+func serviceOptions(*install.Program) kservice.KeyValue { return nil }
 
 // registeredWithoutServiceFlag tells whether this `run` without -service
 // is a service all the same: one registered by a slotpoller from before
@@ -29,21 +29,21 @@ func registeredWithoutServiceFlag() bool { return !kservice.Interactive() }
 
 // serviceLogger logs to the Windows Event Log, under the source that
 // install registered.
-func serviceLogger(s kservice.Service, c service.LogConfig, _ io.Writer) (*slog.Logger, error) {
+func serviceLogger(s kservice.Service, c config.LogConfig, _ io.Writer) (*slog.Logger, error) {
 	// SystemLogger, not Logger: Logger picks the console when Windows'
 	// guess says the process is not a service.
 	l, err := s.SystemLogger(nil)
 	if err != nil {
 		return nil, fmt.Errorf("cannot open the event log: %w", err)
 	}
-	return service.NewSystemLogger(l, c), nil
+	return install.NewSystemLogger(l, c), nil
 }
 
 // reportToServiceLog writes an error that stops the service before its
 // logger exists (a config that does not load) to the event log: a service
 // has no console, and its standard error goes nowhere.
 func reportToServiceLog(msg string) {
-	s, err := install.NewService(&service.Program{}, nil)
+	s, err := install.NewService(&install.Program{}, nil)
 	if err != nil {
 		return
 	}
@@ -72,7 +72,7 @@ func (failedStart) Execute(_ []string, _ <-chan svc.ChangeRequest, status chan<-
 // program has stopped, and accepts the pre-shutdown notice, whose timeout
 // install sets to the stop timeout, so that a system shutdown waits for
 // the drain too.
-func runManaged(_ kservice.Service, prg *service.Program) error {
+func runManaged(_ kservice.Service, prg *install.Program) error {
 	if err := svc.Run(install.ServiceName, &serviceHandler{prg: prg}); err != nil {
 		if errors.Is(err, windows.ERROR_FAILED_SERVICE_CONTROLLER_CONNECT) {
 			return fmt.Errorf("run -service is what the Windows service manager runs (%w); in a console, run without -service", err)
@@ -91,7 +91,7 @@ const (
 )
 
 // serviceHandler is the svc.Handler of a slotpoller service.
-type serviceHandler struct{ prg *service.Program }
+type serviceHandler struct{ prg *install.Program }
 
 func (h *serviceHandler) Execute(_ []string, req <-chan svc.ChangeRequest, status chan<- svc.Status) (bool, uint32) {
 	const accepts = svc.AcceptStop | svc.AcceptShutdown | svc.AcceptPreShutdown

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/service"
 	"github.com/stretchr/testify/require"
@@ -21,9 +22,9 @@ var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/*.golden 
 
 // setting is one entry of `config show -json`.
 type setting struct {
-	Key    string         `json:"key"`
-	Value  any            `json:"value"`
-	Source service.Source `json:"source"`
+	Key    string        `json:"key"`
+	Value  any           `json:"value"`
+	Source config.Source `json:"source"`
 }
 
 func configShowJSON(t *testing.T, args ...string) map[string]setting {
@@ -82,19 +83,19 @@ func TestConfigShow(t *testing.T) {
 
 	got := configShowJSON(t, "-log-level", "debug")
 	require.Equal(t, "postgres://farm:xxxxx@db.example:5432/farm?sslmode=require", got["database.dsn"].Value)
-	require.Equal(t, service.Source{Kind: service.FromEnv, Where: "SLOTPOLLER_DATABASE_DSN"}, got["database.dsn"].Source)
+	require.Equal(t, config.Source{Kind: config.FromEnv, Where: "SLOTPOLLER_DATABASE_DSN"}, got["database.dsn"].Source)
 	require.Equal(t, "xxxxx", got["jobs.signing_key"].Value)
 	require.Equal(t, "xxxxx", got["admin.token"].Value)
-	require.Equal(t, service.Source{Kind: service.FromFile, Where: "config.yaml:5"}, got["node.capacity"].Source)
+	require.Equal(t, config.Source{Kind: config.FromFile, Where: "config.yaml:5"}, got["node.capacity"].Source)
 	require.Equal(t, float64(8), got["node.capacity"].Value)
-	require.Equal(t, service.Source{Kind: service.FromFlag, Where: "-log-level"}, got["log.level"].Source)
-	require.Equal(t, service.Source{Kind: service.FromDefault}, got["jobs.timeout"].Source)
+	require.Equal(t, config.Source{Kind: config.FromFlag, Where: "-log-level"}, got["log.level"].Source)
+	require.Equal(t, config.Source{Kind: config.FromDefault}, got["jobs.timeout"].Source)
 	require.Equal(t, "30s", got["jobs.timeout"].Value)
-	require.Equal(t, service.FromDefault, got["checkin.ttl"].Source.Kind)
+	require.Equal(t, config.FromDefault, got["checkin.ttl"].Source.Kind)
 	require.Contains(t, got["checkin.ttl"].Source.Note, "3 × checkin.heartbeat")
 	require.Equal(t, "0 2 * * *", got["schedules[0].cron"].Value)
-	require.Equal(t, service.Source{Kind: service.FromFile, Where: "config.yaml:12"}, got["schedules[0].cron"].Source)
-	require.Equal(t, service.Source{Kind: service.FromDefault}, got["schedules[0].misfire"].Source)
+	require.Equal(t, config.Source{Kind: config.FromFile, Where: "config.yaml:12"}, got["schedules[0].cron"].Source)
+	require.Equal(t, config.Source{Kind: config.FromDefault}, got["schedules[0].misfire"].Source)
 }
 
 // pkgDir is the package folder, read before any test changes directory.
@@ -110,14 +111,14 @@ func TestFlagsOverrideEnvironmentOverrideFile(t *testing.T) {
 	got := configShowJSON(t, "-config", cfg, "-node-name", "flag-node", "-admin-listen", "")
 	for key, want := range map[string]struct {
 		value any
-		kind  service.SourceKind
+		kind  config.SourceKind
 	}{
-		"node.name":     {"flag-node", service.FromFlag}, // file, env and flag: the flag wins
-		"admin.listen":  {"", service.FromFlag},          // an empty flag still counts: it turns the endpoint off
-		"log.level":     {"warn", service.FromEnv},       // file and env: the env wins
-		"log.format":    {"json", service.FromFile},
-		"node.capacity": {float64(3), service.FromFile},
-		"jobs.lease":    {"15s", service.FromDefault},
+		"node.name":     {"flag-node", config.FromFlag}, // file, env and flag: the flag wins
+		"admin.listen":  {"", config.FromFlag},          // an empty flag still counts: it turns the endpoint off
+		"log.level":     {"warn", config.FromEnv},       // file and env: the env wins
+		"log.format":    {"json", config.FromFile},
+		"node.capacity": {float64(3), config.FromFile},
+		"jobs.lease":    {"15s", config.FromDefault},
 	} {
 		require.Equal(t, want.value, got[key].Value, key)
 		require.Equal(t, want.kind, got[key].Source.Kind, key)
@@ -189,7 +190,7 @@ func TestInstallCarriesTheEnvironmentOverridesAndHidesSecrets(t *testing.T) {
 		"SLOTPOLLER_TEST_POSTGRES_DSN=postgres://not-a-setting", // not a config section: not carried
 		"PATH=/usr/bin",
 	}
-	cfg, src, err := service.LoadWithSources(path, true, environ)
+	cfg, src, err := config.LoadWithSources(path, true, environ)
 	require.NoError(t, err)
 	env := carriedEnv(cfg, src, environ)
 	require.ElementsMatch(t, []install.EnvVar{

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/service"
 	"github.com/stretchr/testify/require"
@@ -23,15 +24,15 @@ import (
 // process exits and systemd restarts it; SIGTERM drains the node, which
 // leaves the registry, within the stop bound.
 
-func serviceTestConfig(t *testing.T, dsn string) service.Config {
+func serviceTestConfig(t *testing.T, dsn string) config.Config {
 	t.Helper()
-	cfg := service.DefaultConfig()
+	cfg := config.Default()
 	cfg.Database.DSN = dsn
-	cfg.Node = service.NodeConfig{Name: "svc-main", Capacity: 2}
-	cfg.Jobs.DrainTimeout = service.Duration(time.Second)
-	cfg.Rotation.Slot = service.Duration(100 * time.Millisecond)
-	cfg.Checkin.Heartbeat = service.Duration(100 * time.Millisecond)
-	cfg.Checkin.TTL = service.Duration(time.Second)
+	cfg.Node = config.NodeConfig{Name: "svc-main", Capacity: 2}
+	cfg.Jobs.DrainTimeout = config.Duration(time.Second)
+	cfg.Rotation.Slot = config.Duration(100 * time.Millisecond)
+	cfg.Checkin.Heartbeat = config.Duration(100 * time.Millisecond)
+	cfg.Checkin.TTL = config.Duration(time.Second)
 	require.NoError(t, cfg.Validate())
 	return cfg
 }

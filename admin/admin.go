@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -31,7 +32,7 @@ const (
 // Node is what the admin endpoint needs of a node; *service.Node is one.
 type Node interface {
 	// Config is the node's configuration, as validated.
-	Config() service.Config
+	Config() config.Config
 	// Clock is the node's local clock.
 	Clock() clock.Clock
 	// Logger is the node's logger, naming the node.
@@ -53,7 +54,7 @@ var _ Node = (*service.Node)(nil)
 // endpoint is one node's admin handler: what its routes share.
 type endpoint struct {
 	Node
-	cfg   service.Config
+	cfg   config.Config
 	log   *slog.Logger
 	clock clock.Clock
 }
@@ -62,7 +63,7 @@ type endpoint struct {
 // error.
 func (n *endpoint) maskDSN(msg string) string {
 	if dsn := n.cfg.Database.DSN; dsn != "" {
-		return strings.ReplaceAll(msg, dsn, service.MaskDSN(dsn))
+		return strings.ReplaceAll(msg, dsn, config.MaskDSN(dsn))
 	}
 	return msg
 }

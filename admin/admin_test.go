@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -68,29 +69,29 @@ func (s *syncBuffer) String() string {
 }
 
 // testConfig is a node with fast slots and heartbeats on db.
-func testConfig(t testing.TB, db storetest.DB, name, baseURL string) service.Config {
+func testConfig(t testing.TB, db storetest.DB, name, baseURL string) config.Config {
 	t.Helper()
-	cfg := service.DefaultConfig()
-	cfg.Database = service.DatabaseConfig{Driver: db.Driver, DSN: db.DSN, Schema: db.Schema, Migrate: true}
+	cfg := config.Default()
+	cfg.Database = config.DatabaseConfig{Driver: db.Driver, DSN: db.DSN, Schema: db.Schema, Migrate: true}
 	if cfg.Database.Schema == "" {
 		cfg.Database.Schema = store.DefaultSQLServerSchema
 	}
-	cfg.Node = service.NodeConfig{Name: name, Capacity: 4}
+	cfg.Node = config.NodeConfig{Name: name, Capacity: 4}
 	cfg.Jobs.BaseURL = baseURL
-	cfg.Jobs.Lease = service.Duration(time.Second)
+	cfg.Jobs.Lease = config.Duration(time.Second)
 	if db.Driver == "sqlserver" {
 		// The T-SQL test server (Babelfish) parses a statement afresh on
 		// each new connection, up to seconds on a busy machine: a 1 s
 		// lease would run out before the first call, and its statement
 		// deadlines (a renewal: lease/3; a poll: the lease) are shorter
 		// than that parse.
-		cfg.Jobs.Lease = service.Duration(6 * time.Second)
+		cfg.Jobs.Lease = config.Duration(6 * time.Second)
 	}
-	cfg.Jobs.Timeout = service.Duration(10 * time.Second)
-	cfg.Jobs.DrainTimeout = service.Duration(2 * time.Second)
-	cfg.Rotation.Slot = service.Duration(100 * time.Millisecond)
-	cfg.Checkin.Heartbeat = service.Duration(200 * time.Millisecond)
-	cfg.Checkin.TTL = service.Duration(time.Second)
+	cfg.Jobs.Timeout = config.Duration(10 * time.Second)
+	cfg.Jobs.DrainTimeout = config.Duration(2 * time.Second)
+	cfg.Rotation.Slot = config.Duration(100 * time.Millisecond)
+	cfg.Checkin.Heartbeat = config.Duration(200 * time.Millisecond)
+	cfg.Checkin.TTL = config.Duration(time.Second)
 	require.NoError(t, cfg.Validate())
 	return cfg
 }
@@ -105,10 +106,10 @@ type runningNode struct {
 	once   sync.Once
 }
 
-func runNode(t *testing.T, cfg service.Config) *runningNode {
+func runNode(t *testing.T, cfg config.Config) *runningNode {
 	t.Helper()
 	logs := &syncBuffer{}
-	rn := &runningNode{n: service.NewNode(cfg, service.NewLogger(logs, service.LogConfig{Level: "debug", Format: "text"}), nil),
+	rn := &runningNode{n: service.NewNode(cfg, service.NewLogger(logs, config.LogConfig{Level: "debug", Format: "text"}), nil),
 		logs: logs, done: make(chan error, 1)}
 	rn.srv = NewServer(rn.n)
 	rn.n.Serve(rn.srv)

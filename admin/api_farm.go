@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/turns"
@@ -210,7 +211,7 @@ func (a *api) farm(ctx context.Context) (FarmView, error) {
 	if err != nil {
 		return FarmView{}, err
 	}
-	v := FarmView{Node: cfg.Node.Name, Driver: cfg.Database.Driver, DSN: service.MaskDSN(cfg.Database.DSN),
+	v := FarmView{Node: cfg.Node.Name, Driver: cfg.Database.Driver, DSN: config.MaskDSN(cfg.Database.DSN),
 		DatabaseTime: apiTime(dbNow), SlotMS: slot.Milliseconds(), Nodes: []FarmNode{},
 		Jobs: tally.Counts, JobsCountCap: tally.Cap}
 	k := rotation.Slot(dbNow, slot)

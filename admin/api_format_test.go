@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -117,7 +118,7 @@ func jsonFields(t reflect.Type) []string {
 func TestAPILogsNameTheNodeOnce(t *testing.T) {
 	s, db := storetest.OpenDB(t, "sqlite")
 	logs := &syncBuffer{}
-	n := service.NewNode(testConfig(t, db, "api-log", "http://localhost"), service.NewLogger(logs, service.LogConfig{Level: "info", Format: "text"}), nil)
+	n := service.NewNode(testConfig(t, db, "api-log", "http://localhost"), service.NewLogger(logs, config.LogConfig{Level: "info", Format: "text"}), nil)
 	srv := httptest.NewServer(Handler(storeNode{n, s}))
 	defer srv.Close()
 	id := idOf(t, must(t, srv.URL, http.StatusCreated, post("/api/v1/jobs", `{"endpoint":"/a","delay":"1h"}`)))

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/slotpoller/slotpoller/config"
 )
 
 // guard protects everything the admin endpoint serves but the public
@@ -94,12 +96,7 @@ func loopbackHostHeader(host string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	host = strings.Trim(host, "[]")
-	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return config.IsLoopbackHost(strings.Trim(host, "[]"))
 }
 
 // sameOrigin reports whether origin is the listener's own: http or https

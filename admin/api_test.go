@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -315,7 +316,7 @@ func apiServer(t testing.TB, s *store.Store, db storetest.DB, token string) stri
 	t.Helper()
 	cfg := testConfig(t, db, "api-bad", "http://localhost")
 	cfg.Admin.Token = token
-	n := service.NewNode(cfg, service.NewLogger(io.Discard, service.LogConfig{Level: "error"}), nil)
+	n := service.NewNode(cfg, service.NewLogger(io.Discard, config.LogConfig{Level: "error"}), nil)
 	srv := httptest.NewServer(Handler(storeNode{n, s}))
 	t.Cleanup(srv.Close)
 	return srv.URL

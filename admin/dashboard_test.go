@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
@@ -35,7 +36,7 @@ func dashServerAs(t *testing.T, s *store.Store, db storetest.DB, token, listen s
 	cfg := testConfig(t, db, "dash-1", "http://localhost")
 	cfg.Admin.Token, cfg.Admin.Listen = token, listen
 	clk := clock.NewFake(time.Unix(1_780_000_000, 0))
-	n := service.NewNode(cfg, service.NewLogger(io.Discard, service.LogConfig{Level: "error"}), clk)
+	n := service.NewNode(cfg, service.NewLogger(io.Discard, config.LogConfig{Level: "error"}), clk)
 	h, a := handler(storeNode{n, s})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -376,7 +377,7 @@ func TestDashboardNeverShowsTheDSNPassword(t *testing.T) {
 		_, body := send(t, "GET", base+"/api/v1/farm", "", nil)
 		var farm FarmView
 		require.NoError(t, json.Unmarshal([]byte(body), &farm))
-		require.Equal(t, service.MaskDSN(db.DSN), farm.DSN)
+		require.Equal(t, config.MaskDSN(db.DSN), farm.DSN)
 		require.Contains(t, farm.DSN, "xxxxx", "the DSN is shown, masked")
 	})
 }

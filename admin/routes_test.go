@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/service"
 	"github.com/stretchr/testify/require"
@@ -18,7 +19,7 @@ func tableOf(t *testing.T, token string) ([]route, http.Handler) {
 	t.Helper()
 	cfg := testConfig(t, storetest.DB{Driver: "sqlite", DSN: t.TempDir() + "/never-opened.db"}, "routes-1", "http://localhost")
 	cfg.Admin.Token = token
-	node := service.NewNode(cfg, service.NewLogger(io.Discard, service.LogConfig{Level: "error"}), nil)
+	node := service.NewNode(cfg, service.NewLogger(io.Discard, config.LogConfig{Level: "error"}), nil)
 	n := &endpoint{Node: node, cfg: node.Config(), log: node.Logger(), clock: node.Clock()}
 	ses := newSessions(n.clock, sessionCookieName(""))
 	table := n.routes(newAPI(n), newDashboard(n, ses))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/bench/benchkit"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/rotation"
@@ -51,7 +52,7 @@ func burstScenario(ctx context.Context, o options, logger *slog.Logger, stderr i
 	}))
 	defer srv.Close()
 
-	var cfgs []service.Config
+	var cfgs []config.Config
 	for _, name := range nodeNames(o.burstNodes) {
 		c := sc.nodeConfig(o, name)
 		c.Node.Capacity = o.capacity

@@ -16,10 +16,11 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/bench/benchkit"
-	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
+	dbschema "github.com/slotpoller/slotpoller/schema"
 	"github.com/slotpoller/slotpoller/service"
 )
 
@@ -59,7 +60,7 @@ func newSchema(ctx context.Context, base string) (*schema, error) {
 		sc.drop()
 		return nil, err
 	}
-	if _, err := install.Migrate(ctx, sc.store); err != nil {
+	if _, err := dbschema.Migrate(ctx, sc.store); err != nil {
 		sc.drop()
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
@@ -101,17 +102,17 @@ type farm struct {
 	errs   []error
 }
 
-func nodeConfig(o options, dsn, name string) service.Config {
-	cfg := service.DefaultConfig()
+func nodeConfig(o options, dsn, name string) config.Config {
+	cfg := config.Default()
 	cfg.Database.Driver = "postgres"
 	cfg.Database.DSN = dsn
 	cfg.Node.Name = name
-	cfg.Rotation.Slot = service.Duration(o.slot)
+	cfg.Rotation.Slot = config.Duration(o.slot)
 	return cfg
 }
 
 // nodeConfig is a node of the farm on the schema.
-func (sc *schema) nodeConfig(o options, name string) service.Config {
+func (sc *schema) nodeConfig(o options, name string) config.Config {
 	cfg := nodeConfig(o, sc.dsn, name)
 	cfg.Database.Driver = sc.driver
 	if sc.driver == "sqlserver" {
@@ -128,7 +129,7 @@ func driverOf(dsn string) string {
 	return "postgres"
 }
 
-func startFarm(cfgs []service.Config, logger *slog.Logger) (*farm, error) {
+func startFarm(cfgs []config.Config, logger *slog.Logger) (*farm, error) {
 	for _, c := range cfgs {
 		if err := c.Validate(); err != nil {
 			return nil, fmt.Errorf("config of %s: %w", c.Node.Name, err)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/bench/benchkit"
-	"github.com/slotpoller/slotpoller/service"
+	"github.com/slotpoller/slotpoller/config"
 )
 
 // Scenario A: idle farm
@@ -32,7 +32,7 @@ func idleScenario(ctx context.Context, o options, n int, logger *slog.Logger) (r
 		return res, err
 	}
 	defer sc.drop()
-	var cfgs []service.Config
+	var cfgs []config.Config
 	for _, name := range nodeNames(n) {
 		cfgs = append(cfgs, sc.nodeConfig(o, name))
 	}

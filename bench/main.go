@@ -60,7 +60,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver, for schema set-up
 
-	"github.com/slotpoller/slotpoller/service"
+	"github.com/slotpoller/slotpoller/config"
 )
 
 const dsnEnv = "SLOTPOLLER_TEST_POSTGRES_DSN"
@@ -116,7 +116,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&only, "only", "A,B,C", "comma-separated scenarios to run: A (idle), B (burst), C (schedules)")
 	fs.IntVar(&o.schedules, "schedules", 200, "schedules firing at the same second in the schedule scenario")
 	fs.IntVar(&o.scheduleNodes, "schedule-nodes", 4, "nodes in the schedule scenario")
-	fs.IntVar(&o.scheduleCapacity, "schedule-capacity", service.DefaultConfig().Node.Capacity, "node.capacity of each node in the schedule scenario")
+	fs.IntVar(&o.scheduleCapacity, "schedule-capacity", config.Default().Node.Capacity, "node.capacity of each node in the schedule scenario")
 	fs.IntVar(&o.firings, "firings", 2, "firings of the schedules, 20s apart (1 to 3)")
 	fs.DurationVar(&o.tolerance, "tolerance", 5*time.Minute, "tolerance of each schedule in the schedule scenario")
 	if err := fs.Parse(args); err != nil {
@@ -173,9 +173,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(out, "- date: %s\n", time.Now().Format(time.RFC3339))
 	fmt.Fprintf(out, "- go: %s, %s/%s, %d CPUs (%s)\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel())
 	fmt.Fprintf(out, "- database: %s at %s\n", database, hostOf(o.dsn))
-	fmt.Fprintf(out, "- nodes: in-process, service.DefaultConfig() with database.driver=%s, rotation.slot=%v (heartbeat %v, ttl %v, clock resync %v); warm-up %v after all are live\n\n",
-		driverOf(o.dsn), o.slot, time.Duration(service.DefaultConfig().Checkin.Heartbeat), time.Duration(service.DefaultConfig().Checkin.TTL),
-		time.Duration(service.DefaultConfig().Clock.Resync), o.warmup)
+	fmt.Fprintf(out, "- nodes: in-process, config.Default() with database.driver=%s, rotation.slot=%v (heartbeat %v, ttl %v, clock resync %v); warm-up %v after all are live\n\n",
+		driverOf(o.dsn), o.slot, time.Duration(config.Default().Checkin.Heartbeat), time.Duration(config.Default().Checkin.TTL),
+		time.Duration(config.Default().Clock.Resync), o.warmup)
 	out.Flush()
 
 	if o.only["A"] {
@@ -240,11 +240,11 @@ func commandLine(args []string, dsn string) string {
 		if strings.HasPrefix(a, "-dsn") || strings.HasPrefix(a, "--dsn") {
 			hasDSN = true
 		}
-		parts = append(parts, shellQuote(service.MaskDSN(a)))
+		parts = append(parts, shellQuote(config.MaskDSN(a)))
 	}
 	cmd := strings.Join(parts, " ")
 	if !hasDSN {
-		cmd = dsnEnv + "=" + shellQuote(service.MaskDSN(dsn)) + " " + cmd
+		cmd = dsnEnv + "=" + shellQuote(config.MaskDSN(dsn)) + " " + cmd
 	}
 	return cmd
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/bench/benchkit"
 	"github.com/slotpoller/slotpoller/callproto"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/rotation"
@@ -112,7 +113,7 @@ func scheduleScenario(ctx context.Context, o options, logger *slog.Logger, stder
 	}))
 	defer srv.Close()
 
-	var cfgs []service.Config
+	var cfgs []config.Config
 	for _, name := range nodeNames(o.scheduleNodes) {
 		c := sc.nodeConfig(o, name)
 		c.Node.Capacity = o.scheduleCapacity

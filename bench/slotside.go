@@ -13,11 +13,11 @@ import (
 
 	"github.com/slotpoller/slotpoller/admin"
 	"github.com/slotpoller/slotpoller/bench/benchkit"
-	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/jobs"
-	"github.com/slotpoller/slotpoller/service"
+	dbschema "github.com/slotpoller/slotpoller/schema"
 )
 
 // slotSide is slotpoller's side of the River comparison: in-process nodes
@@ -36,7 +36,7 @@ func (s slotSide) Migrate(ctx context.Context, db *benchkit.Database) error {
 		return err
 	}
 	defer st.Close()
-	_, err = install.Migrate(ctx, st)
+	_, err = dbschema.Migrate(ctx, st)
 	return err
 }
 
@@ -55,7 +55,7 @@ func (s slotSide) Start(ctx context.Context, db *benchkit.Database, spec benchki
 	if err != nil {
 		return nil, err
 	}
-	var cfgs []service.Config
+	var cfgs []config.Config
 	for _, name := range nodeNames(spec.Nodes) {
 		c := nodeConfig(options{slot: spec.Slot}, db.FarmDSN, name)
 		c.Node.Capacity = spec.Concurrency

@@ -2,7 +2,7 @@
 // fresh incarnation id, keeps its row live, reads who else is live (judged
 // by the database clock), and marks itself left on a graceful stop.
 //
-// A node with a slot (Options.Slot, every node the service runs) writes its
+// A node with a slot (Options.Slot, every node `slotpoller run` runs) writes its
 // row only in its own turn, once per rotation, promising to stay live until
 // a little after its next turn (live_until): an idle farm's registry costs
 // one write and one read per slot, whatever its size, on every database.
@@ -100,17 +100,6 @@ func (m Membership) Capacity() (total, free int) {
 	return total, free
 }
 
-// Registry is how a node takes part in the farm's membership.
-type Registry interface {
-	Join(ctx context.Context) error
-	Run(ctx context.Context) error
-	Turn(ctx context.Context) (Hints, error)
-	Membership() Membership
-	SignalBacklog(ctx context.Context, hold time.Duration) error
-	Leave(ctx context.Context) error
-	Incarnation() string
-}
-
 // Hints say which of a turn's duties have anything to do, as the turn's
 // reading found the queue: an idle farm's turn does nothing more.
 type Hints struct {
@@ -122,7 +111,8 @@ type Hints struct {
 	TaskLeaseEnds time.Duration
 }
 
-// Status is what the node reports about itself at each heartbeat.
+// Status is what the node reports about itself at each write of its row
+// (its turns; heartbeats without a slot).
 type Status struct {
 	Free        int
 	Offset      time.Duration
@@ -130,19 +120,29 @@ type Status struct {
 	Turns       string // the slots it polled lately, for the dashboard (store.NodeState.Turns)
 }
 
-// Options configure a heartbeat registry.
+// Options configure a Registry.
 type Options struct {
-	Name      string
-	Capacity  int
+	// Name is the node's name (node.name), unique in the farm.
+	Name string
+	// Capacity is how many calls the node runs at once (node.capacity).
+	Capacity int
+	// Heartbeat is checkin.heartbeat: how often a node without a slot
+	// writes its row, and the pace of the liveness checks.
 	Heartbeat time.Duration
-	TTL       time.Duration
-	Clock     clock.Clock
-	Logger    *slog.Logger
+	// TTL is checkin.ttl: how long after its last write a heartbeating
+	// node counts as live.
+	TTL time.Duration
+	// Clock is the local clock; nil means the real one.
+	Clock clock.Clock
+	// Logger is the node's logger, which names the node (the registry's
+	// lines do not name it again); nil discards.
+	Logger *slog.Logger
 	// Incarnation is this process's id in the registry; "" draws a fresh
 	// one. A node draws it first (NewIncarnation) so that the parts that
 	// hold work under it can be built before the registry reads them.
 	Incarnation string
-	// Status is read at every heartbeat; nil reports all capacity free.
+	// Status is read at every write of the node's row; nil reports all
+	// capacity free.
 	Status func() Status
 	// Changed is called after every membership reading (to nudge the poller).
 	Changed func(Membership)
@@ -161,9 +161,10 @@ type Options struct {
 	Timed func(ctx context.Context, read func(context.Context) (time.Time, error)) error
 }
 
-// Heartbeats is the registry kept in the nodes table, by heartbeats or by a
-// session lock and the node's turns.
-type Heartbeats struct {
+// Registry is the node registry, kept in the nodes table: a node checks
+// in at its turns (Turn), live by their promise (and a session lock where
+// the database has them), or, without a slot, by heartbeats (Run).
+type Registry struct {
 	store       *store.Store
 	opts        Options
 	incarnation string
@@ -177,8 +178,9 @@ type Heartbeats struct {
 	readAt     time.Duration // monotonic: the last successful reading
 }
 
-// New returns a heartbeat registry for one process start.
-func New(s *store.Store, opts Options) *Heartbeats {
+// New returns the registry of one process start: one incarnation, checked
+// in by Join.
+func New(s *store.Store, opts Options) *Registry {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real()
 	}
@@ -190,13 +192,13 @@ func New(s *store.Store, opts Options) *Heartbeats {
 		inc = NewIncarnation()
 	}
 	turns := opts.Slot > 0
-	return &Heartbeats{store: s, opts: opts, incarnation: inc, locking: turns, sessionLock: turns && s.SessionLocks()}
+	return &Registry{store: s, opts: opts, incarnation: inc, locking: turns, sessionLock: turns && s.SessionLocks()}
 }
 
 // Locking reports whether the node writes its row only in its turns, live
 // by their promise (and a session lock where the database has them), rather
 // than by heartbeats.
-func (h *Heartbeats) Locking() bool { return h.locking }
+func (reg *Registry) Locking() bool { return reg.locking }
 
 // NewIncarnation draws a fresh incarnation id for one process start.
 func NewIncarnation() string {
@@ -207,23 +209,23 @@ func NewIncarnation() string {
 
 // Incarnation is this process's id in the registry: jobs it claims are held
 // by the incarnation, so a restarted node never inherits its old leases.
-func (h *Heartbeats) Incarnation() string { return h.incarnation }
+func (reg *Registry) Incarnation() string { return reg.incarnation }
 
 // state is the node's row as written now, with the promise the write makes.
-func (h *Heartbeats) state() store.NodeState {
-	st := Status{Free: h.opts.Capacity}
-	if h.opts.Status != nil {
-		st = h.opts.Status()
+func (reg *Registry) state() store.NodeState {
+	st := Status{Free: reg.opts.Capacity}
+	if reg.opts.Status != nil {
+		st = reg.opts.Status()
 	}
-	n := store.NodeState{Name: h.opts.Name, Incarnation: h.incarnation, Capacity: h.opts.Capacity,
+	n := store.NodeState{Name: reg.opts.Name, Incarnation: reg.incarnation, Capacity: reg.opts.Capacity,
 		Free: st.Free, Offset: st.Offset, OffsetError: st.OffsetError, Turns: st.Turns}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.locking {
-		n.LiveFor = h.turnGap() + h.opts.TTL
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	if reg.locking {
+		n.LiveFor = reg.turnGap() + reg.opts.TTL
 	}
-	if h.lock != nil {
-		n.LockKey = h.lock.Key
+	if reg.lock != nil {
+		n.LockKey = reg.lock.Key
 	}
 	return n
 }
@@ -231,12 +233,12 @@ func (h *Heartbeats) state() store.NodeState {
 // turnGap is how long the node may go without a turn before it reads the
 // membership (and, locking, writes its row) on its own: a rotation of the
 // farm as last read, and two slots for a turn skipped or a member joining.
-// h.mu is held.
-func (h *Heartbeats) turnGap() time.Duration {
-	if h.opts.Slot <= 0 {
+// reg.mu is held.
+func (reg *Registry) turnGap() time.Duration {
+	if reg.opts.Slot <= 0 {
 		return 0
 	}
-	return time.Duration(len(h.membership.Members)+2) * h.opts.Slot
+	return time.Duration(len(reg.membership.Members)+2) * reg.opts.Slot
 }
 
 // wrote records a successful write of n, just confirmed. The node trusts
@@ -246,14 +248,14 @@ func (h *Heartbeats) turnGap() time.Duration {
 // trusts any reading, and it would never take a turn. Safety does not
 // rest on this (claims and leases are fenced); it only keeps a node cut
 // off from its database from acting on an old picture of the farm.
-func (h *Heartbeats) wrote(n store.NodeState) {
+func (reg *Registry) wrote(n store.NodeState) {
 	promise := n.LiveFor
 	if promise == 0 { // a heartbeat: live for the TTL
-		promise = h.opts.TTL
+		promise = reg.opts.TTL
 	}
-	h.mu.Lock()
-	h.liveUntil = h.opts.Clock.Monotonic() + promise
-	h.mu.Unlock()
+	reg.mu.Lock()
+	reg.liveUntil = reg.opts.Clock.Monotonic() + promise
+	reg.mu.Unlock()
 }
 
 // Join checks the node in and reads the membership.
@@ -264,41 +266,41 @@ func (h *Heartbeats) wrote(n store.NodeState) {
 // and takes it then. If the holder heartbeats meanwhile (its last_seen
 // moves on), another running process has the name: Join returns
 // ErrNameInUse rather than evict it, and the node must not retry.
-func (h *Heartbeats) Join(ctx context.Context) error {
-	if h.sessionLock {
-		if err := h.takeLock(ctx); err != nil {
+func (reg *Registry) Join(ctx context.Context) error {
+	if reg.sessionLock {
+		if err := reg.takeLock(ctx); err != nil {
 			return err
 		}
 	}
 	var prev *store.NodeNameInUse
 	for {
-		n := h.state()
-		err := h.store.NodeCheckIn(ctx, n, h.opts.TTL)
+		n := reg.state()
+		err := reg.store.NodeCheckIn(ctx, n, reg.opts.TTL)
 		var held *store.NodeNameInUse
 		if !errors.As(err, &held) {
 			if err != nil {
 				return err
 			}
-			_, err := h.read(ctx, &n, func(ctx context.Context) (store.TurnReading, error) {
-				nodes, now, err := h.store.Nodes(ctx, h.opts.TTL)
+			_, err := reg.read(ctx, &n, func(ctx context.Context) (store.TurnReading, error) {
+				nodes, now, err := reg.store.Nodes(ctx, reg.opts.TTL)
 				return store.TurnReading{Nodes: nodes, Now: now, Mine: true}, err
 			})
 			return err
 		}
 		if prev != nil && held.Incarnation == prev.Incarnation && held.LastSeen.After(prev.LastSeen) {
 			return fmt.Errorf("%w: %v, and it heartbeats: another slotpoller process runs as %q; give each node a unique node.name",
-				ErrNameInUse, held, h.opts.Name)
+				ErrNameInUse, held, reg.opts.Name)
 		}
 		// Look again once its heartbeat would be older than the TTL and its
 		// last write's promise ran out, and never sooner than a heartbeat,
 		// which a live holder sends.
-		wait := max(h.opts.TTL-held.Age, held.LiveFor, h.opts.Heartbeat) + h.opts.Heartbeat/4
+		wait := max(reg.opts.TTL-held.Age, held.LiveFor, reg.opts.Heartbeat) + reg.opts.Heartbeat/4
 		if prev == nil || held.Incarnation != prev.Incarnation {
-			h.opts.Logger.Warn("node name is held by another process; waiting to see whether it is alive (a restart after a crash takes the name once the old heartbeat is older than the TTL)",
-				"node", h.opts.Name, "holder", held.Incarnation, "last_seen_ago", held.Age, "ttl", h.opts.TTL, "wait", wait)
+			reg.opts.Logger.Warn("node name is held by another process; waiting to see whether it is alive (a restart after a crash takes the name once the old heartbeat is older than the TTL)",
+				"holder", held.Incarnation, "last_seen_ago", held.Age, "ttl", reg.opts.TTL, "wait", wait)
 		}
 		prev = held
-		if err := clock.Sleep(ctx, h.opts.Clock, wait); err != nil {
+		if err := clock.Sleep(ctx, reg.opts.Clock, wait); err != nil {
 			return err
 		}
 	}
@@ -307,43 +309,43 @@ func (h *Heartbeats) Join(ctx context.Context) error {
 // takeLock takes a session lock under a fresh key on a connection of its
 // own, releasing the one held before (whose session the database ended, or
 // will end).
-func (h *Heartbeats) takeLock(ctx context.Context) error {
-	h.mu.Lock()
-	old := h.lock
-	h.lock = nil
-	h.mu.Unlock()
+func (reg *Registry) takeLock(ctx context.Context) error {
+	reg.mu.Lock()
+	old := reg.lock
+	reg.lock = nil
+	reg.mu.Unlock()
 	old.Release()
 	for range 5 {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
 		key := int64(binary.BigEndian.Uint32(b[:])&0x7fffffff) | 1
-		l, ok, err := h.store.NodeLockTake(ctx, key)
+		l, ok, err := reg.store.NodeLockTake(ctx, key)
 		if err != nil {
-			return fmt.Errorf("node %q: %w", h.opts.Name, err)
+			return fmt.Errorf("node %q: %w", reg.opts.Name, err)
 		}
 		if ok {
-			h.mu.Lock()
-			h.lock = l
-			h.mu.Unlock()
+			reg.mu.Lock()
+			reg.lock = l
+			reg.mu.Unlock()
 			return nil
 		}
 	}
-	return fmt.Errorf("node %q: take node lock: five random keys were all held by other sessions", h.opts.Name)
+	return fmt.Errorf("node %q: take node lock: five random keys were all held by other sessions", reg.opts.Name)
 }
 
 // Beat writes the node's row and reads the membership: a turn's reading
 // without the hints, which only a turn acts on (a heartbeat would read
 // them for nothing, every heartbeat).
-func (h *Heartbeats) Beat(ctx context.Context) error {
-	_, err := h.turn(ctx, false)
+func (reg *Registry) Beat(ctx context.Context) error {
+	_, err := reg.turn(ctx, false)
 	return err
 }
 
 // Turn is the node's turn in the registry: it writes its row, reads the
 // membership (nudging Changed) and the hints of what the turn has to do.
 // The reading is also a clock sample (Options.Timed).
-func (h *Heartbeats) Turn(ctx context.Context) (Hints, error) {
-	r, err := h.turn(ctx, true)
+func (reg *Registry) Turn(ctx context.Context) (Hints, error) {
+	r, err := reg.turn(ctx, true)
 	if err != nil {
 		return Hints{Jobs: true, Schedules: true, Tasks: true}, err
 	}
@@ -353,37 +355,37 @@ func (h *Heartbeats) Turn(ctx context.Context) (Hints, error) {
 // taskWindow is how far ahead a turn looks for a task lease about to end:
 // a slot (the next turn's owner looks after that), and never as far as a
 // lease its owner renews (every heartbeat, for the TTL) ever comes.
-func (h *Heartbeats) taskWindow() time.Duration {
-	return max(0, min(h.opts.Slot, h.opts.TTL-h.opts.Heartbeat))
+func (reg *Registry) taskWindow() time.Duration {
+	return max(0, min(reg.opts.Slot, reg.opts.TTL-reg.opts.Heartbeat))
 }
 
-func (h *Heartbeats) turn(ctx context.Context, hints bool) (store.TurnReading, error) {
+func (reg *Registry) turn(ctx context.Context, hints bool) (store.TurnReading, error) {
 	write := func(ctx context.Context, n store.NodeState) (store.TurnReading, error) {
 		if hints {
-			return h.store.NodeTurn(ctx, n, h.opts.TTL, 2*h.opts.Slot, h.taskWindow())
+			return reg.store.NodeTurn(ctx, n, reg.opts.TTL, 2*reg.opts.Slot, reg.taskWindow())
 		}
-		mine, err := h.store.NodeHeartbeat(ctx, n)
+		mine, err := reg.store.NodeHeartbeat(ctx, n)
 		if err != nil {
 			return store.TurnReading{}, err
 		}
-		nodes, now, err := h.store.Nodes(ctx, h.opts.TTL)
+		nodes, now, err := reg.store.Nodes(ctx, reg.opts.TTL)
 		return store.TurnReading{Nodes: nodes, Now: now, Mine: mine}, err
 	}
-	n := h.state()
-	r, err := h.read(ctx, &n, func(ctx context.Context) (store.TurnReading, error) { return write(ctx, n) })
+	n := reg.state()
+	r, err := reg.read(ctx, &n, func(ctx context.Context) (store.TurnReading, error) { return write(ctx, n) })
 	if err != nil {
 		return r, err
 	}
-	if h.sessionLock && !h.liveIn(r) {
+	if reg.sessionLock && !reg.liveIn(r) {
 		// The write went through but the node is not live: the database
 		// ended the lock's session (it restarted, or the connection broke).
 		// Take a lock again and say so at once, not a rotation later.
-		h.opts.Logger.Warn("the node's liveness lock was lost (its database session ended); taking it again", "node", h.opts.Name)
-		if err := h.takeLock(ctx); err != nil {
+		reg.opts.Logger.Warn("the node's liveness lock was lost (its database session ended); taking it again")
+		if err := reg.takeLock(ctx); err != nil {
 			return r, err
 		}
-		n = h.state()
-		if r, err = h.read(ctx, &n, func(ctx context.Context) (store.TurnReading, error) { return write(ctx, n) }); err != nil {
+		n = reg.state()
+		if r, err = reg.read(ctx, &n, func(ctx context.Context) (store.TurnReading, error) { return write(ctx, n) }); err != nil {
 			return r, err
 		}
 	}
@@ -391,9 +393,9 @@ func (h *Heartbeats) turn(ctx context.Context, hints bool) (store.TurnReading, e
 }
 
 // liveIn reports whether the reading counts this incarnation live.
-func (h *Heartbeats) liveIn(r store.TurnReading) bool {
+func (reg *Registry) liveIn(r store.TurnReading) bool {
 	for _, n := range r.Nodes {
-		if n.Incarnation == h.incarnation {
+		if n.Incarnation == reg.incarnation {
 			return n.Live
 		}
 	}
@@ -404,7 +406,7 @@ func (h *Heartbeats) liveIn(r store.TurnReading) bool {
 // membership it found, with the promise of n, the write that went with it.
 // A reading whose write found the row no longer this incarnation's is
 // ErrReplaced.
-func (h *Heartbeats) read(ctx context.Context, n *store.NodeState, f func(context.Context) (store.TurnReading, error)) (store.TurnReading, error) {
+func (reg *Registry) read(ctx context.Context, n *store.NodeState, f func(context.Context) (store.TurnReading, error)) (store.TurnReading, error) {
 	var r store.TurnReading
 	get := func(ctx context.Context) (time.Time, error) {
 		var err error
@@ -412,8 +414,8 @@ func (h *Heartbeats) read(ctx context.Context, n *store.NodeState, f func(contex
 		return r.Now, err
 	}
 	var err error
-	if h.opts.Timed != nil {
-		err = h.opts.Timed(ctx, get)
+	if reg.opts.Timed != nil {
+		err = reg.opts.Timed(ctx, get)
 	} else {
 		_, err = get(ctx)
 	}
@@ -421,23 +423,23 @@ func (h *Heartbeats) read(ctx context.Context, n *store.NodeState, f func(contex
 		return r, err
 	}
 	if !r.Mine {
-		return r, fmt.Errorf("node %q: %w", h.opts.Name, ErrReplaced)
+		return r, fmt.Errorf("node %q: %w", reg.opts.Name, ErrReplaced)
 	}
-	m := Membership{Read: h.opts.Clock.Now(), OK: true}
+	m := Membership{Read: reg.opts.Clock.Now(), OK: true}
 	for _, n := range r.Nodes {
 		// The node counts itself in once its write went through, even where
 		// a slow database read it back older than the TTL.
-		if n.Live || n.Incarnation == h.incarnation && n.State == "up" {
+		if n.Live || n.Incarnation == reg.incarnation && n.State == "up" {
 			m.Members = append(m.Members, Member{Name: n.Name, Incarnation: n.Incarnation, Capacity: n.Capacity, Free: n.Free,
 				Backlog: n.Backlog, Tasks: n.Tasks})
 		}
 	}
-	h.wrote(*n) // before the reading is published: Changed wakes readers of Membership
-	h.mu.Lock()
-	h.membership, h.readAt = m, h.opts.Clock.Monotonic()
-	h.mu.Unlock()
-	if h.opts.Changed != nil {
-		h.opts.Changed(m)
+	reg.wrote(*n) // before the reading is published: Changed wakes readers of Membership
+	reg.mu.Lock()
+	reg.membership, reg.readAt = m, reg.opts.Clock.Monotonic()
+	reg.mu.Unlock()
+	if reg.opts.Changed != nil {
+		reg.opts.Changed(m)
 	}
 	return r, nil
 }
@@ -445,12 +447,12 @@ func (h *Heartbeats) read(ctx context.Context, n *store.NodeState, f func(contex
 // Phase is where in a period of length d this incarnation's periodic work
 // falls (its heartbeats, its task renewals): nodes started together (a
 // deploy) would otherwise write in step for as long as they run.
-func (h *Heartbeats) Phase(d time.Duration) time.Duration {
+func (reg *Registry) Phase(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
 	f := fnv.New64a()
-	_, _ = f.Write([]byte(h.incarnation))
+	_, _ = f.Write([]byte(reg.incarnation))
 	return time.Duration(f.Sum64() % uint64(d))
 }
 
@@ -464,11 +466,11 @@ func (h *Heartbeats) Phase(d time.Duration) time.Duration {
 // Database errors are logged and retried at the next beat: a node that
 // cannot reach its database simply stops being live for the others. It
 // returns ErrReplaced if another process took the node's row.
-func (h *Heartbeats) Run(ctx context.Context) error {
+func (reg *Registry) Run(ctx context.Context) error {
 	failing := false
-	wait := h.Phase(h.opts.Heartbeat)
-	if h.locking {
-		wait = h.opts.Heartbeat
+	wait := reg.Phase(reg.opts.Heartbeat)
+	if reg.locking {
+		wait = reg.opts.Heartbeat
 	}
 	// A backlog note that came within a slot of the last reading is not
 	// dropped: the reading is made when that slot is up.
@@ -476,85 +478,85 @@ func (h *Heartbeats) Run(ctx context.Context) error {
 	for {
 		var notes <-chan string
 		var lost <-chan struct{}
-		h.mu.Lock()
-		if h.lock != nil {
-			notes, lost = h.lock.Notes(), h.lock.Lost()
+		reg.mu.Lock()
+		if reg.lock != nil {
+			notes, lost = reg.lock.Notes(), reg.lock.Lost()
 		}
-		h.mu.Unlock()
-		t := h.opts.Clock.NewTimer(wait)
+		reg.mu.Unlock()
+		t := reg.opts.Clock.NewTimer(wait)
 		beat := false
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
 		case <-t.C():
-			wait = h.opts.Heartbeat
+			wait = reg.opts.Heartbeat
 			beat, pending = pending, false
 		case note := <-notes:
 			t.Stop()
 			if note != NoteBacklog {
-				if note == noteTaskGiven+h.incarnation && h.opts.TaskGiven != nil {
-					h.opts.TaskGiven()
+				if note == noteTaskGiven+reg.incarnation && reg.opts.TaskGiven != nil {
+					reg.opts.TaskGiven()
 				}
 				continue
 			}
-			h.mu.Lock()
-			age := h.opts.Clock.Monotonic() - h.readAt
-			h.mu.Unlock()
-			if age < h.opts.Slot {
-				pending, wait = true, h.opts.Slot-age
+			reg.mu.Lock()
+			age := reg.opts.Clock.Monotonic() - reg.readAt
+			reg.mu.Unlock()
+			if age < reg.opts.Slot {
+				pending, wait = true, reg.opts.Slot-age
 				continue
 			}
-			wait, beat, pending = h.opts.Heartbeat, true, false
+			wait, beat, pending = reg.opts.Heartbeat, true, false
 		case <-lost:
 			t.Stop()
 			beat = true
 		}
 		var err error
 		if beat {
-			err = h.Beat(ctx)
+			err = reg.Beat(ctx)
 		} else {
-			err = h.keepLive(ctx)
+			err = reg.keepLive(ctx)
 		}
 		switch {
 		case errors.Is(err, ErrReplaced):
 			return err
 		case err != nil && ctx.Err() == nil:
 			if !failing {
-				h.opts.Logger.Error("node registry write failed; the other nodes will count this node out when its last write's promise runs out, if it goes on",
-					"err", err, "ttl", h.opts.TTL)
+				reg.opts.Logger.Error("node registry write failed; the other nodes will count this node out when its last write's promise runs out, if it goes on",
+					"err", err, "ttl", reg.opts.TTL)
 			}
 			failing = true
 		case err == nil && failing:
-			h.opts.Logger.Info("node registry writes work again")
+			reg.opts.Logger.Info("node registry writes work again")
 			failing = false
 		}
 	}
 }
 
 // keepLive is one beat of Run.
-func (h *Heartbeats) keepLive(ctx context.Context) error {
-	if !h.locking {
-		return h.Beat(ctx)
+func (reg *Registry) keepLive(ctx context.Context) error {
+	if !reg.locking {
+		return reg.Beat(ctx)
 	}
-	h.mu.Lock()
-	liveUntil, read := h.liveUntil, h.membership.OK
-	h.mu.Unlock()
-	if read && h.opts.Clock.Monotonic() < liveUntil-h.opts.TTL {
+	reg.mu.Lock()
+	liveUntil, read := reg.liveUntil, reg.membership.OK
+	reg.mu.Unlock()
+	if read && reg.opts.Clock.Monotonic() < liveUntil-reg.opts.TTL {
 		return nil
 	}
-	return h.Beat(ctx)
+	return reg.Beat(ctx)
 }
 
 // Membership returns the live members as last read, while the node's last
 // successful write keeps it live: a node cut off from the database must
 // stop acting on its picture of the farm once the others may have counted
 // it out.
-func (h *Heartbeats) Membership() Membership {
-	h.mu.Lock()
-	m, liveUntil := h.membership, h.liveUntil
-	h.mu.Unlock()
-	if m.OK && h.opts.Clock.Monotonic() >= liveUntil {
+func (reg *Registry) Membership() Membership {
+	reg.mu.Lock()
+	m, liveUntil := reg.membership, reg.liveUntil
+	reg.mu.Unlock()
+	if m.OK && reg.opts.Clock.Monotonic() >= liveUntil {
 		return Membership{Read: m.Read}
 	}
 	return m
@@ -563,14 +565,14 @@ func (h *Heartbeats) Membership() Membership {
 // SignalBacklog tells the farm this node left due work behind. Locking,
 // the nodes read the registry only in their turns, so it also sends them a
 // note, unless the backlog was already up as last read (then they know).
-func (h *Heartbeats) SignalBacklog(ctx context.Context, hold time.Duration) error {
-	if err := h.store.NodeSignalBacklog(ctx, h.opts.Name, h.incarnation, hold); err != nil {
+func (reg *Registry) SignalBacklog(ctx context.Context, hold time.Duration) error {
+	if err := reg.store.NodeSignalBacklog(ctx, reg.opts.Name, reg.incarnation, hold); err != nil {
 		return err
 	}
-	if !h.locking || h.Membership().Backlog() {
+	if !reg.locking || reg.Membership().Backlog() {
 		return nil
 	}
-	return h.store.NodeNotify(ctx, NoteBacklog)
+	return reg.store.NodeNotify(ctx, NoteBacklog)
 }
 
 // NoteBacklog is the note a node sends when it flags a backlog.
@@ -582,20 +584,20 @@ const noteTaskGiven = "task:"
 // NoteTaskGiven tells the node of incarnation that it was given a task, so
 // that it takes it up at once. Locking only: a heartbeating node reads the
 // registry, and finds the task, within a heartbeat anyway.
-func (h *Heartbeats) NoteTaskGiven(ctx context.Context, incarnation string) error {
-	if !h.locking {
+func (reg *Registry) NoteTaskGiven(ctx context.Context, incarnation string) error {
+	if !reg.locking {
 		return nil
 	}
-	return h.store.NodeNotify(ctx, noteTaskGiven+incarnation)
+	return reg.store.NodeNotify(ctx, noteTaskGiven+incarnation)
 }
 
 // Leave marks the node as gone and lets go of its lock.
-func (h *Heartbeats) Leave(ctx context.Context) error {
-	err := h.store.NodeLeave(ctx, h.opts.Name, h.incarnation)
-	h.mu.Lock()
-	l := h.lock
-	h.lock = nil
-	h.mu.Unlock()
+func (reg *Registry) Leave(ctx context.Context) error {
+	err := reg.store.NodeLeave(ctx, reg.opts.Name, reg.incarnation)
+	reg.mu.Lock()
+	l := reg.lock
+	reg.lock = nil
+	reg.mu.Unlock()
 	l.Release()
 	return err
 }

@@ -68,7 +68,7 @@ func lastSeen(t *testing.T, s *store.Store, name string, ago time.Duration) {
 
 // join runs Join in the background, advancing the fake clock by step
 // whenever it waits, and returns its answer and how far the clock went.
-func join(t *testing.T, c *clock.Fake, h *checkin.Heartbeats, step time.Duration, whileWaiting func()) (error, time.Duration) {
+func join(t *testing.T, c *clock.Fake, h *checkin.Registry, step time.Duration, whileWaiting func()) (error, time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -96,7 +96,7 @@ func join(t *testing.T, c *clock.Fake, h *checkin.Heartbeats, step time.Duration
 
 // heldName checks in a node "web1" whose last heartbeat was a second ago,
 // and returns the options for another process under its name.
-func heldName(t *testing.T, driver string) (*store.Store, *clock.Fake, checkin.Options, *checkin.Heartbeats) {
+func heldName(t *testing.T, driver string) (*store.Store, *clock.Fake, checkin.Options, *checkin.Registry) {
 	s, _ := storetest.Open(t, driver)
 	c := clock.NewFake(t0)
 	o := checkin.Options{Name: "web1", Capacity: 1, Heartbeat: time.Second, TTL: 3 * time.Second, Clock: c}
@@ -225,7 +225,7 @@ func lockingNodeWritesOnlyInItsTurns(t *testing.T, s *store.Store) {
 	opts := func(name string) checkin.Options {
 		return checkin.Options{Name: name, Capacity: 1, Heartbeat: time.Second, TTL: 3 * time.Second, Slot: time.Second, Clock: c}
 	}
-	var nodes []*checkin.Heartbeats
+	var nodes []*checkin.Registry
 	for _, name := range []string{"a", "b", "c", "d"} {
 		h := checkin.New(s, opts(name))
 		require.True(t, h.Locking())

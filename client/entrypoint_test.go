@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The database entry points (install/migrations/*/0006_enqueue.sql), called
+// The database entry points (schema/migrations/*/0006_enqueue.sql), called
 // as an application in another language calls them: plain SQL through
 // database/sql, no slotpoller helper.
 

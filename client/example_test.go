@@ -13,8 +13,8 @@ import (
 	"github.com/slotpoller/slotpoller/client"
 	"github.com/slotpoller/slotpoller/driver/postgres"
 	"github.com/slotpoller/slotpoller/driver/sqlite"
-	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store/open"
+	"github.com/slotpoller/slotpoller/schema"
 )
 
 // The application opens its database as it always does, and gives
@@ -115,7 +115,7 @@ func exampleDB() *sql.DB {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := install.Migrate(ctx, s); err != nil {
+	if _, err := schema.Migrate(ctx, s); err != nil {
 		log.Fatal(err)
 	}
 	if err := s.Close(); err != nil {

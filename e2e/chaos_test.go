@@ -40,12 +40,13 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/callproto"
-	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/schema"
 	"github.com/slotpoller/slotpoller/service"
 	"github.com/stretchr/testify/require"
 )
@@ -300,7 +301,7 @@ func TestChaos(t *testing.T) {
 		s, err := open.Store(ctx, "postgres", pg.DSN())
 		require.NoError(t, err)
 		defer s.Close()
-		_, err = install.Migrate(ctx, s)
+		_, err = schema.Migrate(ctx, s)
 		require.NoError(t, err)
 		reports = append(reports, runChaos(t, s, storetest.DB{Driver: "postgres", DSN: pg.DSN()}, pg, fastChaos, duration))
 	})
@@ -627,20 +628,20 @@ func (f *chaosFarm) joinAndStep() {
 	p := f.profile
 	const name = "node-d"
 	clk := &steppableClock{Clock: clock.Real()}
-	cfg := service.DefaultConfig()
+	cfg := config.Default()
 	cfg.Database.Driver, cfg.Database.DSN = f.driver, f.db.DSN
 	if f.db.Schema != "" {
 		cfg.Database.Schema = f.db.Schema
 	}
 	cfg.Node.Name, cfg.Node.Capacity = name, 16
-	cfg.Jobs.BaseURL, cfg.Jobs.Lease, cfg.Jobs.MaxAttempts = f.base, service.Duration(p.lease), 20
-	cfg.Jobs.DrainTimeout = service.Duration(2 * time.Second)
-	cfg.Rotation.Slot = service.Duration(p.slot)
-	cfg.Checkin.Heartbeat, cfg.Checkin.TTL = service.Duration(p.heartbeat), service.Duration(p.ttl())
-	cfg.Clock.Resync = service.Duration(time.Second)
+	cfg.Jobs.BaseURL, cfg.Jobs.Lease, cfg.Jobs.MaxAttempts = f.base, config.Duration(p.lease), 20
+	cfg.Jobs.DrainTimeout = config.Duration(2 * time.Second)
+	cfg.Rotation.Slot = config.Duration(p.slot)
+	cfg.Checkin.Heartbeat, cfg.Checkin.TTL = config.Duration(p.heartbeat), config.Duration(p.ttl())
+	cfg.Clock.Resync = config.Duration(time.Second)
 	require.NoError(t, cfg.Validate())
 	logs := &syncWriter{&sync.Mutex{}, &bytes.Buffer{}}
-	n := service.NewNode(cfg, service.NewLogger(logs, service.LogConfig{Level: "info", Format: "text"}), clk)
+	n := service.NewNode(cfg, service.NewLogger(logs, config.LogConfig{Level: "info", Format: "text"}), clk)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()

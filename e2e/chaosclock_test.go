@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/schema"
 	"github.com/stretchr/testify/require"
 )
 
@@ -48,7 +48,7 @@ func TestChaosDatabaseClockSteps(t *testing.T) {
 	s, err := open.Store(ctx, "postgres", pg.DSN())
 	require.NoError(t, err)
 	defer s.Close()
-	_, err = install.Migrate(ctx, s)
+	_, err = schema.Migrate(ctx, s)
 	require.NoError(t, err)
 	db := storetest.DB{Driver: "postgres", DSN: pg.DSN()}
 

@@ -1,9 +1,22 @@
+// Package install is slotpoller's OS service: registering it with
+// systemd, System V init or the Windows service manager through
+// github.com/kardianos/service, to run `slotpoller run -service -config
+// <absolute path>` with the node's environment overrides; starting,
+// stopping and querying it; and the adapter (Program) that runs a node
+// under the service manager.
+//
+// Invariants:
+//   - Program.Start never blocks and Program.Stop never exits the process:
+//     Stop returns within the node's own stop bound (service.StopTimeout),
+//     and the service manager waits ManagerStopMargin longer before it
+//     kills the process, so a node is never killed while it writes.
+//   - A secret environment value is never printed; on Linux it lands only
+//     in files root alone can read.
+//
+// The package wraps the node (it imports service); the node imports
+// nothing of it. The database schema, which a node migrates at start, is
+// the schema package's, for that reason.
 package install
-
-// The OS service: slotpoller registered with systemd, System V init or the
-// Windows service manager through github.com/kardianos/service, to run
-// `slotpoller run -service -config <absolute path>` with the node's
-// environment overrides.
 
 import (
 	"errors"

@@ -79,7 +79,8 @@ func TestServiceInstall(t *testing.T) {
 		require.Equal(t, want, string(written), "the unit on disk is the one rendered in the plain test")
 	}
 
-	require.NoError(t, ControlService("start"))
+	_, err = ControlService("start")
+	require.NoError(t, err)
 	require.Eventually(t, func() bool { return QueryService().Running }, 30*time.Second, 200*time.Millisecond)
 
 	// The node, run by the service manager with the carried environment,
@@ -101,11 +102,13 @@ func TestServiceInstall(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return state() == "up" }, 60*time.Second, 200*time.Millisecond)
 
-	require.NoError(t, ControlService("restart"))
+	_, err = ControlService("restart")
+	require.NoError(t, err)
 	require.Eventually(t, func() bool { return QueryService().Running }, 30*time.Second, 200*time.Millisecond)
 
 	begin := time.Now()
-	require.NoError(t, ControlService("stop"))
+	_, err = ControlService("stop")
+	require.NoError(t, err)
 	require.Eventually(t, func() bool { return !QueryService().Running }, spec.ManagerStopTimeout(), 200*time.Millisecond)
 	require.Less(t, time.Since(begin), spec.ManagerStopTimeout(), "the node stops before the service manager would kill it")
 	require.Equal(t, "left", state(), "a stopped service leaves the registry")

@@ -18,6 +18,7 @@ import (
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/schema"
 	"github.com/stretchr/testify/require"
 )
 
@@ -72,7 +73,7 @@ func TestSysvInstallStartStopUninstall(t *testing.T) {
 	s, err := open.Store(ctx, "sqlite", dsn)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
-	_, err = Migrate(ctx, s)
+	_, err = schema.Migrate(ctx, s)
 	require.NoError(t, err)
 	var called, finished atomic.Int64
 	callStarted := make(chan struct{}, 1)

@@ -9,14 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/stretchr/testify/require"
 )
 
-func connectTestConfig(t *testing.T, driver, dsn string) Config {
+func connectTestConfig(t *testing.T, driver, dsn string) config.Config {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Database.Driver, cfg.Database.DSN = driver, dsn
 	cfg.Node.Name = "connect-test"
 	require.NoError(t, cfg.Validate())
@@ -30,7 +31,7 @@ func TestNodeGivesUpOnAFileThatIsNotADatabase(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(strings.Repeat("database:\n  driver: sqlite\n", 20)), 0o600))
 	logs := &syncBuffer{}
-	n := NewNode(connectTestConfig(t, "sqlite", path), NewLogger(logs, LogConfig{Level: "info"}), nil)
+	n := NewNode(connectTestConfig(t, "sqlite", path), NewLogger(logs, config.LogConfig{Level: "info"}), nil)
 	done := make(chan error, 1)
 	go func() { done <- n.Run(t.Context()) }()
 	select {
@@ -53,7 +54,7 @@ func TestNodeSaysWhyItCannotConnect(t *testing.T) {
 	u.Path = "/no_such_database_for_slotpoller"
 	u.User = url.UserPassword(u.User.Username(), "pw-s3cret-x")
 	logs := &syncBuffer{}
-	n := NewNode(connectTestConfig(t, "postgres", u.String()), NewLogger(logs, LogConfig{Level: "info"}), nil)
+	n := NewNode(connectTestConfig(t, "postgres", u.String()), NewLogger(logs, config.LogConfig{Level: "info"}), nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
@@ -69,12 +70,12 @@ func TestNodeSaysWhyItCannotConnect(t *testing.T) {
 func TestNodeStopsWhenItsSQLiteFileIsRemoved(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "farm.db")
 	cfg := connectTestConfig(t, "sqlite", path)
-	cfg.Checkin.Heartbeat, cfg.Checkin.TTL = Duration(100*time.Millisecond), Duration(time.Second)
-	cfg.Rotation.Slot = Duration(100 * time.Millisecond)
-	cfg.Jobs.DrainTimeout = Duration(time.Second)
+	cfg.Checkin.Heartbeat, cfg.Checkin.TTL = config.Duration(100*time.Millisecond), config.Duration(time.Second)
+	cfg.Rotation.Slot = config.Duration(100 * time.Millisecond)
+	cfg.Jobs.DrainTimeout = config.Duration(time.Second)
 	require.NoError(t, cfg.Validate())
 	logs := &syncBuffer{}
-	n := NewNode(cfg, NewLogger(logs, LogConfig{Level: "info"}), nil)
+	n := NewNode(cfg, NewLogger(logs, config.LogConfig{Level: "info"}), nil)
 	done := make(chan error, 1)
 	go func() { done <- n.Run(t.Context()) }()
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "checked in") }, 30*time.Second, 20*time.Millisecond)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -57,13 +58,13 @@ func (n *Node) startEndpoint() (stop func()) {
 }
 
 // Config is the node's configuration, as validated.
-func (n *Node) Config() Config { return n.cfg }
+func (n *Node) Config() config.Config { return n.cfg }
 
 // Clock is the node's local clock, its clock.skew applied.
 func (n *Node) Clock() clock.Clock { return n.clock }
 
 // Logger is the node's logger, naming the node.
-func (n *Node) Logger() *slog.Logger { return n.log.With("node", n.cfg.Node.Name) }
+func (n *Node) Logger() *slog.Logger { return n.log }
 
 // Store is the node's database; nil until the node has connected.
 func (n *Node) Store() *store.Store { return n.parts().store }

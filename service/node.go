@@ -1,8 +1,20 @@
-// Package service wires one slotpoller node together: it loads the node's
-// configuration, connects to the farm's database (retrying while it is
-// away), measures the offset to the database clock, checks in, and then
-// polls in the node's rotation slots until it is told to stop, when it
-// drains its calls, gives back what it could not finish and leaves.
+// Package service is one slotpoller node: given its configuration
+// (package config), it connects to the farm's database (retrying while it
+// is away), measures the offset to the database clock, checks in, and then
+// takes its turns in the rotation (turn.go) until it is told to stop, when
+// it drains its calls, gives back what it could not finish and leaves.
+// (Running it as an OS service is package install's.)
+//
+// Invariants:
+//   - The node's long-lived parts (wiring.go's loops) start in one order
+//     and stop in the reverse order, each ended before the one before it
+//     is told to end: the turns stop claiming before the registry and the
+//     clock they rely on stop.
+//   - A turn's duties run in the one order turner.duties lists; a duty's
+//     failure is logged when it starts and when it heals, not every turn.
+//   - A stop takes at most StopTimeout: every step of it has a budget.
+//   - The node's logger names the node once (NewNode); its parts log
+//     through it and do not name it again.
 package service
 
 import (
@@ -16,39 +28,26 @@ import (
 
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/clocksync"
-	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/turns"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/schema"
 )
 
 // NewLogger builds the node's logger from its log settings.
-func NewLogger(w io.Writer, c LogConfig) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.Level))
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationsAsText}
+func NewLogger(w io.Writer, c config.LogConfig) *slog.Logger {
 	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(slog.NewJSONHandler(w, c.HandlerOptions()))
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// durationsAsText writes every duration of a log record as a Go duration
-// string ("1.5s", "250ms", "5m"), as the config's Duration values and
-// the config file write them: slog's JSON handler would write a
-// time.Duration as nanoseconds beside Durations written as strings.
-func durationsAsText(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
-		a.Value = slog.StringValue(Duration(a.Value.Duration()).String())
-	}
-	return a
+	return slog.New(slog.NewTextHandler(w, c.HandlerOptions()))
 }
 
 // Node is one slotpoller node.
 type Node struct {
-	cfg   Config
+	cfg   config.Config
 	log   *slog.Logger
 	clock clock.Clock
 
@@ -63,7 +62,7 @@ type Node struct {
 	mu        sync.Mutex
 	store     *store.Store
 	est       *clocksync.Estimator
-	reg       checkin.Registry
+	reg       *checkin.Registry
 	runner    *jobs.Runner
 	keeper    *jobs.Keeper
 	stopping  bool     // work has ended: leaving, releasing, draining
@@ -73,11 +72,13 @@ type Node struct {
 // NewNode returns a node for a validated configuration. clk is the local
 // clock; nil means the real one. The configured clock.skew is applied on
 // top of it.
-func NewNode(cfg Config, logger *slog.Logger, clk clock.Clock) *Node {
+func NewNode(cfg config.Config, logger *slog.Logger, clk clock.Clock) *Node {
 	if clk == nil {
 		clk = clock.Real()
 	}
-	n := &Node{cfg: cfg, log: logger, clock: clock.Skewed(clk, time.Duration(cfg.Clock.Skew))}
+	// The node's logger names the node once; its parts log through it and
+	// do not name it again.
+	n := &Node{cfg: cfg, log: logger.With("node", cfg.Node.Name), clock: clock.Skewed(clk, time.Duration(cfg.Clock.Skew))}
 	n.metrics = newMetrics(n)
 	n.hurry, n.stopNow = context.WithCancel(context.Background())
 	return n
@@ -107,8 +108,8 @@ func (d dbSource) Resolution() time.Duration { return d.s.Dialect().ClockResolut
 // until the drain is over.
 func (n *Node) Run(ctx context.Context) error {
 	cfg := n.cfg
-	log := n.log.With("node", cfg.Node.Name)
-	log.Info("starting", "driver", cfg.Database.Driver, "dsn", MaskDSN(cfg.Database.DSN), "slot", cfg.Rotation.Slot,
+	log := n.log
+	log.Info("starting", "driver", cfg.Database.Driver, "dsn", config.MaskDSN(cfg.Database.DSN), "slot", cfg.Rotation.Slot,
 		"heartbeat", cfg.Checkin.Heartbeat, "ttl", cfg.Checkin.TTL, "capacity", cfg.Node.Capacity, "base_url", cfg.Jobs.BaseURL)
 	if cfg.Clock.Skew != 0 {
 		log.Warn("clock.skew is set: this node reads its local clock as off by it", "skew", cfg.Clock.Skew)
@@ -197,8 +198,8 @@ func (n *Node) putSchedules(ctx context.Context, log *slog.Logger, s *store.Stor
 }
 
 // connect opens the database and brings its schema to this binary's
-// version, retrying with backoff while it cannot: a service may boot
-// before its database, its login or its network. Each failure is logged
+// version, retrying with backoff while it cannot: a node may start (at
+// boot, as an OS service) before its database, its login or its network. Each failure is logged
 // as what it is (authentication failed, no such database, unreachable,
 // TLS; open.ExplainConnect). What waiting cannot fix is not retried: a
 // schema newer than the binary, a SQLite file that is not a database.
@@ -214,11 +215,11 @@ func (n *Node) connect(ctx context.Context, log *slog.Logger) (*store.Store, err
 		}
 		if n.cfg.Database.Migrate {
 			var applied []int
-			if applied, err = install.Migrate(octx, s); err == nil && len(applied) > 0 {
+			if applied, err = schema.Migrate(octx, s); err == nil && len(applied) > 0 {
 				log.Info("schema migrated", "versions", applied)
 			}
 		} else {
-			err = install.Check(octx, s)
+			err = schema.Check(octx, s)
 		}
 		if err != nil {
 			s.Close()
@@ -267,7 +268,7 @@ func retry(ctx context.Context, clk clock.Clock, log *slog.Logger, what string, 
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, install.ErrSchemaNewer) || errors.Is(err, install.ErrSchemaBehind) || errors.Is(err, checkin.ErrNameInUse) ||
+		if errors.Is(err, schema.ErrSchemaNewer) || errors.Is(err, schema.ErrSchemaBehind) || errors.Is(err, checkin.ErrNameInUse) ||
 			store.Permanent(err) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
@@ -296,6 +297,22 @@ func (n *Node) checkNTP(ctx context.Context, log *slog.Logger) {
 			return
 		}
 	}
+}
+
+// stopMargin is what a stop may take beyond jobs.drain_timeout and the
+// task calls in flight (checkin.ttl), by Node.Run's stop sequence: leaving
+// the registry (5s at most), the tasks' release write (5s beyond the
+// TTL), the release of the jobs given back unrun (5s), and the admin
+// endpoint's shutdown (adminStopTimeout).
+const stopMargin = 3*5*time.Second + adminStopTimeout
+
+// StopTimeout is how long a node's stop takes at most: leave the registry,
+// hand the tasks back once their calls in flight end (checkin.ttl), drain
+// the job calls (jobs.drain_timeout) and give back the rest, each step
+// bounded. The OS service manager must wait longer than this before it
+// kills the process.
+func StopTimeout(cfg config.Config) time.Duration {
+	return time.Duration(cfg.Jobs.DrainTimeout) + time.Duration(cfg.Checkin.TTL) + stopMargin
 }
 
 // Stats are a running node's counters (for benchmarks and the metrics).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/checkin"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
@@ -22,14 +23,14 @@ import (
 
 // fastNodeConfig is a valid config of a node on a SQLite file whose slots,
 // heartbeats and TTL are short enough for a test.
-func fastNodeConfig(t *testing.T, dsn, name string, capacity int) Config {
-	cfg := DefaultConfig()
+func fastNodeConfig(t *testing.T, dsn, name string, capacity int) config.Config {
+	cfg := config.Default()
 	cfg.Database.DSN = dsn
-	cfg.Node = NodeConfig{Name: name, Capacity: capacity}
-	cfg.Jobs.DrainTimeout = Duration(time.Second)
-	cfg.Rotation.Slot = Duration(100 * time.Millisecond)
-	cfg.Checkin.Heartbeat = Duration(100 * time.Millisecond)
-	cfg.Checkin.TTL = Duration(time.Second)
+	cfg.Node = config.NodeConfig{Name: name, Capacity: capacity}
+	cfg.Jobs.DrainTimeout = config.Duration(time.Second)
+	cfg.Rotation.Slot = config.Duration(100 * time.Millisecond)
+	cfg.Checkin.Heartbeat = config.Duration(100 * time.Millisecond)
+	cfg.Checkin.TTL = config.Duration(time.Second)
 	require.NoError(t, cfg.Validate())
 	return cfg
 }
@@ -56,7 +57,7 @@ func TestSecondNodeUnderALiveNodesNameRefusesToStart(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	first := make(chan error, 1)
-	go func() { first <- NewNode(cfg, NewLogger(logs, LogConfig{Level: "info"}), nil).Run(ctx) }()
+	go func() { first <- NewNode(cfg, NewLogger(logs, config.LogConfig{Level: "info"}), nil).Run(ctx) }()
 	defer func() {
 		if t.Failed() {
 			t.Logf("node log:\n%s", logs.String())
@@ -70,7 +71,7 @@ func TestSecondNodeUnderALiveNodesNameRefusesToStart(t *testing.T) {
 
 	secondCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err = NewNode(cfg, NewLogger(logs, LogConfig{Level: "info"}), nil).Run(secondCtx)
+	err = NewNode(cfg, NewLogger(logs, config.LogConfig{Level: "info"}), nil).Run(secondCtx)
 	require.ErrorIs(t, err, checkin.ErrNameInUse)
 	require.ErrorContains(t, err, "node.name")
 	require.NoError(t, secondCtx.Err(), "it gave up by itself, within about the TTL")
@@ -95,7 +96,7 @@ func TestNodeRestartedAfterACrashStartsAfterTheTTL(t *testing.T) {
 	crashed := func() {
 		ctx, stop := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- NewNode(cfg, NewLogger(logs, LogConfig{Level: "info"}), nil).Run(ctx) }()
+		go func() { done <- NewNode(cfg, NewLogger(logs, config.LogConfig{Level: "info"}), nil).Run(ctx) }()
 		s, err := open.Store(context.Background(), "sqlite", dsn)
 		require.NoError(t, err)
 		defer s.Close()
@@ -115,7 +116,7 @@ func TestNodeRestartedAfterACrashStartsAfterTheTTL(t *testing.T) {
 	defer stop()
 	begin := time.Now()
 	done := make(chan error, 1)
-	go func() { done <- NewNode(cfg, NewLogger(logs, LogConfig{Level: "info"}), nil).Run(ctx) }()
+	go func() { done <- NewNode(cfg, NewLogger(logs, config.LogConfig{Level: "info"}), nil).Run(ctx) }()
 	s, err := open.Store(context.Background(), "sqlite", dsn)
 	require.NoError(t, err)
 	defer s.Close()
@@ -144,8 +145,8 @@ func TestBacklogSpreadIsAsLongAsHearingTakes(t *testing.T) {
 		{"short slot", 250 * time.Millisecond, time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.Rotation.Slot, cfg.Checkin.Heartbeat = Duration(c.slot), Duration(c.heartbeat)
+			cfg := config.Default()
+			cfg.Rotation.Slot, cfg.Checkin.Heartbeat = config.Duration(c.slot), config.Duration(c.heartbeat)
 			// A note reaches every node at once; each takes its turn then.
 			notes := backlogSpread(cfg, true)
 			require.Positive(t, notes)
@@ -209,4 +210,31 @@ func TestAStoppedNodeClosesItsConnectionsToTheEndpoints(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Zero(c, openConns(), "connections to the endpoint the stopped node left open")
 	}, 5*time.Second, 10*time.Millisecond)
+}
+
+func TestStopTimeoutIsTheDrainPlusAMargin(t *testing.T) {
+	cfg := config.Default()
+	// Node.Run's stop: leave (5s) + task release (ttl + 5s) + drain (20s)
+	// + job release (5s) + admin endpoint (2s).
+	require.Equal(t, 40*time.Second, StopTimeout(cfg), "drain 20s + ttl 3s + 17s")
+	cfg.Jobs.DrainTimeout = 0
+	require.Equal(t, 20*time.Second, StopTimeout(cfg))
+}
+
+// programLog collects a node's log lines, written from its goroutines.
+type programLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *programLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *programLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/stretchr/testify/require"
@@ -34,29 +35,29 @@ func (s *syncBuffer) String() string {
 }
 
 // testConfig is a node with fast slots and heartbeats on db.
-func testConfig(t testing.TB, db storetest.DB, name, baseURL string) Config {
+func testConfig(t testing.TB, db storetest.DB, name, baseURL string) config.Config {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.Database = DatabaseConfig{Driver: db.Driver, DSN: db.DSN, Schema: db.Schema, Migrate: true}
+	cfg := config.Default()
+	cfg.Database = config.DatabaseConfig{Driver: db.Driver, DSN: db.DSN, Schema: db.Schema, Migrate: true}
 	if cfg.Database.Schema == "" {
 		cfg.Database.Schema = store.DefaultSQLServerSchema
 	}
-	cfg.Node = NodeConfig{Name: name, Capacity: 4}
+	cfg.Node = config.NodeConfig{Name: name, Capacity: 4}
 	cfg.Jobs.BaseURL = baseURL
-	cfg.Jobs.Lease = Duration(time.Second)
+	cfg.Jobs.Lease = config.Duration(time.Second)
 	if db.Driver == "sqlserver" {
 		// The T-SQL test server (Babelfish) parses a statement afresh on
 		// each new connection, up to seconds on a busy machine: a 1 s
 		// lease would run out before the first call, and its statement
 		// deadlines (a renewal: lease/3; a poll: the lease) are shorter
 		// than that parse.
-		cfg.Jobs.Lease = Duration(6 * time.Second)
+		cfg.Jobs.Lease = config.Duration(6 * time.Second)
 	}
-	cfg.Jobs.Timeout = Duration(10 * time.Second)
-	cfg.Jobs.DrainTimeout = Duration(2 * time.Second)
-	cfg.Rotation.Slot = Duration(100 * time.Millisecond)
-	cfg.Checkin.Heartbeat = Duration(200 * time.Millisecond)
-	cfg.Checkin.TTL = Duration(time.Second)
+	cfg.Jobs.Timeout = config.Duration(10 * time.Second)
+	cfg.Jobs.DrainTimeout = config.Duration(2 * time.Second)
+	cfg.Rotation.Slot = config.Duration(100 * time.Millisecond)
+	cfg.Checkin.Heartbeat = config.Duration(200 * time.Millisecond)
+	cfg.Checkin.TTL = config.Duration(time.Second)
 	require.NoError(t, cfg.Validate())
 	return cfg
 }
@@ -70,10 +71,10 @@ type runningNode struct {
 	once   sync.Once
 }
 
-func runNode(t *testing.T, cfg Config) *runningNode {
+func runNode(t *testing.T, cfg config.Config) *runningNode {
 	t.Helper()
 	logs := &syncBuffer{}
-	rn := &runningNode{n: NewNode(cfg, NewLogger(logs, LogConfig{Level: "debug", Format: "text"}), nil),
+	rn := &runningNode{n: NewNode(cfg, NewLogger(logs, config.LogConfig{Level: "debug", Format: "text"}), nil),
 		logs: logs, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	rn.cancel = cancel

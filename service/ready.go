@@ -10,6 +10,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/clocksync"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 )
@@ -29,7 +30,7 @@ const (
 type nodeParts struct {
 	store    *store.Store
 	est      *clocksync.Estimator
-	reg      checkin.Registry
+	reg      *checkin.Registry
 	runner   *jobs.Runner
 	stopping bool
 }
@@ -104,7 +105,7 @@ func (n *Node) NotReady() []string {
 // error.
 func (n *Node) maskDSN(msg string) string {
 	if dsn := n.cfg.Database.DSN; dsn != "" {
-		return strings.ReplaceAll(msg, dsn, MaskDSN(dsn))
+		return strings.ReplaceAll(msg, dsn, config.MaskDSN(dsn))
 	}
 	return msg
 }

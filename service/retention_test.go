@@ -1,11 +1,11 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -17,7 +17,7 @@ import (
 // between the default number of attempts, computed with the code's own
 // Backoff. Call time only adds to it.
 func TestDefaultRetriesCoverAnHourOfDowntime(t *testing.T) {
-	c := DefaultConfig().Jobs
+	c := config.Default().Jobs
 	var least, most time.Duration
 	for attempt := 1; attempt < c.MaxAttempts; attempt++ { // no delay after the last attempt
 		least += jobs.Backoff(attempt, time.Duration(c.Backoff), time.Duration(c.BackoffMax), func() float64 { return 0 })
@@ -30,30 +30,18 @@ func TestDefaultRetriesCoverAnHourOfDowntime(t *testing.T) {
 }
 
 func TestRetentionDefaultsAndKeys(t *testing.T) {
-	c := DefaultConfig()
+	c := config.Default()
 	require.Equal(t, map[string]time.Duration{"done": 24 * time.Hour, "failed": 168 * time.Hour, "dead": 168 * time.Hour,
-		"cancelled": 168 * time.Hour, "missed": 168 * time.Hour}, c.Jobs.retention())
-	require.Equal(t, Duration(24*time.Hour), c.Checkin.Retention)
+		"cancelled": 168 * time.Hour, "missed": 168 * time.Hour}, c.Jobs.Retention())
+	require.Equal(t, config.Duration(24*time.Hour), c.Checkin.Retention)
 
-	cfg, err := Load("", false, []string{"SLOTPOLLER_JOBS_RETENTION_DONE=1h", "SLOTPOLLER_JOBS_RETENTION_DEAD=0s",
+	cfg, err := config.Load("", false, []string{"SLOTPOLLER_JOBS_RETENTION_DONE=1h", "SLOTPOLLER_JOBS_RETENTION_DEAD=0s",
 		"SLOTPOLLER_CHECKIN_RETENTION=0s", "SLOTPOLLER_NODE_NAME=n"})
 	require.NoError(t, err)
-	require.Equal(t, time.Hour, cfg.Jobs.retention()["done"])
-	require.Zero(t, cfg.Jobs.retention()["dead"], "0 keeps dead jobs")
+	require.Equal(t, time.Hour, cfg.Jobs.Retention()["done"])
+	require.Zero(t, cfg.Jobs.Retention()["dead"], "0 keeps dead jobs")
 	require.Zero(t, cfg.Checkin.Retention)
 	require.NoError(t, cfg.Validate())
-}
-
-func TestStatusShowsRetryingAndCappedCounts(t *testing.T) {
-	rep := StatusReport{Jobs: map[string]int{store.StateReady: 7, store.StateRetrying: 2, store.StateDone: JobCountCap, store.StateDead: 3},
-		JobsCountCap: JobCountCap}
-	var b bytes.Buffer
-	require.NoError(t, rep.WriteText(&b))
-	require.Contains(t, b.String(), "jobs: ready=7 retrying=2 done=10000+ dead=3\n")
-
-	b.Reset()
-	require.NoError(t, StatusReport{Jobs: map[string]int{}}.WriteText(&b))
-	require.Contains(t, b.String(), "jobs: none\n")
 }
 
 // A running node, as slot owner, deletes finished jobs past their retention
@@ -75,7 +63,7 @@ VALUES ('/old', 'POST', ?, {now}, 1, 1, 'k', {now}, {now+?})`)
 	require.NoError(t, err)
 
 	cfg := testConfig(t, db, "pruner", "http://127.0.0.1:1")
-	cfg.Jobs.RetentionDone, cfg.Jobs.RetentionDead, cfg.Jobs.RetentionFailed = Duration(time.Hour), Duration(time.Hour), 0
+	cfg.Jobs.RetentionDone, cfg.Jobs.RetentionDead, cfg.Jobs.RetentionFailed = config.Duration(time.Hour), config.Duration(time.Hour), 0
 	runNode(t, cfg)
 	require.Eventually(t, func() bool {
 		counts, err := s.JobCounts(ctx)

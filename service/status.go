@@ -1,16 +1,19 @@
 package service
 
+// The farm as `slotpoller status`, `task list` and `schedule list` show
+// it, and the admin endpoint's /status and HTTP API serve it: one read
+// model for both. Writing it for a person is the CLI's (status_report.go
+// in the main package); the admin API writes it as JSON.
+
 import (
 	"context"
 	"fmt"
-	"io"
-	"math"
-	"text/tabwriter"
 	"time"
 
-	"github.com/slotpoller/slotpoller/install"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/slotpoller/slotpoller/schema"
 )
 
 // NodeStatus is one node as `slotpoller status` shows it.
@@ -44,7 +47,7 @@ type StatusReport struct {
 // JobCountCap so that the read costs the same on a table of any size.
 func Status(ctx context.Context, s *store.Store, ttl time.Duration) (StatusReport, error) {
 	rep := StatusReport{Nodes: []NodeStatus{}}
-	cur, _, err := install.Status(ctx, s)
+	cur, _, err := schema.Status(ctx, s)
 	if err != nil {
 		return rep, err
 	}
@@ -74,37 +77,6 @@ func Status(ctx context.Context, s *store.Store, ttl time.Duration) (StatusRepor
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// WriteText prints the report for a person.
-func (r StatusReport) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "database time %s, schema version %d\n\n", r.DatabaseTime.Format(time.RFC3339Nano), r.SchemaVersion)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tLIVE\tSTATE\tFREE/CAP\tOFFSET_MS\tERROR_MS\tLAST_SEEN")
-	for _, n := range r.Nodes {
-		fmt.Fprintf(tw, "%s\t%v\t%s\t%d/%d\t%.3f\t%.3f\t%s ago\n", n.Name, n.Live, n.State, n.Free, n.Capacity,
-			n.OffsetMS, n.OffsetErrorMS, r.DatabaseTime.Sub(n.LastSeen).Round(time.Millisecond))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	tally := store.JobTally{Counts: r.Jobs, Cap: r.JobsCountCap}
-	if tally.Cap == 0 {
-		tally.Cap = math.MaxInt
-	}
-	fmt.Fprint(w, "\njobs:")
-	shown := 0
-	for _, st := range store.CountStates {
-		if r.Jobs[st] > 0 {
-			fmt.Fprintf(w, " %s=%s", st, tally.Show(st))
-			shown++
-		}
-	}
-	if shown == 0 {
-		fmt.Fprint(w, " none")
-	}
-	_, err := fmt.Fprintln(w)
-	return err
-}
-
 // TaskStatus is one task as `slotpoller task list` shows it.
 type TaskStatus struct {
 	Name       string     `json:"name"`
@@ -133,31 +105,6 @@ func TaskReport(tasks []store.Task) []TaskStatus {
 		out = append(out, ts)
 	}
 	return out
-}
-
-// WriteTasks prints tasks for a person.
-func WriteTasks(w io.Writer, tasks []TaskStatus) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tSTATE\tEVERY\tOWNER\tSINCE\tCALLS\tLAST RESULT")
-	for _, t := range tasks {
-		owner, since := "-", "-"
-		if t.Owner != "" {
-			owner = t.Owner
-		}
-		if t.Since != nil {
-			since = t.Since.Format(time.RFC3339)
-		}
-		last := "-"
-		switch {
-		case t.LastCallAt == nil:
-		case t.LastError == "":
-			last = fmt.Sprintf("ok %d", t.LastStatus)
-		default:
-			last = fmt.Sprintf("failed x%d: %s", t.Failures, t.LastError)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", t.Name, t.State, t.Every, owner, since, t.Calls, last)
-	}
-	return tw.Flush()
 }
 
 // ScheduleStatus is one schedule as `slotpoller schedule list` shows it.
@@ -193,7 +140,7 @@ func ScheduleReport(ctx context.Context, s *store.Store) ([]ScheduleStatus, erro
 	for _, sc := range scs {
 		st := ScheduleStatus{Name: sc.Name, Endpoint: sc.Endpoint, Enabled: sc.Enabled, Source: sc.Source,
 			NextFireAt: sc.NextFireAt, LastFireAt: sc.LastFireAt, Missed: sc.Missed, Misfire: sc.Misfire, Overlap: sc.Overlap,
-			Tolerance: Duration(sc.Tolerance).String()}
+			Tolerance: config.Duration(sc.Tolerance).String()}
 		if ft, err := jobs.CompileSchedule(sc); err == nil {
 			st.When = ft.String()
 		} else {
@@ -205,24 +152,4 @@ func ScheduleReport(ctx context.Context, s *store.Store) ([]ScheduleStatus, erro
 		out = append(out, st)
 	}
 	return out, nil
-}
-
-// WriteSchedules prints schedules for a person.
-func WriteSchedules(w io.Writer, scs []ScheduleStatus) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCHEDULE\tWHEN\tENABLED\tNEXT FIRE\tLAST RESULT\tMISSED")
-	for _, s := range scs {
-		next, last := "-", "-"
-		if s.NextFireAt != nil && s.Enabled {
-			next = s.NextFireAt.Format(time.RFC3339)
-		}
-		if s.LastResult != "" {
-			last = s.LastResult
-			if s.LastStatus != 0 {
-				last += fmt.Sprintf(" %d", s.LastStatus)
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%d\n", s.Name, s.When, s.Enabled, next, last, s.Missed)
-	}
-	return tw.Flush()
 }

@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -10,7 +9,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/clocksync"
-	"github.com/slotpoller/slotpoller/internal/clock"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/rotation"
@@ -31,14 +30,15 @@ type wiring struct {
 	log    *slog.Logger
 	store  *store.Store
 	est    *clocksync.Estimator
-	reg    *checkin.Heartbeats
+	reg    *checkin.Registry
 	runner *jobs.Runner
 	keeper *jobs.Keeper
 	pruner *jobs.Pruner
 	waiter *rotation.Waiter
+	turner *turner
 	client *http.Client // calls the endpoints, for the jobs and the tasks
 
-	nudge      chan struct{} // wakes the turn loop to re-read the membership
+	nudge      chan struct{} // wakes the turns' waiter to re-read the membership
 	renewTasks chan struct{} // renews task leases now: a task was just given to this node
 }
 
@@ -97,12 +97,13 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 		Nudge:   w.nudge,
 	}
 	w.pruner = jobs.NewPruner(s, jobs.PruneOptions{
-		Jobs: cfg.Jobs.retention(), Nodes: time.Duration(cfg.Checkin.Retention),
+		Jobs: cfg.Jobs.Retention(), Nodes: time.Duration(cfg.Checkin.Retention),
 		// A turn's deleting stays a fraction of the slot: the slot owner's
 		// next turn is due a slot later.
 		Budget: min(jobs.DefaultPruneBudget, time.Duration(cfg.Rotation.Slot)/5),
 		Clock:  n.clock, Logger: log,
 	})
+	w.turner = newTurner(w)
 	n.mu.Lock()
 	n.reg, n.runner, n.keeper = w.reg, w.runner, w.keeper
 	n.mu.Unlock()
@@ -123,7 +124,7 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 // later turns miss the jobs done in between, so the last few jobs of a
 // burst wait for this spread (they waited a second on PostgreSQL before
 // the spread shortened there).
-func backlogSpread(cfg Config, hearsNotes bool) time.Duration {
+func backlogSpread(cfg config.Config, hearsNotes bool) time.Duration {
 	slot := time.Duration(cfg.Rotation.Slot)
 	if hearsNotes {
 		return slot / 8
@@ -149,7 +150,7 @@ func (w *wiring) loops() []loop {
 	// Refills claim between turns while the node knows of due work; they
 	// stop after the turns, before the registry they learn the backlog from.
 	ls = append(ls, loop{"refill claims", w.runner.Refill})
-	return append(ls, loop{"turns", w.pollLoop})
+	return append(ls, loop{"turns", w.turner.run})
 }
 
 // runLoops starts the loops in order and runs them until ctx ends or one
@@ -225,7 +226,7 @@ func (w *wiring) status() checkin.Status {
 	return st
 }
 
-// membershipChanged nudges the turn loop to re-read the membership, and
+// membershipChanged nudges the turns' waiter to re-read the membership, and
 // renews task leases at once when the reading counts more tasks for this
 // node than it works: one was just given to it.
 func (w *wiring) membershipChanged(m checkin.Membership) {
@@ -251,7 +252,7 @@ func signal(c chan<- struct{}) {
 
 // taskLoop renews the node's task leases at every heartbeat (one
 // statement), and at once when a task was just given to this node (by its
-// own poll loop, or as the membership read shows). A node that works no
+// own turn's balancing, or as the membership read shows). A node that works no
 // task and holds none by the last membership read sends nothing (a note,
 // on PostgreSQL, or its next turn's reading elsewhere, tells it of a
 // task given to it). The first renewal falls a phase into the heartbeat,
@@ -259,7 +260,7 @@ func signal(c chan<- struct{}) {
 func (w *wiring) taskLoop(ctx context.Context) {
 	heartbeat := time.Duration(w.n.cfg.Checkin.Heartbeat)
 	k, reg, log, clk := w.keeper, w.reg, w.log, w.n.clock
-	failing := false
+	renewals := logs(slog.LevelError, "could not renew task leases; tasks stop before their leases end", "task leases renewed again")
 	wait := reg.Phase(heartbeat)
 	for {
 		t := clk.NewTimer(wait)
@@ -281,209 +282,9 @@ func (w *wiring) taskLoop(ctx context.Context) {
 			continue
 		}
 		err := k.Renew(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil && !failing:
-			log.Error("could not renew task leases; tasks stop before their leases end", "err", err)
-			failing = true
-		case err == nil && failing:
-			log.Info("task leases renewed again")
-			failing = false
+		if err != nil && ctx.Err() != nil {
+			return
 		}
+		renewals.report(log, err)
 	}
-}
-
-// pollLoop takes the node's turns: in each it polls for jobs; as the
-// slot's owner it also writes schedule occurrences, prunes and balances
-// tasks.
-func (w *wiring) pollLoop(ctx context.Context) error {
-	cfg, log := w.n.cfg, w.log
-	r, k, reg, est := w.runner, w.keeper, w.reg, w.est
-	slot := time.Duration(cfg.Rotation.Slot)
-	hold := 3 * max(time.Duration(cfg.Checkin.Heartbeat), slot)
-	// After a step of the database clock, every live holder has renewed
-	// its leases on the clock as it now reads within a lease (jobs, every
-	// third of it) or a TTL (tasks, every heartbeat); until then a lease
-	// that looks run out may not be.
-	afterStep := max(time.Duration(cfg.Jobs.Lease), time.Duration(cfg.Checkin.TTL)) + slot
-	// The database's now as this node carries it, and how far past it the
-	// database's clock may read before that is a step.
-	dbClock := func() (time.Time, time.Duration, bool) {
-		now, bound, ok := est.Now()
-		return now, bound + clocksync.MinStep, ok
-	}
-	failing, pruneFailing, regFailing := false, false, false
-	var rotationKept time.Duration // the rotation the pool keeps connections for
-	for {
-		turn, err := w.waiter.Wait(ctx)
-		if err != nil {
-			return nil
-		}
-		// The turn begins in the registry: the node's row, the membership,
-		// and whether the queue, the schedules and the tasks have anything
-		// for this turn to do. An idle farm's turn ends there. The row it
-		// writes already counts this turn for the dashboard's strip: on
-		// PostgreSQL it is the node's only write until its next turn.
-		w.n.turns.Record(turn.Slot)
-		// A widened turn (rank > 0) comes only while the farm knows of a
-		// backlog: it polls at once, without the registry (this node's own
-		// turn as the slot's owner writes its row each rotation).
-		hints := checkin.Hints{Jobs: true}
-		if turn.Rank == 0 {
-			hints, err = reg.Turn(ctx)
-		}
-		switch {
-		case errors.Is(err, checkin.ErrReplaced):
-			return err // the node stops: its name is another process's now
-		case err != nil && ctx.Err() != nil:
-			return nil
-		case err != nil && !regFailing:
-			log.Error("the turn's registry reading failed; polling anyway", "slot", turn.Slot, "err", err)
-			regFailing = true
-		case err == nil && regFailing:
-			log.Info("the turn's registry reading works again")
-			regFailing = false
-		}
-		m := reg.Membership()
-		// The pool must keep a connection from one turn to the next.
-		if rot := time.Duration(len(m.Members)) * slot; rot != rotationKept {
-			r.Store().KeepIdleFor(rot)
-			rotationKept = rot
-		}
-		farm, _ := m.Capacity()
-		ahead := pollersAhead(m, turn)
-		// The turn's reading was a sample of the database clock: a step
-		// it saw (or one seen lately) makes every lease and start window
-		// written before it suspect until their holders have renewed.
-		stepped := est.SteppedWithin(afterStep)
-		materialize := jobs.Materialize
-		if stepped {
-			materialize = jobs.MaterializeAcrossStep
-		}
-		if turn.Rank == 0 && hints.Schedules {
-			// The slot's owner writes the schedules' occurrences due soon
-			// (a little ahead, so that they wait in the queue for their
-			// time and any poller can take them), before it polls.
-			mat, err := materialize(ctx, r.Store(), 2*slot, log)
-			switch {
-			case err != nil && ctx.Err() == nil:
-				log.Error("writing schedule occurrences failed; trying again next turn", "err", err)
-			case mat.Created > 0:
-				log.Debug("schedule occurrences written", "slot", turn.Slot, "count", mat.Created)
-			}
-		}
-		// When does the farm poll next? At the next slot, or, while the
-		// rotation is widened, at the next node's turn in this one.
-		next := rotation.NextPoll(turn, slot, len(m.Members), m.Backlog())
-		nextPoll := slot
-		if now, _, ok := est.Now(); ok {
-			nextPoll = next.Sub(now)
-			w.n.metrics.observeSlotLag(now.Sub(turn.Start))
-		}
-		// A one-off job's start window is one slot: the rotation's promise
-		// is that a due job starts within a slot of its run time.
-		var res jobs.PollResult
-		if hints.Jobs {
-			res, err = r.Poll(ctx, jobs.Turn{FarmCapacity: farm, AheadCapacity: ahead, NextPoll: nextPoll, StartWindow: slot,
-				Widened: turn.Rank > 0, ClockStepped: stepped, DBClock: dbClock, Backlog: func(ctx context.Context, _ int) error { return reg.SignalBacklog(ctx, hold) }})
-		} else {
-			r.Idle()
-			err = nil
-		}
-		if res.BacklogErr != nil && ctx.Err() == nil {
-			log.Warn("could not signal backlog", "err", res.BacklogErr)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if !failing {
-				log.Error("poll failed; trying again next turn", "slot", turn.Slot, "err", err)
-			}
-			failing = true
-			continue
-		}
-		if failing {
-			log.Info("polling works again")
-			failing = false
-		}
-		if res.Claimed > 0 || res.Reclaimed > 0 {
-			log.Debug("polled", "slot", turn.Slot, "rank", turn.Rank, "due", res.Due, "claimed", res.Claimed, "left", res.Left)
-		}
-		if turn.Rank != 0 {
-			continue // tasks are balanced and rows pruned once per slot, by its owner
-		}
-		// Retention, after the poll so that it never delays a claim: at
-		// this node's first turn, then once a minute of database time by
-		// that slot's owner (a handful of statements when nothing is due),
-		// and at this node's turns while it is behind.
-		pr, err := w.pruner.TurnInSlot(ctx, turn.Slot, slot)
-		switch {
-		case err != nil && ctx.Err() == nil && !pruneFailing:
-			log.Warn("retention could not delete finished jobs; trying again next turn", "err", err)
-			pruneFailing = true
-		case err == nil:
-			pruneFailing = false
-		}
-		w.n.metrics.observePrune(pr)
-		if !hints.Tasks && hints.TaskLeaseEnds > 0 {
-			// A task's owner stopped renewing and its lease ends within
-			// the slot: wait for it and give the task away now, rather than
-			// leave it to the next turn's owner a slot later.
-			if err := clock.Sleep(ctx, w.n.clock, hints.TaskLeaseEnds+taskExpiryGuard); err != nil {
-				return nil
-			}
-			hints.Tasks = true
-		}
-		var members []jobs.Member
-		load := map[string]int{}
-		for _, mm := range m.Members {
-			members = append(members, jobs.Member{Name: mm.Name, Incarnation: mm.Incarnation, Capacity: mm.Capacity})
-			load[mm.Incarnation] = mm.Tasks
-		}
-		// Balance when a task waits for an owner, or when, by the tasks each
-		// member holds as the turn read them, a handoff would even them out.
-		if !hints.Tasks && !jobs.Uneven(members, load) {
-			continue
-		}
-		bal, err := k.Balance(ctx, members, time.Duration(cfg.Checkin.TTL), stepped)
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Error("task balancing failed; trying again next turn", "err", err)
-			}
-			continue
-		}
-		if bal.Assigned > 0 {
-			log.Debug("assigned tasks", "slot", turn.Slot, "count", bal.Assigned, "to_me", bal.AssignedToMe)
-		}
-		if bal.AssignedToMe > 0 {
-			signal(w.renewTasks)
-		}
-		for _, inc := range bal.GivenTo {
-			if err := reg.NoteTaskGiven(ctx, inc); err != nil && ctx.Err() == nil {
-				log.Warn("could not tell a node of the task it was given; it finds out at its next turn", "err", err)
-			}
-		}
-	}
-}
-
-// pollersAhead is the capacity the share of this turn is measured against:
-// in a widened slot, that of this node and the nodes whose turns in the slot
-// are still to come. Each of them then takes an even part of what is left,
-// and one round of turns spreads a burst evenly, where dividing by the whole
-// farm at every turn would leave a geometric tail (each poller taking a
-// quarter of what the one before left). In a plain slot it is the whole
-// farm's, which the coming slots' owners share.
-func pollersAhead(m checkin.Membership, turn rotation.Turn) int {
-	if turn.Rank == 0 || len(m.Members) == 0 {
-		total, _ := m.Capacity()
-		return total
-	}
-	names := m.Names()
-	sum := 0
-	for _, mm := range m.Members {
-		if rotation.Rank(turn.Slot, mm.Name, names) >= turn.Rank {
-			sum += mm.Capacity
-		}
-	}
-	return sum
 }

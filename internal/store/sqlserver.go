@@ -166,7 +166,7 @@ func (SQLServer) wrapOutput(cols, stmt string) string {
 		";\nSELECT " + cols + " FROM @out ORDER BY " + names[0]
 }
 
-// sqlServerOutputTypes are the column types (install/migrations/sqlserver)
+// sqlServerOutputTypes are the column types (schema/migrations/sqlserver)
 // of the columns statements hand back.
 var sqlServerOutputTypes = map[string]string{
 	"id": "BIGINT", "token": "BIGINT", "attempt": "INT", "max_attempts": "INT", "endpoint": "NVARCHAR(MAX)",

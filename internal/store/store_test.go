@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/slotpoller/slotpoller/schema"
 	"github.com/stretchr/testify/require"
 )
 
@@ -428,19 +428,19 @@ func TestMigrations(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
-		applied, err := install.Migrate(ctx, s)
+		applied, err := schema.Migrate(ctx, s)
 		require.NoError(t, err)
 		require.Empty(t, applied, "migrating twice applies nothing")
-		require.NoError(t, install.Check(ctx, s))
+		require.NoError(t, schema.Check(ctx, s))
 
 		// A newer binary migrated this database: refuse, change nothing.
 		_, err = s.DB().ExecContext(ctx, store.Expand(s.Dialect(), `INSERT INTO {schema_version} (version, description, applied_at) VALUES (?, ?, {now})`), 999, "future")
 		require.NoError(t, err)
-		_, err = install.Migrate(ctx, s)
-		require.ErrorIs(t, err, install.ErrSchemaNewer)
+		_, err = schema.Migrate(ctx, s)
+		require.ErrorIs(t, err, schema.ErrSchemaNewer)
 		require.ErrorContains(t, err, "999")
-		require.ErrorIs(t, install.Check(ctx, s), install.ErrSchemaNewer)
-		cur, _, err := install.Status(ctx, s)
+		require.ErrorIs(t, schema.Check(ctx, s), schema.ErrSchemaNewer)
+		cur, _, err := schema.Status(ctx, s)
 		require.NoError(t, err)
 		require.Equal(t, 999, cur)
 	})
@@ -462,7 +462,7 @@ func TestConcurrentMigrations(t *testing.T) {
 					return
 				}
 				defer s.Close()
-				_, err = install.Migrate(ctx, s)
+				_, err = schema.Migrate(ctx, s)
 				errs <- err
 			}()
 		}
@@ -474,7 +474,7 @@ func TestConcurrentMigrations(t *testing.T) {
 		s, err := db.Open(ctx)
 		require.NoError(t, err)
 		defer s.Close()
-		require.NoError(t, install.Check(ctx, s))
+		require.NoError(t, schema.Check(ctx, s))
 	})
 }
 
@@ -502,7 +502,7 @@ func TestSQLitePathsAreTakenLiterally(t *testing.T) {
 	s, err := open.Store(ctx, "sqlite", filepath.Join(dir, "farm.db"))
 	require.NoError(t, err)
 	defer s.Close()
-	_, err = install.Migrate(ctx, s)
+	_, err = schema.Migrate(ctx, s)
 	require.NoError(t, err)
 	_, err = os.Stat(filepath.Join(dir, "farm.db"))
 	require.NoError(t, err, "the database file is where the path says, not cut at '#'")
@@ -529,16 +529,16 @@ func TestSchemaStatusTellsMissingFromBroken(t *testing.T) {
 		ctx := context.Background()
 		s, err := storetest.New(t, driver).Open(ctx)
 		require.NoError(t, err)
-		cur, latest, err := install.Status(ctx, s)
+		cur, latest, err := schema.Status(ctx, s)
 		require.NoError(t, err, "a database never migrated is version 0, not an error")
 		require.Equal(t, 0, cur)
 		require.Positive(t, latest)
-		require.ErrorIs(t, install.Check(ctx, s), install.ErrSchemaBehind)
+		require.ErrorIs(t, schema.Check(ctx, s), schema.ErrSchemaBehind)
 
 		require.NoError(t, s.Close())
-		_, _, err = install.Status(ctx, s)
+		_, _, err = schema.Status(ctx, s)
 		require.Error(t, err, "a broken connection is not version 0")
-		require.NotErrorIs(t, install.Check(ctx, s), install.ErrSchemaBehind, "so a node retries instead of giving up")
+		require.NotErrorIs(t, schema.Check(ctx, s), schema.ErrSchemaBehind, "so a node retries instead of giving up")
 	})
 }
 
@@ -680,7 +680,7 @@ func TestOpenSQLiteWhileAnotherMigrates(t *testing.T) {
 				return
 			}
 			defer s.Close()
-			_, err = install.Migrate(ctx, s)
+			_, err = schema.Migrate(ctx, s)
 			errs <- err
 		}()
 		for range 8 {

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
+	"github.com/slotpoller/slotpoller/schema"
 	"github.com/stretchr/testify/require"
 )
 
@@ -205,7 +205,7 @@ func OpenDB(t testing.TB, driver string) (*store.Store, DB) {
 	s, err := db.Open(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
-	_, err = install.Migrate(ctx, s)
+	_, err = schema.Migrate(ctx, s)
 	require.NoError(t, err)
 	return s, db
 }

@@ -1,10 +1,23 @@
-// Package install owns slotpoller's database schema: versioned migrations
-// per dialect, embedded in the binary, and the table that records which
-// versions a database has; and the OS service definition (service.go).
+// Package schema owns slotpoller's database schema: versioned migrations
+// per dialect (including the database-side enqueue entry points), embedded
+// in the binary, and the table that records which versions a database
+// has. `slotpoller schema migrate`, a starting node (database.migrate) and
+// the tests bring a database to this binary's version through Migrate.
 //
-// Migrations run in one transaction under a lock, so nodes that start
-// together and all migrate at once apply each version exactly once.
-package install
+// Invariants:
+//   - Migrations run in one transaction under a lock, so nodes that start
+//     together and all migrate at once apply each version exactly once.
+//   - A database newer than the binary is never changed (ErrSchemaNewer);
+//     a node that may not migrate refuses a database behind it
+//     (ErrSchemaBehind). Waiting fixes neither: a node does not retry them.
+//   - Versions run 1, 2, ... without gaps, one file per version per
+//     dialect (migrations/<dialect>/NNNN_<what>.sql).
+//
+// The package imports only the SQL seam (internal/store), so the node,
+// the CLI, the client's tests and the conformance suite all migrate
+// through it without importing the OS service (install), which imports
+// the node.
+package schema
 
 import (
 	"context"

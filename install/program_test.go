@@ -1,4 +1,4 @@
-package service
+package install
 
 import (
 	"bytes"
@@ -15,26 +15,15 @@ import (
 	"time"
 
 	kservice "github.com/kardianos/service"
-	"github.com/slotpoller/slotpoller/checkin"
-	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store/open"
-	"github.com/slotpoller/slotpoller/jobs"
-	"github.com/slotpoller/slotpoller/rotation"
+	"github.com/slotpoller/slotpoller/service"
 	"github.com/stretchr/testify/require"
 )
 
 // The kardianos/service contract: Start does not block, Stop returns
 // within a bounded time. Nothing here waits for a fixed time to pass; the
 // only deadlines are the bounds under test and generous upper limits.
-
-func TestStopTimeoutIsTheDrainPlusAMargin(t *testing.T) {
-	cfg := DefaultConfig()
-	// Node.Run's stop: leave (5s) + task release (ttl + 5s) + drain (20s)
-	// + job release (5s) + admin endpoint (2s).
-	require.Equal(t, 40*time.Second, StopTimeout(cfg), "drain 20s + ttl 3s + 17s")
-	cfg.Jobs.DrainTimeout = 0
-	require.Equal(t, 20*time.Second, StopTimeout(cfg))
-}
 
 func TestProgramStartReturnsAtOnceAndStopWaitsForTheNode(t *testing.T) {
 	started, cancelled, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -99,11 +88,11 @@ func TestProgramReportsANodeThatGaveUp(t *testing.T) {
 // StopTimeout.
 func TestProgramRunsARealNode(t *testing.T) {
 	dsn := filepath.Join(t.TempDir(), "farm.db")
-	cfg := fastNodeConfig(t, dsn, "svc-node", 2)
+	cfg := programNodeConfig(t, dsn, "svc-node", 2)
 
-	logs := &programLog{}
-	log := NewLogger(logs, LogConfig{Level: "debug", Format: "text"})
-	prg := &Program{Run: NewNode(cfg, log, nil).Run, StopTimeout: StopTimeout(cfg), Logger: log}
+	logs := &syncLog{}
+	log := service.NewLogger(logs, config.LogConfig{Level: "debug", Format: "text"})
+	prg := &Program{Run: service.NewNode(cfg, log, nil).Run, StopTimeout: service.StopTimeout(cfg), Logger: log}
 	require.NoError(t, prg.Start(nil))
 	defer func() {
 		if t.Failed() {
@@ -131,27 +120,10 @@ func TestProgramRunsARealNode(t *testing.T) {
 
 	begin := time.Now()
 	require.NoError(t, prg.Stop(nil))
-	require.Less(t, time.Since(begin), StopTimeout(cfg))
+	require.Less(t, time.Since(begin), service.StopTimeout(cfg))
 	require.NoError(t, prg.Err())
 	require.Equal(t, "left", nodeState(), "a stopped node leaves the registry")
 	require.Contains(t, logs.String(), "service stopped")
-}
-
-type programLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *programLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *programLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // eventLog is a kardianos/service Logger as the Windows Event Log is one.
@@ -176,7 +148,7 @@ var _ kservice.Logger = (*eventLog)(nil)
 
 func TestSystemLoggerWritesEachRecordAtItsLevel(t *testing.T) {
 	el := &eventLog{}
-	log := NewSystemLogger(el, LogConfig{Level: "info", Format: "text"}).With("node", "web-01")
+	log := NewSystemLogger(el, config.LogConfig{Level: "info", Format: "text"}).With("node", "web-01")
 	log.Debug("not shown")
 	log.Info("checked in", "live_nodes", 3)
 	log.Warn("clock off")
@@ -188,7 +160,7 @@ func TestSystemLoggerWritesEachRecordAtItsLevel(t *testing.T) {
 	}, el.entries, "one entry per record, no time (the event log stamps it)")
 
 	el = &eventLog{}
-	NewSystemLogger(el, LogConfig{Level: "debug", Format: "json"}).WithGroup("g").Debug("d", "k", 1)
+	NewSystemLogger(el, config.LogConfig{Level: "debug", Format: "json"}).WithGroup("g").Debug("d", "k", 1)
 	require.Len(t, el.entries, 1)
 	var rec map[string]any
 	require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(el.entries[0], "info: ")), &rec))
@@ -197,38 +169,50 @@ func TestSystemLoggerWritesEachRecordAtItsLevel(t *testing.T) {
 	require.NotContains(t, rec, slog.TimeKey)
 }
 
-func TestPollersAheadSplitsAWidenedSlotEvenly(t *testing.T) {
-	m := checkin.Membership{OK: true, Members: []checkin.Member{
-		{Name: "a", Capacity: 10}, {Name: "b", Capacity: 10}, {Name: "c", Capacity: 10}, {Name: "d", Capacity: 10}}}
-	// Slot 4 belongs to a (4 mod 4 = 0): ranks a0 b1 c2 d3.
-	var got []int
-	for r := range 4 {
-		got = append(got, pollersAhead(m, rotation.Turn{Slot: 4, Rank: r}))
-	}
-	require.Equal(t, []int{40, 30, 20, 10}, got)
-	// With 400 due jobs that finish at once, each turn's fair share of what
-	// is left is then the same 100: one round spreads the burst evenly.
-	left := 400
-	for _, farm := range got {
-		take := jobs.FairShare(store.QueueLoad{Due: left}, 0, 10, farm, 1000)
-		require.Equal(t, 100, take)
-		left -= take
-	}
-	require.Zero(t, left)
-}
-
 // JSON logs write every duration one way, as a Go duration string: a
 // time.Duration as a config Duration is written.
 func TestJSONLogsWriteDurationsAsStrings(t *testing.T) {
 	var buf bytes.Buffer
-	NewLogger(&buf, LogConfig{Level: "info", Format: "json"}).WithGroup("g").Info("stopping",
-		"drain_timeout", Duration(20*time.Second), "took", 1500*time.Millisecond, "bound", 5*time.Minute)
+	service.NewLogger(&buf, config.LogConfig{Level: "info", Format: "json"}).WithGroup("g").Info("stopping",
+		"drain_timeout", config.Duration(20*time.Second), "took", 1500*time.Millisecond, "bound", 5*time.Minute)
 	var rec map[string]any
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &rec))
 	require.Equal(t, map[string]any{"drain_timeout": "20s", "took": "1.5s", "bound": "5m"}, rec["g"])
 
 	el := &eventLog{}
-	NewSystemLogger(el, LogConfig{Level: "info", Format: "json"}).Info("stopping", "bound", 35*time.Second)
+	NewSystemLogger(el, config.LogConfig{Level: "info", Format: "json"}).Info("stopping", "bound", 35*time.Second)
 	require.Len(t, el.entries, 1)
 	require.Contains(t, el.entries[0], `"bound":"35s"`)
+}
+
+// programNodeConfig is a valid config for a node on the SQLite file dsn
+// whose turns and stop are quick.
+func programNodeConfig(t *testing.T, dsn, name string, capacity int) config.Config {
+	cfg := config.Default()
+	cfg.Database.DSN = dsn
+	cfg.Node = config.NodeConfig{Name: name, Capacity: capacity}
+	cfg.Jobs.DrainTimeout = config.Duration(time.Second)
+	cfg.Rotation.Slot = config.Duration(100 * time.Millisecond)
+	cfg.Checkin.Heartbeat = config.Duration(100 * time.Millisecond)
+	cfg.Checkin.TTL = config.Duration(time.Second)
+	require.NoError(t, cfg.Validate())
+	return cfg
+}
+
+// syncLog collects a node's log lines, written from its goroutines.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

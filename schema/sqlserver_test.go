@@ -1,4 +1,4 @@
-package install_test
+package schema_test
 
 import (
 	"context"
@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/slotpoller/slotpoller/install"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/slotpoller/slotpoller/schema"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,7 +25,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 		}
 		return storetest.Reply{Affected: 0}
 	})
-	applied, err := install.Migrate(context.Background(), s)
+	applied, err := schema.Migrate(context.Background(), s)
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, applied)
 

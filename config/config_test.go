@@ -1,4 +1,4 @@
-package service
+package config
 
 import (
 	"fmt"
@@ -22,13 +22,13 @@ func writeConfig(t *testing.T, body string) string {
 	return path
 }
 
-// resolvedDefaults is DefaultConfig with Load's derived values for a config
+// resolvedDefaults is Default with Load's derived values for a config
 // file in dir.
 func resolvedDefaults(t *testing.T, dir string) Config {
 	t.Helper()
 	host, err := os.Hostname()
 	require.NoError(t, err)
-	want := DefaultConfig()
+	want := Default()
 	want.Database.DSN = filepath.Join(dir, "slotpoller.db")
 	want.Node.Name = host
 	want.Checkin.TTL = Duration(3 * time.Second)
@@ -382,13 +382,13 @@ func TestLoadSQLServer(t *testing.T) {
 
 func TestValidateSchema(t *testing.T) {
 	for _, ok := range []string{"slotpoller", "_x", "Farm_Jobs_2", strings.Repeat("s", 128)} {
-		c := DefaultConfig()
+		c := Default()
 		c.Database.Driver, c.Database.DSN, c.Node.Name = "sqlserver", "sqlserver://h?database=farm", "n"
 		c.Database.Schema = ok
 		require.NoError(t, c.Validate(), ok)
 	}
 	for _, bad := range []string{"", "2fast", "farm-jobs", "farm jobs", "dbo].[x", "x'; DROP TABLE t; --", "sch\u00e9ma", strings.Repeat("s", 129)} {
-		c := DefaultConfig()
+		c := Default()
 		c.Database.Driver, c.Database.DSN, c.Node.Name = "sqlserver", "sqlserver://h?database=farm", "n"
 		c.Database.Schema = bad
 		require.ErrorContains(t, c.Validate(), "config: database.schema = "+strconv.Quote(bad)+": must be a letter or _", bad)
@@ -476,7 +476,7 @@ func TestRepoConfigYAMLLoadsAtDefaults(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	valid := func() Config {
-		c := DefaultConfig()
+		c := Default()
 		c.Database.DSN = "/var/lib/slotpoller/slotpoller.db"
 		c.Node.Name = "web01"
 		return c
@@ -518,7 +518,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestValidateCollectsAllProblems(t *testing.T) {
-	c := DefaultConfig()
+	c := Default()
 	c.Node.Name = "n"
 	c.Database.DSN = "x.db"
 	c.Node.Capacity = 0
@@ -539,7 +539,7 @@ func TestValidateNeverShowsDSNPassword(t *testing.T) {
 		{"sqlserver", "mysql://sa:" + secret + "@db?database=farm", "must be a sqlserver:// URL"},
 		{"sqlite", "sqlserver://sa:" + secret + "@db?database=farm", "is a sqlserver DSN"},
 	} {
-		c := DefaultConfig()
+		c := Default()
 		c.Node.Name = "n"
 		c.Database.Driver = tc.driver
 		c.Database.DSN = tc.dsn
@@ -594,7 +594,7 @@ func TestMaskDSN(t *testing.T) {
 }
 
 func TestRedacted(t *testing.T) {
-	c := DefaultConfig()
+	c := Default()
 	c.Database.DSN = "postgres://u:s3cr3t@h/db"
 	r := c.Redacted()
 	require.Equal(t, "postgres://u:xxxxx@h/db", r.Database.DSN)
@@ -696,7 +696,7 @@ schedules:
 }
 
 func TestSQLServerDSNMustNotSetATimeZone(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := Default()
 	cfg.Database.Driver, cfg.Database.DSN, cfg.Node.Name = "sqlserver", "sqlserver://u:secretpw@db:1433?database=farm&timezone=Europe/Berlin", "n1"
 	err := cfg.Validate()
 	require.ErrorContains(t, err, "timezone")

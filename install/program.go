@@ -1,9 +1,15 @@
-package service
+package install
 
-// Running a node under an OS service manager (systemd, the Windows service
-// manager) through github.com/kardianos/service, whose contract is: Start
-// must not block, Stop returns within a bounded time and never exits the
-// process.
+// The OS-service adapter: running a node under an OS service manager
+// (systemd, System V init, the Windows service manager) through
+// github.com/kardianos/service, whose contract is: Start must not block,
+// Stop returns within a bounded time and never exits the process.
+//
+// It lives here, with the service's definition and control, rather than
+// beside the node: the OS service wraps the node (it imports service for
+// the node's stop bound), and the node knows nothing of the OS service.
+// The schema migrations the node runs are a package of their own
+// (schema), so nothing the node imports imports the OS service.
 
 import (
 	"bytes"
@@ -16,34 +22,21 @@ import (
 	"time"
 
 	kservice "github.com/kardianos/service"
+	"github.com/slotpoller/slotpoller/config"
+	"github.com/slotpoller/slotpoller/service"
 )
-
-// stopMargin is what a stop may take beyond jobs.drain_timeout and the
-// task calls in flight (checkin.ttl), by Node.Run's stop sequence: leaving
-// the registry (5s at most), the tasks' release write (5s beyond the
-// TTL), the release of the jobs given back unrun (5s), and the admin
-// endpoint's shutdown (adminStopTimeout).
-const stopMargin = 3*5*time.Second + adminStopTimeout
-
-// StopTimeout is how long a node's stop takes at most: leave the registry,
-// hand the tasks back once their calls in flight end (checkin.ttl), drain
-// the job calls (jobs.drain_timeout) and give back the rest, each step
-// bounded. The service manager must wait longer than this before it kills
-// the process.
-func StopTimeout(cfg Config) time.Duration {
-	return time.Duration(cfg.Jobs.DrainTimeout) + time.Duration(cfg.Checkin.TTL) + stopMargin
-}
 
 // Program runs a node under the OS service manager: it is the
 // kardianos/service Interface. Start launches Run in a goroutine and
 // returns at once; Stop cancels Run's context and waits for it at most
-// StopTimeout. Set the fields, then hand the Program to the service; a
+// StopTimeout (service.StopTimeout of the node's config). Set the fields, then hand the Program to the service; a
 // Program runs once.
 type Program struct {
 	// Run runs the node until its context ends (Node.Run).
 	Run func(context.Context) error
 	// StopTimeout bounds Stop: after it Stop returns an error even if Run
-	// has not returned. Zero means StopTimeout of the default config.
+	// has not returned. Zero means service.StopTimeout of the default
+	// config.
 	StopTimeout time.Duration
 	// Logger records the start and the stop; nil discards.
 	Logger *slog.Logger
@@ -92,10 +85,10 @@ func (p *Program) Start(kservice.Service) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.Run == nil {
-		return errors.New("service: Program.Run is not set")
+		return errors.New("install: Program.Run is not set")
 	}
 	if p.started {
-		return errors.New("service: the program was started already")
+		return errors.New("install: the program was started already")
 	}
 	p.started = true
 	ctx, cancel := context.WithCancel(context.Background())
@@ -134,7 +127,7 @@ func (p *Program) Stop(kservice.Service) error {
 	done := p.doneLocked()
 	bound := p.StopTimeout
 	if bound <= 0 {
-		bound = StopTimeout(DefaultConfig())
+		bound = service.StopTimeout(config.Default())
 	}
 	p.mu.Unlock()
 
@@ -156,16 +149,15 @@ func (p *Program) Stop(kservice.Service) error {
 // c.Format says, to a service manager's log l (the Windows Event Log):
 // errors as errors, warnings as warnings, the rest as information. c.Level
 // filters; the time is left to the log, which stamps every entry.
-func NewSystemLogger(l kservice.Logger, c LogConfig) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.Level))
+func NewSystemLogger(l kservice.Logger, c config.LogConfig) *slog.Logger {
 	out := &systemLogOut{log: l}
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+	opts := c.HandlerOptions()
+	opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
 		if len(groups) == 0 && a.Key == slog.TimeKey {
 			return slog.Attr{}
 		}
-		return durationsAsText(groups, a)
-	}}
+		return config.DurationsAsText(groups, a)
+	}
 	var inner slog.Handler = slog.NewTextHandler(out, opts)
 	if c.Format == "json" {
 		inner = slog.NewJSONHandler(out, opts)

@@ -12,12 +12,17 @@
 // rather than when its promise ends; the lock's session also listens for
 // notes (a backlog flagged, a task given) that make a node read the
 // registry before its turn. SQL Server and SQLite have neither here
-// (README "Where Babelfish differs"): a dead node is out when its promise
+// (docs/sqlserver.md, "Where Babelfish differs"): a dead node is out when its promise
 // ends, and nodes learn of a backlog or a given task at their turns.
 // Without a slot (tests of the registry alone) a node heartbeats: a write
 // and a reading every heartbeat, out of phase with the other nodes, live
 // while the last heartbeat is younger than the TTL. Each turn writes and
 // reads once (Turn), with the hints of what the turn has to do.
+//
+// Files: checkin.go (the Registry: join, a turn's write and reading,
+// leave), liveness.go (the loop that keeps the row live between turns),
+// membership.go (who is live, as a turn read it), notes.go (the notes
+// that wake other nodes before their turns).
 package checkin
 
 import (
@@ -42,63 +47,6 @@ var ErrReplaced = errors.New("another slotpoller process checked in under this n
 // ErrNameInUse means another live process runs under this node's name:
 // the node refuses to start instead of taking the name from it.
 var ErrNameInUse = errors.New("the node name is in use by another running slotpoller process")
-
-// Member is a live node as the registry last read it.
-type Member struct {
-	Name        string
-	Incarnation string
-	Capacity    int
-	Free        int
-	Backlog     bool
-	Tasks       int // endless tasks the member's incarnation holds
-}
-
-// Membership is the live part of the farm at one reading.
-type Membership struct {
-	Members []Member  // live, sorted by name
-	Read    time.Time // local time of the reading
-	OK      bool      // false until the first successful reading
-}
-
-// Names returns the members' names in rotation order.
-func (m Membership) Names() []string {
-	out := make([]string, len(m.Members))
-	for i, n := range m.Members {
-		out[i] = n.Name
-	}
-	return out
-}
-
-// Backlog reports whether any live node reported due work it left behind.
-func (m Membership) Backlog() bool {
-	for _, n := range m.Members {
-		if n.Backlog {
-			return true
-		}
-	}
-	return false
-}
-
-// TasksOf returns how many endless tasks the member with the incarnation
-// holds, as last read.
-func (m Membership) TasksOf(incarnation string) int {
-	for _, n := range m.Members {
-		if n.Incarnation == incarnation {
-			return n.Tasks
-		}
-	}
-	return 0
-}
-
-// Capacity returns the total capacity and the total free capacity of the
-// live nodes.
-func (m Membership) Capacity() (total, free int) {
-	for _, n := range m.Members {
-		total += n.Capacity
-		free += n.Free
-	}
-	return total, free
-}
 
 // Hints say which of a turn's duties have anything to do, as the turn's
 // reading found the queue: an idle farm's turn does nothing more.
@@ -456,98 +404,6 @@ func (reg *Registry) Phase(d time.Duration) time.Duration {
 	return time.Duration(f.Sum64() % uint64(d))
 }
 
-// Run keeps the node live until ctx ends. Heartbeating, it writes the row
-// and reads the membership every heartbeat (the first one a phase into
-// it). Locking, it writes nothing while the turns do, and steps in (a write
-// and a reading) only when a turn is overdue (the last write's promise is
-// within a TTL of its end), when the lock's session ended, or when another
-// node notes a backlog (at most once a slot): the backlog widens the
-// rotation, and every node must learn of it sooner than its own turn.
-// Database errors are logged and retried at the next beat: a node that
-// cannot reach its database simply stops being live for the others. It
-// returns ErrReplaced if another process took the node's row.
-func (reg *Registry) Run(ctx context.Context) error {
-	failing := false
-	wait := reg.Phase(reg.opts.Heartbeat)
-	if reg.locking {
-		wait = reg.opts.Heartbeat
-	}
-	// A backlog note that came within a slot of the last reading is not
-	// dropped: the reading is made when that slot is up.
-	pending := false
-	for {
-		var notes <-chan string
-		var lost <-chan struct{}
-		reg.mu.Lock()
-		if reg.lock != nil {
-			notes, lost = reg.lock.Notes(), reg.lock.Lost()
-		}
-		reg.mu.Unlock()
-		t := reg.opts.Clock.NewTimer(wait)
-		beat := false
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C():
-			wait = reg.opts.Heartbeat
-			beat, pending = pending, false
-		case note := <-notes:
-			t.Stop()
-			if note != NoteBacklog {
-				if note == noteTaskGiven+reg.incarnation && reg.opts.TaskGiven != nil {
-					reg.opts.TaskGiven()
-				}
-				continue
-			}
-			reg.mu.Lock()
-			age := reg.opts.Clock.Monotonic() - reg.readAt
-			reg.mu.Unlock()
-			if age < reg.opts.Slot {
-				pending, wait = true, reg.opts.Slot-age
-				continue
-			}
-			wait, beat, pending = reg.opts.Heartbeat, true, false
-		case <-lost:
-			t.Stop()
-			beat = true
-		}
-		var err error
-		if beat {
-			err = reg.Beat(ctx)
-		} else {
-			err = reg.keepLive(ctx)
-		}
-		switch {
-		case errors.Is(err, ErrReplaced):
-			return err
-		case err != nil && ctx.Err() == nil:
-			if !failing {
-				reg.opts.Logger.Error("node registry write failed; the other nodes will count this node out when its last write's promise runs out, if it goes on",
-					"err", err, "ttl", reg.opts.TTL)
-			}
-			failing = true
-		case err == nil && failing:
-			reg.opts.Logger.Info("node registry writes work again")
-			failing = false
-		}
-	}
-}
-
-// keepLive is one beat of Run.
-func (reg *Registry) keepLive(ctx context.Context) error {
-	if !reg.locking {
-		return reg.Beat(ctx)
-	}
-	reg.mu.Lock()
-	liveUntil, read := reg.liveUntil, reg.membership.OK
-	reg.mu.Unlock()
-	if read && reg.opts.Clock.Monotonic() < liveUntil-reg.opts.TTL {
-		return nil
-	}
-	return reg.Beat(ctx)
-}
-
 // Membership returns the live members as last read, while the node's last
 // successful write keeps it live: a node cut off from the database must
 // stop acting on its picture of the farm once the others may have counted
@@ -560,35 +416,6 @@ func (reg *Registry) Membership() Membership {
 		return Membership{Read: m.Read}
 	}
 	return m
-}
-
-// SignalBacklog tells the farm this node left due work behind. Locking,
-// the nodes read the registry only in their turns, so it also sends them a
-// note, unless the backlog was already up as last read (then they know).
-func (reg *Registry) SignalBacklog(ctx context.Context, hold time.Duration) error {
-	if err := reg.store.NodeSignalBacklog(ctx, reg.opts.Name, reg.incarnation, hold); err != nil {
-		return err
-	}
-	if !reg.locking || reg.Membership().Backlog() {
-		return nil
-	}
-	return reg.store.NodeNotify(ctx, NoteBacklog)
-}
-
-// NoteBacklog is the note a node sends when it flags a backlog.
-const NoteBacklog = "backlog"
-
-// noteTaskGiven, followed by an incarnation, says a task was given to it.
-const noteTaskGiven = "task:"
-
-// NoteTaskGiven tells the node of incarnation that it was given a task, so
-// that it takes it up at once. Locking only: a heartbeating node reads the
-// registry, and finds the task, within a heartbeat anyway.
-func (reg *Registry) NoteTaskGiven(ctx context.Context, incarnation string) error {
-	if !reg.locking {
-		return nil
-	}
-	return reg.store.NodeNotify(ctx, noteTaskGiven+incarnation)
 }
 
 // Leave marks the node as gone and lets go of its lock.

@@ -175,7 +175,7 @@ func TestEntryPointRefuses(t *testing.T) {
 			args []arg
 			want string
 			// goAccepts marks the one place where the entry point is
-			// stricter than the Go client (README: the validation table).
+			// stricter than the Go client (docs/enqueue.md: the validation table).
 			goAccepts bool
 		}{
 			{"empty endpoint", []arg{{"endpoint", ""}}, "endpoint: endpoint is empty", false},

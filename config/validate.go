@@ -24,7 +24,7 @@ type bounds struct {
 }
 
 // durationBounds holds every duration key's floor and ceiling (a schedule's
-// keys under "schedules."); the README's table and config.yaml's comments
+// keys under "schedules."); docs/configuration.md's table and config.yaml's comments
 // repeat them. Floors keep a node from flooding the shared database (a 1ns
 // heartbeat sent thousands of statements a second); ceilings keep a typo
 // (2000000h) from parking work forever. The test farms run with 250ms slots

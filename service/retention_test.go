@@ -24,7 +24,7 @@ func TestDefaultRetriesCoverAnHourOfDowntime(t *testing.T) {
 		most += jobs.Backoff(attempt, time.Duration(c.Backoff), time.Duration(c.BackoffMax), func() float64 { return 1 })
 	}
 	require.GreaterOrEqual(t, least, time.Hour, "the default retries must cover an hour of downtime")
-	// The figures the README and config.yaml state.
+	// The figures docs/configuration.md and config.yaml state.
 	require.Equal(t, 61*time.Minute+45500*time.Millisecond, least)
 	require.Equal(t, 2*time.Hour+3*time.Minute+31*time.Second, most.Round(time.Second))
 }

@@ -390,7 +390,7 @@ func TestConcurrentClaimsGiveEachJobOnce(t *testing.T) {
 			for {
 				cs, err := other.JobsClaim(ctx, owner, owner, 7, store.Lease(time.Minute))
 				if err != nil && driver == "sqlserver" && garbled < 3 && babelfishGarbledHint(err) {
-					// See README, "Where Babelfish differs": the statement
+					// See docs/sqlserver.md, "Where Babelfish differs": the statement
 					// failed at parse time and changed nothing.
 					garbled++
 					t.Logf("%s: the T-SQL test server garbled the claim's index hint (%v); claiming again", owner, err)

@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/slotpoller/slotpoller/config"
+	"github.com/slotpoller/slotpoller/internal/nodetest"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -50,57 +50,16 @@ var adminFamilies = []string{
 	"go_goroutines", "process_start_time_seconds",
 }
 
-// syncBuffer is a log the node writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testConfig is a node with fast slots and heartbeats on db.
 func testConfig(t testing.TB, db storetest.DB, name, baseURL string) config.Config {
-	t.Helper()
-	cfg := config.Default()
-	cfg.Database = config.DatabaseConfig{Driver: db.Driver, DSN: db.DSN, Schema: db.Schema, Migrate: true}
-	if cfg.Database.Schema == "" {
-		cfg.Database.Schema = store.DefaultSQLServerSchema
-	}
-	cfg.Node = config.NodeConfig{Name: name, Capacity: 4}
-	cfg.Jobs.BaseURL = baseURL
-	cfg.Jobs.Lease = config.Duration(time.Second)
-	if db.Driver == "sqlserver" {
-		// The T-SQL test server (Babelfish) parses a statement afresh on
-		// each new connection, up to seconds on a busy machine: a 1 s
-		// lease would run out before the first call, and its statement
-		// deadlines (a renewal: lease/3; a poll: the lease) are shorter
-		// than that parse.
-		cfg.Jobs.Lease = config.Duration(6 * time.Second)
-	}
-	cfg.Jobs.Timeout = config.Duration(10 * time.Second)
-	cfg.Jobs.DrainTimeout = config.Duration(2 * time.Second)
-	cfg.Rotation.Slot = config.Duration(100 * time.Millisecond)
-	cfg.Checkin.Heartbeat = config.Duration(200 * time.Millisecond)
-	cfg.Checkin.TTL = config.Duration(time.Second)
-	require.NoError(t, cfg.Validate())
-	return cfg
+	return nodetest.Config(t, db, name, baseURL)
 }
 
 // runningNode is a node running in the test.
 type runningNode struct {
 	n      *service.Node
 	srv    *Server // its admin endpoint, served as cmd run serves it
-	logs   *syncBuffer
+	logs   *nodetest.Log
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
@@ -108,7 +67,7 @@ type runningNode struct {
 
 func runNode(t *testing.T, cfg config.Config) *runningNode {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &nodetest.Log{}
 	rn := &runningNode{n: service.NewNode(cfg, service.NewLogger(logs, config.LogConfig{Level: "debug", Format: "text"}), nil),
 		logs: logs, done: make(chan error, 1)}
 	rn.srv = NewServer(rn.n)

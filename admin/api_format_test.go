@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/config"
+	"github.com/slotpoller/slotpoller/internal/nodetest"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -117,7 +118,7 @@ func jsonFields(t reflect.Type) []string {
 // API once added it again: node=api-log node=api-log).
 func TestAPILogsNameTheNodeOnce(t *testing.T) {
 	s, db := storetest.OpenDB(t, "sqlite")
-	logs := &syncBuffer{}
+	logs := &nodetest.Log{}
 	n := service.NewNode(testConfig(t, db, "api-log", "http://localhost"), service.NewLogger(logs, config.LogConfig{Level: "info", Format: "text"}), nil)
 	srv := httptest.NewServer(Handler(storeNode{n, s}))
 	defer srv.Close()

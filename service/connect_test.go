@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/config"
+	"github.com/slotpoller/slotpoller/internal/nodetest"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/stretchr/testify/require"
@@ -30,7 +31,7 @@ func connectTestConfig(t *testing.T, driver, dsn string) config.Config {
 func TestNodeGivesUpOnAFileThatIsNotADatabase(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(strings.Repeat("database:\n  driver: sqlite\n", 20)), 0o600))
-	logs := &syncBuffer{}
+	logs := &nodetest.Log{}
 	n := NewNode(connectTestConfig(t, "sqlite", path), NewLogger(logs, config.LogConfig{Level: "info"}), nil)
 	done := make(chan error, 1)
 	go func() { done <- n.Run(t.Context()) }()
@@ -53,7 +54,7 @@ func TestNodeSaysWhyItCannotConnect(t *testing.T) {
 	require.NoError(t, err)
 	u.Path = "/no_such_database_for_slotpoller"
 	u.User = url.UserPassword(u.User.Username(), "pw-s3cret-x")
-	logs := &syncBuffer{}
+	logs := &nodetest.Log{}
 	n := NewNode(connectTestConfig(t, "postgres", u.String()), NewLogger(logs, config.LogConfig{Level: "info"}), nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -74,7 +75,7 @@ func TestNodeStopsWhenItsSQLiteFileIsRemoved(t *testing.T) {
 	cfg.Rotation.Slot = config.Duration(100 * time.Millisecond)
 	cfg.Jobs.DrainTimeout = config.Duration(time.Second)
 	require.NoError(t, cfg.Validate())
-	logs := &syncBuffer{}
+	logs := &nodetest.Log{}
 	n := NewNode(cfg, NewLogger(logs, config.LogConfig{Level: "info"}), nil)
 	done := make(chan error, 1)
 	go func() { done <- n.Run(t.Context()) }()

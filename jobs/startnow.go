@@ -12,8 +12,9 @@ import (
 // node has room for is inserted already claimed by it, in the one INSERT,
 // and its call starts at once, with no poll in between. It reports
 // taken false, having written nothing, when the job is not due now (it
-// has a run time or a delay), when the node is full or stopping: the
-// caller then enqueues it as usual. The claim is fenced like any other:
+// has a run time or a delay), when the node is full or stopping, or when
+// its queue is paused: the caller then enqueues it as usual, and it waits
+// for the queue's resume. The claim is fenced like any other:
 // token 1 under this node's lease, renewed and recorded as any claim's.
 // An error with taken true may have left the job written: the caller must
 // not enqueue it again.
@@ -31,10 +32,15 @@ func (r *Runner) StartNow(ctx context.Context, j store.NewJob) (id int64, taken 
 		return 0, false, nil
 	}
 	var dup error
+	paused := false
 	claimed, err := r.claimWith(ctx, func(ctx context.Context) ([]store.Claim, error) {
 		c, err := r.store.JobInsertClaimed(ctx, j, r.opts.Incarnation, r.opts.Node, r.hold())
 		if errors.Is(err, store.ErrDuplicate) {
 			id, dup = c.ID, err // nothing was written: no doubt to raise
+			return nil, nil
+		}
+		if errors.Is(err, store.ErrQueuePaused) {
+			paused = true // nothing was written
 			return nil, nil
 		}
 		if err != nil {
@@ -44,6 +50,9 @@ func (r *Runner) StartNow(ctx context.Context, j store.NewJob) (id int64, taken 
 	})
 	if dup != nil {
 		return id, true, dup
+	}
+	if paused && err == nil {
+		return 0, false, nil
 	}
 	if err != nil {
 		return 0, true, err

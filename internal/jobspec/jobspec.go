@@ -183,6 +183,11 @@ func CheckNewJob(j *store.NewJob) error {
 	} else if err := ValidateName("idempotency key", j.IdempotencyKey); err != nil {
 		return &FieldError{"idempotency_key", err.Error()}
 	}
+	if j.Queue != "" {
+		if err := ValidateQueueName(j.Queue); err != nil {
+			return &FieldError{"queue", err.Error()}
+		}
+	}
 	return nil
 }
 

@@ -50,7 +50,8 @@ type Dialect interface {
 	// hold ? parameters: it is written once.
 	NowPlusMillisOf(expr string) string
 	// Table returns the qualified name of one of slotpoller's tables
-	// ("nodes", "jobs", "schema_version", "tasks", "schedules").
+	// ("nodes", "jobs", "schema_version", "tasks", "schedules", "queues",
+	// "queue_routes").
 	Table(name string) string
 	// TimeArg converts a time to the value a time column takes.
 	TimeArg(t time.Time) any
@@ -136,7 +137,7 @@ func expand(d Dialect, q string) string {
 // tableMarkers pairs each table marker with the dialect's name for it.
 func tableMarkers(d Dialect) []string {
 	var pairs []string
-	for _, t := range []string{"nodes", "jobs", "schema_version", "tasks", "schedules"} {
+	for _, t := range []string{"nodes", "jobs", "schema_version", "tasks", "schedules", "queues", "queue_routes"} {
 		pairs = append(pairs, "{"+t+"}", d.Table(t))
 	}
 	return pairs

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -44,6 +45,10 @@ type NewJob struct {
 	ScheduledFor *time.Time
 	StartBy      *time.Time
 	Exclusive    bool
+
+	// Queue is the job's queue; "" for the queue its endpoint is routed to
+	// (QueueRoutesPut), else DefaultQueue.
+	Queue string
 }
 
 // Job is a row of the queue.
@@ -70,6 +75,7 @@ type Job struct {
 	LastError      string
 	Schedule       string
 	ScheduledFor   *time.Time
+	Queue          string
 	History        []Event // JobGet only: the last attempts and actions, oldest first
 }
 
@@ -101,8 +107,9 @@ const claimedColumns = "id, token, attempt, max_attempts, endpoint, method, payl
 // take turns and a concurrent claim cannot slip between the two look-ups
 // under locking read committed), or "". The count of due work uses the
 // same condition, so that nothing is counted that no claim would take.
+// A job of a paused queue is never claimable (notPaused).
 func claimable(j, scheduleHint string) string {
-	return `(` + j + `.exclusive = 0 OR (
+	return notPaused(j) + ` AND (` + j + `.exclusive = 0 OR (
     EXISTS (SELECT 1 FROM {schedules} AS s` + scheduleHint + ` WHERE s.name = ` + j + `.schedule)
     AND NOT EXISTS (SELECT 1 FROM {jobs} r WHERE r.schedule = ` + j + `.schedule AND r.state = 'running')
     AND NOT EXISTS (SELECT 1 FROM {jobs} e WHERE e.schedule = ` + j + `.schedule AND e.state = 'ready'
@@ -121,7 +128,7 @@ func qualified(table, cols string) string {
 // jobInsertColumns are the columns a new job writes, in the order of
 // jobValues.
 const jobInsertColumns = `endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive`
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue`
 
 // jobValues returns the value list of a new job for jobInsertColumns and
 // its arguments. The list is the same for every job (a run time, or NULL
@@ -132,9 +139,10 @@ func (s *Store) jobValues(j NewJob) (string, []any) {
 	if j.Exclusive {
 		exclusive = 1
 	}
-	return `?, ?, ?, 'ready', COALESCE(?, {now+?}), 0, ?, ?, ?, ?, 0, {now}, ?, ?, ?, ?`,
-		[]any{j.Endpoint, j.Method, j.Payload, nullTime(j.RunAt), millis(j.Delay), j.MaxAttempts, millis(j.Timeout),
-			nullString(j.UniqueKey), j.IdempotencyKey, nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive}
+	return `?, ?, ?, 'ready', COALESCE(?, {now+?}), 0, ?, ?, ?, ?, 0, {now}, ?, ?, ?, ?, ` + s.queueOf(),
+		append([]any{j.Endpoint, j.Method, j.Payload, nullTime(j.RunAt), millis(j.Delay), j.MaxAttempts, millis(j.Timeout),
+			nullString(j.UniqueKey), j.IdempotencyKey, nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive},
+			queueArgs(j)...)
 }
 
 // JobInsert enqueues a job and returns its id. A taken unique key gives
@@ -171,18 +179,25 @@ func (s *Store) duplicate(ctx context.Context, key string) (int64, error) {
 // first attempt. It is the local fast path of a node that has room for the
 // job: no poll and no claim statement stand between the enqueue and the
 // call. A taken unique key gives ErrDuplicate as JobInsert does. j's RunAt
-// and Delay are ignored: the job is due at the database's now.
+// and Delay are ignored: the job is due at the database's now. A job whose
+// queue (given or routed) is paused is not written: ErrQueuePaused, and
+// the caller enqueues it as usual, to wait for the queue's resume.
 func (s *Store) JobInsertClaimed(ctx context.Context, j NewJob, owner, ownerNode string, hold Hold) (Claim, error) {
 	exclusive := 0
 	if j.Exclusive {
 		exclusive = 1
 	}
+	// The queue is resolved once, in a derived table, and the row is
+	// written only where that queue is not paused: one statement still.
 	q := s.statement(`INSERT INTO {jobs} (` + jobInsertColumns + `, owner, owner_node, lease_until, started_at)
 {output ` + claimedColumns + `}
-VALUES (?, ?, ?, 'running', {now}, 1, ?, ?, ?, ?, 1, {now}, ?, ?, ?, ?, ?, ?, {now+?}, {now})
+SELECT ?, ?, ?, 'running', {now}, 1, ?, ?, ?, ?, 1, {now}, ?, ?, ?, ?, rq.queue, ?, ?, {now+?}, {now}
+FROM (SELECT ` + s.queueOf() + ` AS queue) AS rq
+WHERE ` + notPaused("rq") + `
 {returning ` + claimedColumns + `}`)
-	args := []any{j.Endpoint, j.Method, j.Payload, j.MaxAttempts, millis(j.Timeout), nullString(j.UniqueKey), j.IdempotencyKey,
-		nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive, owner, ownerNode, millis(hold.For(j.Timeout))}
+	args := append([]any{j.Endpoint, j.Method, j.Payload, j.MaxAttempts, millis(j.Timeout), nullString(j.UniqueKey), j.IdempotencyKey,
+		nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive, owner, ownerNode, millis(hold.For(j.Timeout))},
+		queueArgs(j)...)
 	var c Claim
 	err := s.retry(ctx, func() error {
 		var err error
@@ -192,6 +207,9 @@ VALUES (?, ?, ?, 'running', {now}, 1, ?, ?, ?, ?, 1, {now}, ?, ?, ?, ?, ?, ?, {n
 	if err != nil && s.drv.UniqueViolation(err) {
 		id, err := s.duplicate(ctx, j.UniqueKey)
 		return Claim{ID: id}, err
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return c, fmt.Errorf("enqueue job for %s: %w", j.Endpoint, ErrQueuePaused)
 	}
 	if err != nil {
 		return c, fmt.Errorf("enqueue job for %s, claimed by this node: %w", j.Endpoint, err)
@@ -392,7 +410,7 @@ func (s *Store) execCount(ctx context.Context, what, q string, args ...any) (int
 }
 
 const jobColumns = `id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for`
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue`
 
 func scanJob(sc rowScanner) (Job, error) {
 	var j Job
@@ -404,7 +422,7 @@ func scanJob(sc rowScanner) (Job, error) {
 	var status sql.NullInt64
 	err := sc.Scan(&j.ID, &j.Endpoint, &j.Method, &j.Payload, &j.State, &runAt, &attempt, &maxAttempts, &timeoutMS,
 		&unique, &j.IdempotencyKey, &owner, &ownerNode, &token, &lease, &created, &started, &finished, &status, &lastErr,
-		&schedule, &scheduledFor)
+		&schedule, &scheduledFor, &j.Queue)
 	if err != nil {
 		return j, err
 	}

@@ -275,6 +275,23 @@ func sqlServerOps() []op {
 			_, err := s.ScheduleOutcomes(ctx)
 			return err
 		}},
+		{name: "QueueRoutesPut", sends: 3, run: func(ctx context.Context, s *store.Store) error {
+			return s.QueueRoutesPut(ctx, []store.QueueRoute{{Prefix: "/MARK/", Queue: "q-MARK"}, {Prefix: "/MARK/b/", Queue: "b-MARK"}})
+		}},
+		{name: "QueueRoutes", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.QueueRoutes(ctx)
+			return err
+		}},
+		{name: "QueuePause", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			return s.QueuePause(ctx, "q-MARK", "actor-MARK", true)
+		}},
+		{name: "QueuePause (new queue, resumed)", sends: 2, respond: answer("UPDATE", nil, 0), run: func(ctx context.Context, s *store.Store) error {
+			return s.QueuePause(ctx, "q-MARK", "actor-MARK", false)
+		}},
+		{name: "Queues", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.Queues(ctx)
+			return err
+		}},
 	}
 }
 
@@ -311,7 +328,8 @@ func TestSQLServerStatementsCoverEveryOperation(t *testing.T) {
 var allowedLiterals = map[string]bool{"": true, "up": true, "left": true,
 	store.StateReady: true, store.StateRunning: true, store.StateDone: true, store.StateFailed: true,
 	store.StateDead: true, store.StateCancelled: true, store.StateMissed: true,
-	store.TaskCreated: true, store.TaskDeleting: true, store.TaskDeleted: true} // TaskRunning is StateRunning
+	store.TaskCreated: true, store.TaskDeleting: true, store.TaskDeleted: true, // TaskRunning is StateRunning
+	store.DefaultQueue: true}
 
 var (
 	placeholderRE = regexp.MustCompile(`@p(\d+)`)

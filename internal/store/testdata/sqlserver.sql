@@ -85,27 +85,36 @@ SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, sta
 FROM [sp_unit].[nodes];
 
 -- JobInsert (delay)
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int, @p14 sql.NullString, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
-VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13);
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue) OUTPUT inserted.id INTO @out
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, COALESCE(@p14, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p15, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p16, 1, qm.prefix_len))),
+  'default'));
 SELECT id FROM @out ORDER BY id;
 
 -- JobInsert (run at)
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 sql.NullString, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 sql.NullString, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int, @p14 sql.NullString, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
-VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13);
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue) OUTPUT inserted.id INTO @out
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, COALESCE(@p14, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p15, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p16, 1, qm.prefix_len))),
+  'default'));
 SELECT id FROM @out ORDER BY id;
 
 -- JobInsert (unique key taken)
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int, @p14 sql.NullString, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
-VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13);
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue) OUTPUT inserted.id INTO @out
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, COALESCE(@p14, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p15, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p16, 1, qm.prefix_len))),
+  'default'));
 SELECT id FROM @out ORDER BY id;
 -- @p1 mssql.NVarCharMax
 SELECT id FROM [sp_unit].[jobs] WHERE unique_key = @p1;
@@ -128,7 +137,7 @@ SELECT COUNT(*),
   COALESCE(SUM(CASE WHEN (start_by IS NULL AND run_at <= DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))) OR start_by <= DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END), 0),
   (SELECT COUNT(*) FROM [sp_unit].[jobs] held WHERE held.state = 'running')
 FROM (SELECT TOP (@p3) j.run_at, j.start_by FROM [sp_unit].[jobs] j
-    WHERE j.state = 'ready' AND j.run_at <= SYSUTCDATETIME() AND (j.exclusive = 0 OR (
+    WHERE j.state = 'ready' AND j.run_at <= SYSUTCDATETIME() AND NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] pq WHERE pq.name = j.queue AND pq.paused = 1) AND (j.exclusive = 0 OR (
     EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WHERE s.name = j.schedule)
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = j.schedule AND r.state = 'running')
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = j.schedule AND e.state = 'ready'
@@ -143,7 +152,7 @@ UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token +
 OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for INTO @out
 FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN (
   SELECT TOP (@p3) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
-  WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND (c.exclusive = 0 OR (
+  WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] pq WHERE pq.name = c.queue AND pq.paused = 1) AND (c.exclusive = 0 OR (
     EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule)
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = c.schedule AND r.state = 'running')
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = c.schedule AND e.state = 'ready'
@@ -187,12 +196,17 @@ WHERE j.state = 'running' AND j.id IN (SELECT y.v_id FROM @v AS y WHERE y.v_toke
 SELECT id FROM @out ORDER BY id;
 
 -- JobInsertClaimed
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int, @p5 int64, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 sql.NullString, @p9 mssql.NullDateTime, @p10 mssql.NullDateTime, @p11 int, @p12 mssql.NVarCharMax, @p13 mssql.NVarCharMax, @p14 int64
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int, @p5 int64, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 sql.NullString, @p9 mssql.NullDateTime, @p10 mssql.NullDateTime, @p11 int, @p12 mssql.NVarCharMax, @p13 mssql.NVarCharMax, @p14 int64, @p15 sql.NullString, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7));
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, owner, owner_node, lease_until, started_at)
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue, owner, owner_node, lease_until, started_at)
 OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for INTO @out
-VALUES (@p1, @p2, @p3, 'running', SYSUTCDATETIME(), 1, @p4, @p5, @p6, @p7, 1, SYSUTCDATETIME(), @p8, @p9, @p10, @p11, @p12, @p13, DATEADD(millisecond, CAST(@p14 % 86400000 AS int), DATEADD(day, CAST(@p14 / 86400000 AS int), SYSUTCDATETIME())), SYSUTCDATETIME());
+SELECT @p1, @p2, @p3, 'running', SYSUTCDATETIME(), 1, @p4, @p5, @p6, @p7, 1, SYSUTCDATETIME(), @p8, @p9, @p10, @p11, rq.queue, @p12, @p13, DATEADD(millisecond, CAST(@p14 % 86400000 AS int), DATEADD(day, CAST(@p14 / 86400000 AS int), SYSUTCDATETIME())), SYSUTCDATETIME()
+FROM (SELECT COALESCE(@p15, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p16, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p17, 1, qm.prefix_len))),
+  'default') AS queue) AS rq
+WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] pq WHERE pq.name = rq.queue AND pq.paused = 1);
 SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for FROM @out ORDER BY id;
 
 -- JobReleaseIfRunning
@@ -210,12 +224,12 @@ WHERE owner = @p6 AND state = 'running';
 -- JobGet
 -- @p1 int64
 SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, history FROM [sp_unit].[jobs] WHERE id = @p1;
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue, history FROM [sp_unit].[jobs] WHERE id = @p1;
 
 -- JobsList
 -- @p1 int, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 int, @p5 mssql.NVarCharMax, @p6 int64, @p7 int64
 SELECT TOP (@p1) id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for FROM [sp_unit].[jobs] WHERE 1 = 1 AND state = 'ready' AND attempt > 0 AND endpoint_head >= @p2 AND endpoint_head < @p3 AND SUBSTRING(endpoint, 1, @p4) = @p5 AND created_at >= DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME())) AND id < @p7 ORDER BY id DESC OPTION (RECOMPILE);
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue FROM [sp_unit].[jobs] WHERE 1 = 1 AND state = 'ready' AND attempt > 0 AND endpoint_head >= @p2 AND endpoint_head < @p3 AND SUBSTRING(endpoint, 1, @p4) = @p5 AND created_at >= DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME())) AND id < @p7 ORDER BY id DESC OPTION (RECOMPILE);
 
 -- JobCancelIfWaiting
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int64
@@ -235,12 +249,18 @@ WHERE id IN (SELECT TOP (@p6) id FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN 
 SELECT unique_key, id FROM [sp_unit].[jobs] WHERE unique_key IN (@p1, @p2);
 
 -- JobInsertMany
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int, @p14 mssql.NVarCharMax, @p15 mssql.NVarCharMax, @p16 []uint8, @p17 civil.DateTime, @p18 int64, @p19 int, @p20 int64, @p21 sql.NullString, @p22 mssql.NVarCharMax, @p23 sql.NullString, @p24 mssql.NullDateTime, @p25 mssql.NullDateTime, @p26 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int, @p14 sql.NullString, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax, @p18 mssql.NVarCharMax, @p19 []uint8, @p20 civil.DateTime, @p21 int64, @p22 int, @p23 int64, @p24 sql.NullString, @p25 mssql.NVarCharMax, @p26 sql.NullString, @p27 mssql.NullDateTime, @p28 mssql.NullDateTime, @p29 int, @p30 sql.NullString, @p31 mssql.NVarCharMax, @p32 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT, idem_key NVARCHAR(MAX));
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id, inserted.idem_key INTO @out
-VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13),
-  (@p14, @p15, @p16, 'ready', COALESCE(@p17, DATEADD(millisecond, CAST(@p18 % 86400000 AS int), DATEADD(day, CAST(@p18 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p19, @p20, @p21, @p22, 0, SYSUTCDATETIME(), @p23, @p24, @p25, @p26);
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue) OUTPUT inserted.id, inserted.idem_key INTO @out
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, COALESCE(@p14, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p15, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p16, 1, qm.prefix_len))),
+  'default')),
+  (@p17, @p18, @p19, 'ready', COALESCE(@p20, DATEADD(millisecond, CAST(@p21 % 86400000 AS int), DATEADD(day, CAST(@p21 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p22, @p23, @p24, @p25, 0, SYSUTCDATETIME(), @p26, @p27, @p28, @p29, COALESCE(@p30, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p31, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p32, 1, qm.prefix_len))),
+  'default'));
 SELECT id, idem_key FROM @out ORDER BY id;
 
 -- JobCounts
@@ -390,10 +410,13 @@ SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, m
 -- ScheduleMaterialize
 -- @p1 civil.DateTime, @p2 int64, @p3 civil.DateTime, @p4 mssql.NVarCharMax, @p5 int64
 UPDATE [sp_unit].[schedules] SET next_fire_at = @p1, missed = missed + @p2, version = version + 1, last_fire_at = @p3 WHERE name = @p4 AND version = @p5 AND enabled = 1;
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax, @p11 civil.DateTime, @p12 civil.DateTime, @p13 int, @p14 mssql.NVarCharMax
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax, @p11 civil.DateTime, @p12 civil.DateTime, @p13 int, @p14 sql.NullString, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive)
-SELECT @p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13 WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE unique_key = @p14);
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue)
+SELECT @p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, COALESCE(@p14, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p15, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p16, 1, qm.prefix_len))),
+  'default') WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE unique_key = @p17);
 
 -- ScheduleMaterialize (schedule moved on)
 -- @p1 civil.DateTime, @p2 int64, @p3 mssql.NVarCharMax, @p4 int64
@@ -413,11 +436,14 @@ WHERE schedule = @p2 AND state = 'ready';
 -- ScheduleTrigger
 -- @p1 mssql.NVarCharMax
 UPDATE [sp_unit].[schedules] SET updated_at = SYSUTCDATETIME() WHERE name = @p1;
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax, @p11 civil.DateTime, @p12 civil.DateTime, @p13 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax, @p11 civil.DateTime, @p12 civil.DateTime, @p13 int, @p14 sql.NullString, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive) OUTPUT inserted.id INTO @out
-VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13);
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue) OUTPUT inserted.id INTO @out
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, COALESCE(@p14, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p15, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p16, 1, qm.prefix_len))),
+  'default'));
 SELECT id FROM @out ORDER BY id;
 
 -- JobThroughput
@@ -433,3 +459,34 @@ JOIN (SELECT schedule, MAX(scheduled_for) AS fire FROM [sp_unit].[jobs]
   WHERE schedule IS NOT NULL AND state NOT IN ('ready', 'running') GROUP BY schedule) m
   ON j.schedule = m.schedule AND j.scheduled_for = m.fire
 ORDER BY j.id DESC;
+
+-- QueueRoutesPut
+DELETE FROM [sp_unit].[queue_routes];
+-- @p1 mssql.NVarCharMax, @p2 int, @p3 mssql.NVarCharMax
+INSERT INTO [sp_unit].[queue_routes] (prefix, prefix_len, queue) VALUES (@p1, @p2, @p3);
+-- @p1 mssql.NVarCharMax, @p2 int, @p3 mssql.NVarCharMax
+INSERT INTO [sp_unit].[queue_routes] (prefix, prefix_len, queue) VALUES (@p1, @p2, @p3);
+
+-- QueueRoutes
+SELECT prefix, queue FROM [sp_unit].[queue_routes] ORDER BY prefix_len DESC, prefix;
+
+-- QueuePause
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax
+UPDATE [sp_unit].[queues] SET paused = 1, paused_by = @p1, paused_at = SYSUTCDATETIME() WHERE name = @p2;
+
+-- QueuePause (new queue, resumed)
+-- @p1 mssql.NVarCharMax
+UPDATE [sp_unit].[queues] SET paused = 0, paused_by = NULL, paused_at = NULL WHERE name = @p1;
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax
+INSERT INTO [sp_unit].[queues] (name, paused, paused_by, paused_at)
+SELECT @p1, 0, NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] WHERE name = @p2);
+
+-- Queues
+SELECT COALESCE(w.queue, m.name),
+  COALESCE(m.paused, 0), m.paused_by, m.paused_at, COALESCE(w.waiting, 0), COALESCE(w.running, 0)
+FROM (SELECT j.queue,
+    SUM(CASE WHEN j.state = 'ready' AND j.run_at <= SYSUTCDATETIME() THEN 1 ELSE 0 END) AS waiting,
+    SUM(CASE WHEN j.state = 'running' THEN 1 ELSE 0 END) AS running
+  FROM [sp_unit].[jobs] j WHERE j.state IN ('ready', 'running') GROUP BY j.queue) AS w
+FULL OUTER JOIN [sp_unit].[queues] m ON m.name = w.queue
+ORDER BY 1;

@@ -1,0 +1,170 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+	"unicode/utf8"
+)
+
+// Queues: every job belongs to one (jobs.queue). A queue is a name, not a
+// row: it exists while jobs name it. The queues table holds only what is
+// said about a queue (paused, by whom, since when); the queue_routes table
+// maps endpoint prefixes to queues for the jobs enqueued without one.
+//
+// Invariants:
+//   - A job of a paused queue is never claimed: every statement that moves
+//     a job to running (the batch claim of every dialect, the start-now
+//     insert) carries notPaused, and the count of due work (JobsLoad) does
+//     too, so a paused backlog does not widen the rotation.
+//   - A job's queue is resolved in the statement that writes it (queueOf),
+//     by every door (the store's inserts and the database entry points):
+//     the queue given, else the longest route prefix the endpoint starts
+//     with, else DefaultQueue. Routes change nothing already written.
+
+// DefaultQueue is the queue of a job that names none and matches no route.
+const DefaultQueue = "default"
+
+// ErrQueuePaused is returned by JobInsertClaimed for a job whose queue is
+// paused: nothing was written.
+var ErrQueuePaused = errors.New("its queue is paused")
+
+// QueueRoute sends the jobs whose endpoint starts with Prefix, enqueued
+// without a queue, to Queue.
+type QueueRoute struct {
+	Prefix string
+	Queue  string
+}
+
+// QueueState is a queue as the operator sees it: what was said about it
+// and its work now.
+type QueueState struct {
+	Name     string
+	Paused   bool
+	PausedBy string     // "" when not paused
+	PausedAt *time.Time // database time; nil when not paused
+	Waiting  int        // ready and due now (paused or not)
+	Running  int
+}
+
+// notPaused is the condition that the queue of row alias j (a column
+// named queue) is not paused: an anti-join on the queues table's primary
+// key, one seek per row a claim looks at.
+func notPaused(j string) string {
+	return `NOT EXISTS (SELECT 1 FROM {queues} pq WHERE pq.name = ` + j + `.queue AND pq.paused = 1)`
+}
+
+// queueOf is the SQL expression of a new job's queue, with three
+// parameters (queueArgs): the queue given (NULL for none), and the
+// endpoint twice, for the longest route prefix it starts with. Two
+// matching prefixes of one length are the same prefix, the table's key,
+// so the subquery returns at most one row in every dialect without a
+// row limit.
+func (s *Store) queueOf() string {
+	p := s.d.TextParam()
+	return `COALESCE(?, (SELECT qr.queue FROM {queue_routes} qr
+    WHERE qr.prefix = SUBSTRING(` + p + `, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM {queue_routes} qm WHERE qm.prefix = SUBSTRING(` + p + `, 1, qm.prefix_len))),
+  '` + DefaultQueue + `')`
+}
+
+// queueArgs are queueOf's parameters for j.
+func queueArgs(j NewJob) []any {
+	return []any{nullString(j.Queue), j.Endpoint, j.Endpoint}
+}
+
+// QueueRoutesPut replaces every route with routes, in one transaction: a
+// node writes its config's routes at start. Prefixes must be distinct.
+// Jobs already written keep their queue.
+func (s *Store) QueueRoutesPut(ctx context.Context, routes []QueueRoute) error {
+	del := s.statement(`DELETE FROM {queue_routes}`)
+	ins := s.statement(`INSERT INTO {queue_routes} (prefix, prefix_len, queue) VALUES (?, ?, ?)`)
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := s.txExec(ctx, tx, del); err != nil {
+			return err
+		}
+		for _, r := range routes {
+			if _, err := s.txExec(ctx, tx, ins, r.Prefix, utf8.RuneCountInString(r.Prefix), r.Queue); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("write %d queue routes: %w", len(routes), err)
+	}
+	return nil
+}
+
+// QueueRoutes lists the routes, longest prefix first.
+func (s *Store) QueueRoutes(ctx context.Context) ([]QueueRoute, error) {
+	q := s.statement(`SELECT prefix, queue FROM {queue_routes} ORDER BY prefix_len DESC, prefix`)
+	return queryAll(ctx, s, "list queue routes", q, nil, func(r rowScanner) (QueueRoute, error) {
+		var qr QueueRoute
+		return qr, r.Scan(&qr.Prefix, &qr.Queue)
+	})
+}
+
+// QueuePause pauses (paused true) or resumes a queue, recording the actor
+// and the database time of a pause. A queue no job names yet may be
+// paused: jobs enqueued to it later wait. A running job is not touched: a
+// pause stops new starts only.
+func (s *Store) QueuePause(ctx context.Context, name, actor string, paused bool) error {
+	what, set, values, args := "resume", `paused = 0, paused_by = NULL, paused_at = NULL`, `0, NULL, NULL`, []any{}
+	if paused {
+		what, set, values, args = "pause", `paused = 1, paused_by = ?, paused_at = {now}`, `1, ?, {now}`, []any{nullString(actor)}
+	}
+	upd := s.statement(`UPDATE {queues} SET ` + set + ` WHERE name = ?`)
+	ins := s.statement(`INSERT INTO {queues} (name, paused, paused_by, paused_at)
+SELECT ?, ` + values + ` WHERE NOT EXISTS (SELECT 1 FROM {queues} WHERE name = ?)`)
+	updArgs := append(slices.Clone(args), name)
+	insArgs := append(append([]any{name}, args...), name)
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		n, err := s.txExec(ctx, tx, upd, updArgs...)
+		if err != nil || n > 0 {
+			return err
+		}
+		_, err = s.txExec(ctx, tx, ins, insArgs...)
+		return err
+	})
+	if err != nil && s.drv.UniqueViolation(err) {
+		// Another caller wrote the queue's first row between our UPDATE
+		// and INSERT: the row exists now, and this call's word is the last.
+		_, err = s.exec(ctx, upd, updArgs...)
+	}
+	if err != nil {
+		return fmt.Errorf("%s queue %q: %w", what, name, err)
+	}
+	return nil
+}
+
+// Queues lists every queue that jobs waiting or running name, or that
+// was paused or resumed, by name, with its waiting (ready and due) and
+// running jobs.
+//
+// Its cost: one pass over the ready and running rows (the state index's
+// two ranges, each row's queue read from the table), grouped by queue;
+// finished jobs are not read. At 1,000,000 ready jobs that is a read of
+// them all: it is an operator's and a scrape's read, never a turn's.
+func (s *Store) Queues(ctx context.Context) ([]QueueState, error) {
+	q := s.statement(`SELECT COALESCE(w.queue, m.name),
+  COALESCE(m.paused, 0), m.paused_by, m.paused_at, COALESCE(w.waiting, 0), COALESCE(w.running, 0)
+FROM (SELECT j.queue,
+    SUM(CASE WHEN j.state = 'ready' AND j.run_at <= {now} THEN 1 ELSE 0 END) AS waiting,
+    SUM(CASE WHEN j.state = 'running' THEN 1 ELSE 0 END) AS running
+  FROM {jobs} j WHERE j.state IN ('ready', 'running') GROUP BY j.queue) AS w
+FULL OUTER JOIN {queues} m ON m.name = w.queue
+ORDER BY 1`)
+	return queryAll(ctx, s, "list queues", q, nil, func(r rowScanner) (QueueState, error) {
+		var qs QueueState
+		var paused int
+		var by sql.NullString
+		var at dbTime
+		err := r.Scan(&qs.Name, &paused, &by, &at, &qs.Waiting, &qs.Running)
+		qs.Paused, qs.PausedBy, qs.PausedAt = paused == 1, by.String, at.ptr()
+		return qs, err
+	})
+}

@@ -77,9 +77,9 @@ func TestQueueRoutes(t *testing.T) {
 		cases := []struct{ endpoint, given, want string }{
 			{"/jobs/reports/daily", "", "reports"},
 			{"/jobs/reports/big/yearly?x=1", "", "big-reports"}, // the longest prefix wins
-			{"/jobs/mailer", "", "mail"},                         // a prefix, not a path segment
-			{"/jobs/Reports/daily", "", store.DefaultQueue},      // prefixes compare exactly
-			{"/jobs/report", "", store.DefaultQueue},             // shorter than the prefix
+			{"/jobs/mailer", "", "mail"},                        // a prefix, not a path segment
+			{"/jobs/Reports/daily", "", store.DefaultQueue},     // prefixes compare exactly
+			{"/jobs/report", "", store.DefaultQueue},            // shorter than the prefix
 			{"/other", "", store.DefaultQueue},
 			{"/jobs/reports/daily", "urgent", "urgent"}, // a given queue beats the routes
 		}

@@ -41,6 +41,9 @@ type Config struct {
 	// Schedules are created or updated at start (config as code). They are
 	// a list, so environment variables do not reach into them.
 	Schedules []ScheduleConfig `yaml:"schedules"`
+	// Queues route jobs enqueued without a queue to one by their
+	// endpoint's prefix (config/queues.go). A list, like schedules.
+	Queues []QueueConfig `yaml:"queues"`
 }
 
 // ScheduleConfig declares a recurring schedule.

@@ -144,6 +144,8 @@ func (c Config) problems() []problem {
 		}
 	}
 
+	ps = append(ps, c.queueProblems()...)
+
 	// database
 	switch c.Database.Driver {
 	case "sqlite", "postgres", "sqlserver":

@@ -54,6 +54,16 @@ func decodeList(sv reflect.Value, section, name string, vn *yaml.Node, src Sourc
 			if isNull(leaf) {
 				continue
 			}
+			if f := ev.Field(ki); f.Type() == reflect.TypeFor[[]string]() {
+				// A list of text (a queue's endpoints): a sequence of
+				// single values, or one value.
+				if err := setStrings(f, leaf); err != nil {
+					fail(leaf, "%s %v", kp, err)
+					continue
+				}
+				src[kp] = Source{Kind: FromFile, Where: fmt.Sprintf("%s:%d", name, leaf.Line)}
+				continue
+			}
 			if leaf.Kind != yaml.ScalarNode {
 				fail(leaf, "%s must be a single value, not a %s", kp, nodeKindName(leaf.Kind))
 				continue
@@ -70,6 +80,28 @@ func decodeList(sv reflect.Value, section, name string, vn *yaml.Node, src Sourc
 		sv.Set(list)
 	}
 	return errs
+}
+
+// setStrings sets a []string field from a sequence of single values, or
+// from one value.
+func setStrings(f reflect.Value, n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		f.Set(reflect.ValueOf([]string{n.Value}))
+		return nil
+	case yaml.SequenceNode:
+		out := make([]string, 0, len(n.Content))
+		for _, item := range n.Content {
+			item = deref(item)
+			if item.Kind != yaml.ScalarNode {
+				return fmt.Errorf("must be a list of single values, and item %d is a %s", len(out), nodeKindName(item.Kind))
+			}
+			out = append(out, item.Value)
+		}
+		f.Set(reflect.ValueOf(out))
+		return nil
+	}
+	return fmt.Errorf("must be a list of single values, not a %s", nodeKindName(n.Kind))
 }
 
 // decodeYAML applies the YAML document data (read from name) to cfg and

@@ -150,12 +150,16 @@ type Job struct {
 	// IdempotencyKey is sent as Idempotency-Key on every attempt; "" gets
 	// a random one.
 	IdempotencyKey string
+	// Queue is the job's queue; "" for the queue the nodes' config routes
+	// its endpoint to (queues:), else "default". A paused queue's jobs
+	// wait (Client.PauseQueue).
+	Queue string
 }
 
 // FieldError is a job refused by validation: which field, and why.
 type FieldError struct {
 	Index   int    // the job's index in a batch; 0 for one job
-	Field   string // endpoint, method, max_attempts, timeout, delay, run_at, unique_key, idempotency_key, payload
+	Field   string // endpoint, method, max_attempts, timeout, delay, run_at, unique_key, idempotency_key, payload, queue
 	Problem string
 }
 
@@ -322,7 +326,7 @@ func (c *Client) checkKeys(ctx context.Context, s *store.Store, batch []store.Ne
 // newJob validates j (the CLI's rules) and converts it.
 func (c *Client) newJob(j Job, index int) (store.NewJob, error) {
 	nj := store.NewJob{Endpoint: j.Endpoint, Method: j.Method, Payload: j.Payload, Delay: j.Delay,
-		MaxAttempts: j.MaxAttempts, Timeout: j.Timeout, UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey}
+		MaxAttempts: j.MaxAttempts, Timeout: j.Timeout, UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey, Queue: j.Queue}
 	if nj.MaxAttempts == 0 {
 		nj.MaxAttempts = c.maxAttempts
 	}

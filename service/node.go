@@ -156,6 +156,7 @@ func (n *Node) Run(ctx context.Context) error {
 	log.Info("checked in", "incarnation", w.reg.Incarnation(), "live_nodes", len(w.reg.Membership().Members))
 	n.carryTurns(ctx, s)
 	n.putSchedules(ctx, log, s)
+	n.putQueueRoutes(ctx, log, s)
 
 	// Job leases are renewed until the drain is over, not just until work
 	// ends: a call finishing during the drain must keep its lease.

@@ -1,0 +1,25 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/slotpoller/slotpoller/internal/store"
+)
+
+// putQueueRoutes writes the config's queue routes (queues:), replacing
+// whatever routes the database held: every node does it at start, like
+// putSchedules, so the farm's routes are those of the node that started
+// last, and every node is meant to carry the same queues section. A
+// failure is logged, not fatal: the config was validated, so this is the
+// database talking, and jobs still go to the routes already written.
+func (n *Node) putQueueRoutes(ctx context.Context, log *slog.Logger, s *store.Store) {
+	routes := n.cfg.QueueRoutes()
+	if err := s.QueueRoutesPut(ctx, routes); err != nil {
+		log.Error("could not write queue routes from config", "routes", len(routes), "err", err)
+		return
+	}
+	if len(routes) > 0 {
+		log.Info("queue routes from config written", "routes", len(routes))
+	}
+}

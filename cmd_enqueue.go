@@ -32,8 +32,14 @@ func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before the job is dead (default jobs.max_attempts)")
 	timeout := fs.Duration("timeout", 0, "deadline of one call (default jobs.timeout); if the node running it dies, the job waits this long (at least jobs.lease) for another node")
 	unique := fs.String("unique-key", "", "refuse the job if one with this key exists")
+	queue := fs.String("queue", "", "the job's `queue` (default: the queue its endpoint is routed to by the config's queues, else default)")
 	if err := fs.parse(args); err != nil {
 		return err
+	}
+	if *queue != "" {
+		if err := jobs.ValidateQueueName(*queue); err != nil {
+			return usageError{fmt.Sprintf("-queue %q: %v", *queue, err)}
+		}
 	}
 	if *endpoint == "" {
 		return usageError{"-endpoint is required"}
@@ -89,7 +95,7 @@ func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 		// once when the node has room. A node that does not answer leaves
 		// the job to the database, as below.
 		id, err := enqueueLocal(cfg.Admin, localJob{Endpoint: *endpoint, Method: *method, PayloadBase64: base64.StdEncoding.EncodeToString(body),
-			MaxAttempts: *maxAttempts, Timeout: durationText(*timeout), UniqueKey: *unique})
+			MaxAttempts: *maxAttempts, Timeout: durationText(*timeout), UniqueKey: *unique, Queue: *queue})
 		if !errors.Is(err, errNodeAway) {
 			if err != nil {
 				return fmt.Errorf("enqueue: %w", err)
@@ -100,7 +106,7 @@ func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	}
 	return withClient(cfg, dbWrite, func(ctx context.Context, c *client.Client) error {
 		id, err := c.Enqueue(ctx, client.Job{Endpoint: *endpoint, Method: *method, Payload: body,
-			RunAt: runAt, Delay: *in, MaxAttempts: *maxAttempts, Timeout: *timeout, UniqueKey: *unique})
+			RunAt: runAt, Delay: *in, MaxAttempts: *maxAttempts, Timeout: *timeout, UniqueKey: *unique, Queue: *queue})
 		if err != nil {
 			return fmt.Errorf("enqueue: %w", err)
 		}
@@ -120,6 +126,7 @@ type localJob struct {
 	MaxAttempts   int    `json:"max_attempts,omitempty"`
 	Timeout       string `json:"timeout,omitempty"`
 	UniqueKey     string `json:"unique_key,omitempty"`
+	Queue         string `json:"queue,omitempty"`
 }
 
 func durationText(d time.Duration) string {

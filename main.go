@@ -90,6 +90,8 @@ func runWith(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdTask(rest, stdout, stderr)
 	case "schedule":
 		err = cmdSchedule(rest, stdout, stderr)
+	case "queue":
+		err = cmdQueue(rest, stdout)
 	case "version":
 		if err = newBareFlags("version", stdout).parse(rest); err == nil {
 			fmt.Fprintln(stdout, "slotpoller", version)

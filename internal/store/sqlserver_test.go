@@ -292,6 +292,10 @@ func sqlServerOps() []op {
 			_, err := s.Queues(ctx)
 			return err
 		}},
+		{name: "QueuesPaused", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.QueuesPaused(ctx)
+			return err
+		}},
 	}
 }
 

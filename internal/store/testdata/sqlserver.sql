@@ -490,3 +490,6 @@ FROM (SELECT j.queue,
   FROM [sp_unit].[jobs] j WHERE j.state IN ('ready', 'running') GROUP BY j.queue) AS w
 FULL OUTER JOIN [sp_unit].[queues] m ON m.name = w.queue
 ORDER BY 1;
+
+-- QueuesPaused
+SELECT name, paused_by, paused_at FROM [sp_unit].[queues] WHERE paused = 1 ORDER BY name;

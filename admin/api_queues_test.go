@@ -1,0 +1,76 @@
+package admin
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/slotpoller/slotpoller/config"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+// The queue routes of the API on a running node: a paused queue's job
+// waits (neither started by its enqueue nor claimed by a poll), and runs
+// once resumed; the node's config routes a job to its queue.
+func TestAPIQueues(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, db := storetest.OpenDB(t, driver)
+		_, epURL := newEndpoints(t)
+		cfg := testConfig(t, db, "api-q", epURL)
+		cfg.Queues = []config.QueueConfig{{Name: "reports", Endpoints: []string{"/reports/*"}}}
+		rn := runNode(t, cfg)
+		srv := httptest.NewServer(Handler(rn.n))
+		t.Cleanup(srv.Close)
+		base := srv.URL
+		require.Eventually(t, func() bool { return callAPI(t, base, getReq("/api/v1/queues")).status == http.StatusOK },
+			30*time.Second, 20*time.Millisecond, "the API answers once the node has its database")
+		require.Eventually(t, func() bool { rs, err := s.QueueRoutes(context.Background()); return err == nil && len(rs) == 1 },
+			30*time.Second, 20*time.Millisecond, "the node writes its config's routes once checked in")
+
+		r := must(t, base, http.StatusOK, post("/api/v1/queues/reports/pause", ""))
+		require.Equal(t, map[string]any{"name": "reports", "paused": true}, r.body)
+		routed := idOf(t, must(t, base, http.StatusCreated, post("/api/v1/jobs", `{"endpoint":"/reports/daily"}`)))
+		named := idOf(t, must(t, base, http.StatusCreated, post("/api/v1/jobs", `{"endpoint":"/other","queue":"reports"}`)))
+		free := idOf(t, must(t, base, http.StatusCreated, post("/api/v1/jobs", `{"endpoint":"/free"}`)))
+		waitState(t, base, free, "done")
+		job := must(t, base, http.StatusOK, getReq("/api/v1/jobs/"+itoa(routed))).body
+		require.Equal(t, "reports", job["queue"], "routed by the node's config")
+		require.Equal(t, "default", must(t, base, http.StatusOK, getReq("/api/v1/jobs/"+itoa(free))).body["queue"])
+
+		// Several turns of the node pass: the paused jobs still wait.
+		polls := rn.n.LocalRunner().Stats().Polls
+		require.Eventually(t, func() bool { return rn.n.LocalRunner().Stats().Polls >= polls+3 }, 30*time.Second, 10*time.Millisecond)
+		require.Equal(t, "ready", jobState(t, base, routed))
+		require.Equal(t, "ready", jobState(t, base, named))
+
+		qs := must(t, base, http.StatusOK, getReq("/api/v1/queues")).body["queues"].([]any)
+		require.Len(t, qs, 1)
+		q := qs[0].(map[string]any)
+		require.Equal(t, "reports", q["name"])
+		require.Equal(t, true, q["paused"])
+		require.Equal(t, "api@api-q", q["paused_by"], "the actor is recorded")
+		require.NotEmpty(t, q["paused_at"])
+		require.EqualValues(t, 2, q["waiting"])
+
+		// The metrics say so too, from the same read.
+		metrics := callAPI(t, base, getReq("/metrics"))
+		require.Equal(t, http.StatusOK, metrics.status)
+		require.Contains(t, metrics.raw, `slotpoller_queue_paused{queue="reports"} 1`)
+		require.Contains(t, metrics.raw, `slotpoller_queue_waiting{queue="reports"} 2`)
+		require.Contains(t, metrics.raw, `slotpoller_queue_running{queue="reports"} 0`)
+
+		must(t, base, http.StatusOK, post("/api/v1/queues/reports/resume", "{}"))
+		waitState(t, base, routed, "done")
+		waitState(t, base, named, "done")
+
+		e := must(t, base, http.StatusBadRequest, post("/api/v1/queues/%20x/pause", "")).err()
+		require.Contains(t, e["message"], "queue name")
+		must(t, base, http.StatusMethodNotAllowed, getReq("/api/v1/queues/reports/pause"))
+	})
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

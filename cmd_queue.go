@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/jobs"
+)
+
+// cmdQueue is `queue list`, `queue pause -name N` and `queue resume -name N`.
+func cmdQueue(args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"say `queue list`, `queue pause -name NAME` or `queue resume -name NAME`"}
+	}
+	sub, args := args[0], args[1:]
+	fs, cfgPath := newFlags("queue "+sub, stdout)
+	switch sub {
+	case "list":
+		asJSON := fs.Bool("json", false, "print JSON: an object with a queues array")
+		if err := fs.parse(args); err != nil {
+			return err
+		}
+		return jobClient(*cfgPath, dbRead, func(ctx context.Context, c *client.Client) error {
+			qs, err := c.Queues(ctx)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(stdout, struct {
+					Queues []client.QueueInfo `json:"queues"`
+				}{append([]client.QueueInfo{}, qs...)})
+			}
+			return writeQueues(stdout, qs)
+		})
+	case "pause", "resume":
+		name := fs.String("name", "", "name of the queue (required)")
+		if err := fs.parse(args); err != nil {
+			return err
+		}
+		if *name == "" {
+			return usageError{"-name is required"}
+		}
+		if err := jobs.ValidateQueueName(*name); err != nil {
+			return usageError{fmt.Sprintf("-name %q: %v", *name, err)}
+		}
+		return jobClient(*cfgPath, dbWrite, func(ctx context.Context, c *client.Client) error {
+			if sub == "pause" {
+				if err := c.PauseQueue(ctx, *name); err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "queue %q paused: its jobs wait until `slotpoller queue resume -name %s`; calls running go on\n", *name, *name)
+				return nil
+			}
+			if err := c.ResumeQueue(ctx, *name); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "queue %q resumed: its due jobs start from the next poll\n", *name)
+			return nil
+		})
+	}
+	return usageError{fmt.Sprintf("unknown queue verb %q: say %s", sub, orList(subVerbs("queue")))}
+}
+
+// writeQueues is `queue list`'s table.
+func writeQueues(w io.Writer, qs []client.QueueInfo) error {
+	if len(qs) == 0 {
+		fmt.Fprintln(w, "no queues: no job waits or runs, and none was ever paused")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tSTATE\tWAITING\tRUNNING\tPAUSED BY\tPAUSED AT")
+	for _, q := range qs {
+		state, by, at := "active", "-", "-"
+		if q.Paused {
+			state = "paused"
+			if q.PausedBy != "" {
+				by = q.PausedBy
+			}
+			if q.PausedAt != nil {
+				at = q.PausedAt.UTC().Format(jobTime)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", q.Name, state, q.Waiting, q.Running, by, at)
+	}
+	return tw.Flush()
+}

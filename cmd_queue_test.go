@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/internal/store/open"
+	"github.com/stretchr/testify/require"
+)
+
+// The queue commands on a SQLite farm: enqueue -queue, pause, list,
+// status, resume.
+func TestQueueCommands(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "farm.db")
+	cfg := writeConfig(t, "database:\n  dsn: "+dbPath+"\n")
+	code, _, errOut := cli(t, "schema", "migrate", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+
+	code, out, errOut := cli(t, "queue", "pause", "-name", "reports", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, `queue "reports" paused`)
+	code, out, errOut = cli(t, "enqueue", "-endpoint", "/jobs/report", "-queue", "reports", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	id, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+	require.NoError(t, err, out)
+
+	s, err := open.Store(context.Background(), "sqlite", dbPath)
+	require.NoError(t, err)
+	defer s.Close()
+	j, err := s.JobGet(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, "reports", j.Queue)
+
+	code, out, errOut = cli(t, "queue", "list", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `(?m)^QUEUE +STATE +WAITING +RUNNING +PAUSED BY +PAUSED AT\nreports +paused +1 +0 +cli +\d{4}-`, out)
+
+	code, out, errOut = cli(t, "status", "-config", cfg)
+	require.Contains(t, out, "queue reports paused by cli at ", "status shows the paused queue (exit %d: %s)", code, errOut)
+
+	code, out, errOut = cli(t, "queue", "resume", "-name", "reports", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, `queue "reports" resumed`)
+	code, out, errOut = cli(t, "queue", "list", "-json", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	var got struct{ Queues []client.QueueInfo }
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Equal(t, []client.QueueInfo{{Name: "reports", Waiting: 1}}, got.Queues)
+
+	// Names are checked before any connection.
+	for _, args := range [][]string{
+		{"queue", "pause", "-name", "a/b"},
+		{"queue", "pause"},
+		{"enqueue", "-endpoint", "/x", "-queue", " x"},
+		{"queue", "drain", "-name", "x"},
+	} {
+		code, _, errOut = cli(t, append(args, "-config", cfg)...)
+		require.Equal(t, 2, code, "%v: %s", args, errOut)
+	}
+}

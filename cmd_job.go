@@ -241,6 +241,9 @@ func writeJob(w io.Writer, j client.JobInfo) error {
 	row("job", strconv.FormatInt(j.ID, 10))
 	row("state", stateText(j))
 	row("endpoint", j.Method+" "+j.Endpoint)
+	if j.Queue != "" && j.Queue != client.DefaultQueue {
+		row("queue", j.Queue)
+	}
 	row("attempts", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts))
 	if j.Timeout != 0 {
 		row("timeout", j.Timeout.String())

@@ -36,6 +36,10 @@ func TestQueueCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "reports", j.Queue)
 
+	code, out, errOut = cli(t, "job", "show", strconv.FormatInt(id, 10), "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `(?m)^queue +reports$`, out)
+
 	code, out, errOut = cli(t, "queue", "list", "-config", cfg)
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `(?m)^QUEUE +STATE +WAITING +RUNNING +PAUSED BY +PAUSED AT\nreports +paused +1 +0 +cli +\d{4}-`, out)

@@ -42,7 +42,9 @@ func writeStatus(w io.Writer, r service.StatusReport) error {
 	if shown == 0 {
 		fmt.Fprint(w, " none")
 	}
-	fmt.Fprintln(w)
+	if _, err := fmt.Fprintln(w); err != nil {
+		return err
+	}
 	for _, q := range r.PausedQueues {
 		fmt.Fprintf(w, "queue %s paused", q.Name)
 		if q.PausedBy != "" {
@@ -51,7 +53,9 @@ func writeStatus(w io.Writer, r service.StatusReport) error {
 		if q.PausedAt != nil {
 			fmt.Fprintf(w, " at %s", q.PausedAt.UTC().Format(jobTime))
 		}
-		fmt.Fprintln(w, ": its jobs wait (slotpoller queue resume -name "+q.Name+")")
+		if _, err := fmt.Fprintln(w, ": its jobs wait (slotpoller queue resume -name "+q.Name+")"); err != nil {
+			return err
+		}
 	}
 	return nil
 }

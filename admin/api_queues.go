@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/jobs"
 )
 
 // queueView is a queue as the API shows it.
@@ -44,8 +45,8 @@ func (a *api) queues(ctx context.Context, c *client.Client, r *http.Request) (in
 func (a *api) queueAction(paused bool) apiFunc {
 	return func(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
 		name := r.PathValue("name")
-		if err := client.CheckQueueName(name); err != nil {
-			return 0, nil, &client.FieldError{Field: "name", Problem: err.(*client.FieldError).Problem}
+		if err := jobs.ValidateQueueName(name); err != nil {
+			return 0, nil, &client.FieldError{Field: "name", Problem: err.Error()}
 		}
 		if _, err := query(r); err != nil {
 			return 0, nil, err

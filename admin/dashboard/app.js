@@ -133,6 +133,7 @@ const pages = {
   jobs: { title: "Jobs", mount: mountJobs },
   job: { title: "Job", mount: mountJob },
   schedules: { title: "Schedules", mount: mountSchedules },
+  queues: { title: "Queues", mount: mountQueues },
   tasks: { title: "Tasks", mount: mountTasks },
   throughput: { title: "Throughput", mount: mountThroughput },
 };
@@ -406,6 +407,32 @@ function mountSchedules(main) {
               ? el("button", { type: "button", "data-action": "pause", onclick: () => act(path(s, "pause"), {}, `schedule ${s.name} paused`) }, "Pause")
               : el("button", { type: "button", "data-action": "resume", onclick: () => act(path(s, "resume"), {}, `schedule ${s.name} resumed`) }, "Resume"),
             el("button", { type: "button", "data-action": "trigger", onclick: () => act(path(s, "trigger"), {}, (r) => `schedule ${s.name}: occurrence #${r.id} due now`) }, "Trigger now"))))))) : el("div", { class: "empty" }, "No schedule. Add one with slotpoller schedule add, or in config.yaml."));
+    },
+  };
+}
+
+// ---- Queues ----
+
+function mountQueues(main) {
+  const card = el("div", { class: "card" });
+  main.append(el("h1", {}, "Queues"), card);
+  return {
+    async refresh() {
+      const { queues } = await api("/api/v1/queues");
+      const path = (q, what) => `/api/v1/queues/${encodeURIComponent(q.name)}/${what}`;
+      card.replaceChildren(queues.length ? el("table", { id: "queues" },
+        el("thead", {}, el("tr", {}, ["Queue", "State", "Waiting", "Running", "Paused by", "Paused at (UTC)", ""].map((h, i) => el("th", { class: i === 2 || i === 3 ? "num" : "" }, h)))),
+        el("tbody", {}, queues.map((q) => el("tr", { "data-queue": q.name, "data-paused": String(q.paused) },
+          el("td", {}, el("strong", {}, q.name)),
+          el("td", {}, q.paused ? badge("paused") : badge("active", "enabled")),
+          el("td", { class: "num" }, q.waiting),
+          el("td", { class: "num" }, q.running),
+          el("td", {}, q.paused_by || "–"),
+          el("td", {}, q.paused_at ? stampParts(q.paused_at) : "–"),
+          el("td", {}, el("div", { class: "actions" },
+            q.paused
+              ? el("button", { type: "button", "data-action": "resume", onclick: () => act(path(q, "resume"), {}, `queue ${q.name} resumed`) }, "Resume")
+              : el("button", { type: "button", "data-action": "pause", onclick: () => act(path(q, "pause"), {}, `queue ${q.name} paused: its jobs wait`) }, "Pause"))))))) : el("div", { class: "empty" }, "No queue has jobs waiting or running, and none was paused. Pause one with slotpoller queue pause -name NAME."));
     },
   };
 }

@@ -1,0 +1,60 @@
+//go:build unix
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/stretchr/testify/require"
+)
+
+// The dashboard's Queues page in a browser: it pauses a queue, whose jobs
+// then wait, and resumes it, after which they run.
+func TestDashboardPausesAQueue(t *testing.T) {
+	b := startBrowser(t)
+	s, db := storetest.OpenDB(t, "sqlite")
+	ctx := context.Background()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	defer srv.Close()
+	port := freePort(t)
+	n := startNode(t, env("sqlite", db.DSN, "node-a", srv.URL, append(db.ExtraEnv(), "SLOTPOLLER_ADMIN_LISTEN=127.0.0.1:"+strconv.Itoa(port))...), "node-a")
+	waitFor(t, 30*time.Second, "the node live", func() bool { return liveNodes(t, s) == 1 })
+	// A queue shows once it has work or was paused: a job it holds due in
+	// an hour, and one in another queue.
+	_, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/jobs/report", MaxAttempts: 1, Queue: "reports", Delay: time.Hour})
+	require.NoError(t, err)
+
+	b.open(fmt.Sprintf("http://127.0.0.1:%d/#/queues", port))
+	b.waitFor(`#queues tr[data-queue="reports"][data-paused="false"]`)
+	b.click(`#queues tr[data-queue="reports"] button[data-action="pause"]`)
+	b.waitFor(`#queues tr[data-queue="reports"][data-paused="true"]`)
+	paused, err := s.QueuesPaused(ctx)
+	require.NoError(t, err)
+	require.Len(t, paused, 1)
+	require.Equal(t, "api@node-a", paused[0].PausedBy, "the dashboard acts through the node's API")
+
+	id, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/jobs/report-now", MaxAttempts: 1, Queue: "reports"})
+	require.NoError(t, err)
+	time.Sleep(time.Second) // four slots: the node had its turns
+	j, err := s.JobGet(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, store.StateReady, j.State, "a paused queue's job waits")
+
+	b.click(`#queues tr[data-queue="reports"] button[data-action="resume"]`)
+	b.waitFor(`#queues tr[data-queue="reports"][data-paused="false"]`)
+	waitFor(t, 10*time.Second, "the resumed queue's job done", func() bool {
+		j, err := s.JobGet(ctx, id)
+		require.NoError(t, err)
+		return j.State == store.StateDone
+	})
+	n.stop(t)
+}

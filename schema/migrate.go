@@ -122,11 +122,17 @@ func Check(ctx context.Context, s *store.Store) error {
 // the versions it applied. A database newer than the binary is refused and
 // left untouched.
 func Migrate(ctx context.Context, s *store.Store) ([]int, error) {
-	d := s.Dialect()
-	ms, err := Migrations(d)
+	ms, err := Migrations(s.Dialect())
 	if err != nil {
 		return nil, err
 	}
+	return migrateTo(ctx, s, ms)
+}
+
+// migrateTo applies the migrations of ms the database lacks: all of them
+// for Migrate, the first few in tests of an upgrade.
+func migrateTo(ctx context.Context, s *store.Store, ms []Migration) ([]int, error) {
+	d := s.Dialect()
 	versionTable, err := migrationFS.ReadFile(path.Join("migrations", d.Name(), "schema_version.sql"))
 	if err != nil {
 		return nil, fmt.Errorf("schema version table for %s: %w", d.Name(), err)
@@ -219,4 +225,4 @@ func splitScript(script string) []string {
 
 // bodyStart matches the first line of a statement with a body of
 // statements of its own.
-var bodyStart = regexp.MustCompile(`(?i)^(CREATE\s+(OR\s+(REPLACE|ALTER)\s+)?|ALTER\s+)(PROCEDURE|PROC|FUNCTION|TRIGGER)\b`)
+var bodyStart = regexp.MustCompile(`(?i)^((CREATE\s+(OR\s+(REPLACE|ALTER)\s+)?|ALTER\s+)(PROCEDURE|PROC|FUNCTION|TRIGGER)\b|DO\s)`)

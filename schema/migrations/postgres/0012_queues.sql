@@ -23,9 +23,14 @@ CREATE TABLE slotpoller_queue_routes (
 -- as above). A function with one more parameter is another function in
 -- PostgreSQL (an overload), and a call naming only the old parameters
 -- would be ambiguous between the two: the old one is dropped first. Calls
--- by position or by name that worked before work the same; a GRANT
--- EXECUTE on the old function must be given again on the new one. The
--- rest is version 11's, unchanged.
+-- by position or by name that worked before work the same. Who could
+-- execute the old function can execute the new one: its grants are read
+-- before the drop and given again after the create (a REVOKE from PUBLIC
+-- too). The rest is version 11's, unchanged.
+CREATE TEMPORARY TABLE slotpoller_enqueue_acl ON COMMIT DROP AS
+  SELECT p.proacl FROM pg_proc p
+  WHERE p.oid = 'slotpoller_enqueue_v1(text, bytea, text, bigint, timestamptz, integer, bigint, text, text)'::regprocedure;
+GO
 DROP FUNCTION slotpoller_enqueue_v1(text, bytea, text, bigint, timestamptz, integer, bigint, text, text);
 GO
 CREATE FUNCTION slotpoller_enqueue_v1(
@@ -164,3 +169,25 @@ BEGIN
 END;
 $$;
 GO
+GO
+-- The old function's grants, given again (NULL: the default, PUBLIC may
+-- execute, which the new function has too).
+DO $$
+DECLARE
+  acl aclitem[];
+  g   record;
+  fn  constant text := 'slotpoller_enqueue_v1(text, bytea, text, bigint, timestamptz, integer, bigint, text, text, text)';
+BEGIN
+  SELECT proacl INTO acl FROM slotpoller_enqueue_acl;
+  IF acl IS NULL THEN
+    RETURN;
+  END IF;
+  EXECUTE 'REVOKE EXECUTE ON FUNCTION ' || fn || ' FROM PUBLIC';
+  FOR g IN SELECT DISTINCT a.grantee FROM aclexplode(acl) a WHERE a.privilege_type = 'EXECUTE' LOOP
+    IF g.grantee = 0 THEN
+      EXECUTE 'GRANT EXECUTE ON FUNCTION ' || fn || ' TO PUBLIC';
+    ELSE
+      EXECUTE 'GRANT EXECUTE ON FUNCTION ' || fn || ' TO ' || g.grantee::regrole::text;
+    END IF;
+  END LOOP;
+END $$;

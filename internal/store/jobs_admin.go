@@ -14,9 +14,10 @@ import (
 
 // JobGet reads one job with its history.
 func (s *Store) JobGet(ctx context.Context, id int64) (Job, error) {
-	var history sql.NullString
-	row := s.queryRow(ctx, s.statement(`SELECT `+jobColumns+`, history FROM {jobs} WHERE id = ?`), id)
-	j, err := scanJob(scanExtra{row, []any{&history}})
+	var history, cancelBy sql.NullString
+	var cancelAt shownTime
+	row := s.queryRow(ctx, s.statement(`SELECT `+jobColumns+`, history, cancel_requested_by, cancel_requested_at FROM {jobs} WHERE id = ?`), id)
+	j, err := scanJob(scanExtra{row, []any{&history, &cancelBy, &cancelAt}})
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, fmt.Errorf("job %d: %w", id, ErrNotFound)
 	}
@@ -24,6 +25,7 @@ func (s *Store) JobGet(ctx context.Context, id int64) (Job, error) {
 		return j, fmt.Errorf("read job %d: %w", id, err)
 	}
 	j.History = parseHistory(history.String)
+	j.CancelRequestedBy, j.CancelRequestedAt = cancelBy.String, cancelAt.ptr()
 	return j, nil
 }
 

@@ -194,10 +194,8 @@ type StateError struct {
 func (e *StateError) Error() string {
 	why := ""
 	switch {
-	case e.Op == "cancel" && e.State == StateRunning:
-		why = ": a node is calling it; a running call is not interrupted (it ends, and retries stop only when it succeeds or runs out of attempts)"
 	case e.Op == "cancel":
-		why = ": only a waiting (ready) job can be cancelled"
+		why = ": only a waiting (ready) or running job can be cancelled"
 	case e.Op == "retry":
 		why = ": only a dead, failed, cancelled or missed job can be retried"
 	}

@@ -1,7 +1,7 @@
 // Package client is the Go API of a slotpoller farm for applications:
 // enqueue jobs (one or a batch, in the application's own transaction if it
 // likes), read a job with its attempt history, list jobs, cancel a waiting
-// job, and retry finished ones.
+// job or stop a running one's call, and retry finished ones.
 //
 // A Client works on the farm's database directly, through a *sql.DB the
 // application opened with one of the drivers slotpoller uses, and that
@@ -183,8 +183,9 @@ func (e *DuplicateError) Error() string {
 var ErrNotFound = errors.New("job not found")
 
 // StateError is a Cancel or Retry refused because of the job's state:
-// only a waiting job (ready) can be cancelled, and only a finished one
-// that did not succeed (dead, failed, cancelled, missed) retried.
+// only a waiting (ready) or running job can be cancelled, and only a
+// finished one that did not succeed (dead, failed, cancelled, missed)
+// retried.
 type StateError struct {
 	ID    int64
 	State string
@@ -209,7 +210,7 @@ const (
 	StateDone      = store.StateDone      // succeeded
 	StateFailed    = store.StateFailed    // answered with a 4xx that is not retried
 	StateDead      = store.StateDead      // out of attempts
-	StateCancelled = store.StateCancelled // cancelled while waiting
+	StateCancelled = store.StateCancelled // cancelled while waiting, or its call stopped by a cancel
 	StateMissed    = store.StateMissed    // a schedule's occurrence not started within its tolerance
 	// StateRetrying is a filter, not a stored state: ready after a failed
 	// attempt, backing off.

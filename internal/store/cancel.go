@@ -20,7 +20,11 @@ import (
 //     it cancelled instead: the call failed before the renewal told the
 //     node;
 //   - a reclaim of its expired lease (JobsReclaimExpired) ends it
-//     cancelled, not ready.
+//     cancelled, not ready;
+//   - so does a release (JobReleaseIfRunning, JobsReleaseOwned: a node
+//     that stops, or gives back a claim it could not start).
+//
+// An operator's retry (JobsRetry) is a fresh run: it clears the request.
 //
 // A call that succeeds before the node hears of the request ends done.
 
@@ -129,4 +133,33 @@ func oneLine(s string) string {
 func cancelledError(d Dialect, t string) string {
 	p := d.TextParam()
 	return "CONCAT(" + p + ", " + t + "cancel_requested_by, " + p + ")"
+}
+
+// releaseSet is the SET list of a release of running rows: given back
+// ready now, the interrupted attempt not counted, with a history line;
+// or, for a row whose cancel was requested, ended cancelled as the
+// request asked. Its parameters are releaseArgs'.
+func (s *Store) releaseSet() string {
+	p := s.d.TextParam()
+	return `state = CASE WHEN cancel_requested_at IS NULL THEN 'ready' ELSE 'cancelled' END,
+  owner = NULL, lease_until = NULL, run_at = {now},
+  finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE {now} END,
+  attempt = CASE WHEN cancel_requested_at IS NOT NULL THEN attempt WHEN attempt > 0 THEN attempt - 1 ELSE 0 END,
+  last_error = CASE WHEN cancel_requested_at IS NULL THEN ? ELSE ` + cancelledError(s.d, "") + ` END,
+  history = ` + historyLine(s.d, "owner_node", "started_at",
+		"CASE WHEN cancel_requested_at IS NULL THEN "+p+" ELSE CONCAT("+p+", cancel_requested_by, "+p+") END")
+}
+
+// releaseArgs are the arguments of releaseSet for a release's reason.
+func releaseArgs(reason string) []any {
+	before, after := cancelledErrorParts()
+	args := append([]any{reason, before, after}, historySeps()...)
+	return append(args, historySuffix(OutcomeReleased, 0, reason), cancelledLine(), after+"\n")
+}
+
+// cancelledLine is the start of the history suffix of a run that ended
+// cancelled, up to the actor, which the statement reads from the row.
+func cancelledLine() string {
+	before, _ := cancelledErrorParts()
+	return strings.TrimSuffix(historySuffix(StateCancelled, 0, before), "\n")
 }

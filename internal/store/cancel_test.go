@@ -184,3 +184,85 @@ func TestReclaimOfCancelRequestedIsCancelled(t *testing.T) {
 		require.Nil(t, j.Finished)
 	})
 }
+
+// A release (a stopping node, a claim it could not start) of a
+// cancel-requested job ends it cancelled rather than ready; other jobs go
+// back unrun as before.
+func TestReleaseOfCancelRequestedIsCancelled(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		one, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/one", Method: "POST", MaxAttempts: 5, IdempotencyKey: "k1"})
+		require.NoError(t, err)
+		owned, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/owned", Method: "POST", MaxAttempts: 5, IdempotencyKey: "k2"})
+		require.NoError(t, err)
+		plain, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/plain", Method: "POST", MaxAttempts: 5, IdempotencyKey: "k3"})
+		require.NoError(t, err)
+		cs, err := s.JobsClaim(ctx, "inc-a", "node-a", 3, store.Lease(time.Minute))
+		require.NoError(t, err)
+		require.Len(t, cs, 3)
+		for _, id := range []int64{one, owned} {
+			r, err := s.JobCancel(ctx, id, "ops")
+			require.NoError(t, err)
+			require.Equal(t, store.CancelRequested, r)
+		}
+
+		ok, err := s.JobReleaseIfRunning(ctx, one, cs[0].Token, "released unfinished: node node-a stopped")
+		require.NoError(t, err)
+		require.True(t, ok)
+		n, err := s.JobsReleaseOwned(ctx, "inc-a", "released unrun: node node-a stopped")
+		require.NoError(t, err)
+		require.Equal(t, int64(2), n)
+
+		for _, id := range []int64{one, owned} {
+			j, err := s.JobGet(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, store.StateCancelled, j.State, "job %d", id)
+			require.Equal(t, "cancelled by ops while running", j.LastError)
+			require.Equal(t, 1, j.Attempt, "the attempt it was stopped in counts")
+			require.NotNil(t, j.Finished)
+			last := j.History[len(j.History)-1]
+			require.Equal(t, store.StateCancelled, last.Outcome)
+			require.Equal(t, "cancelled by ops while running", last.Error)
+		}
+		j, err := s.JobGet(ctx, plain)
+		require.NoError(t, err)
+		require.Equal(t, store.StateReady, j.State)
+		require.Equal(t, 0, j.Attempt)
+		require.Equal(t, "released unrun: node node-a stopped", j.LastError)
+		require.Equal(t, store.OutcomeReleased, j.History[len(j.History)-1].Outcome)
+	})
+}
+
+// An operator's retry of a job cancelled while running is a fresh run:
+// the old request does not cancel it again.
+func TestRetryClearsTheCancelRequest(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/again", Method: "POST", MaxAttempts: 5, IdempotencyKey: "k"})
+		require.NoError(t, err)
+		cs, err := s.JobsClaim(ctx, "inc-a", "node-a", 1, store.Lease(time.Minute))
+		require.NoError(t, err)
+		_, err = s.JobCancel(ctx, id, "ops")
+		require.NoError(t, err)
+		o := store.Outcome{State: store.StateCancelled, Error: store.CancelledWhileRunning("ops")}
+		oks, err := s.JobsFinish(ctx, []store.Finish{{ID: id, Token: cs[0].Token, Outcome: o}})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, oks)
+
+		n, err := s.JobsRetry(ctx, store.JobFilter{ID: id, Limit: 1}, "ops")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		j, err := s.JobGet(ctx, id)
+		require.NoError(t, err)
+		require.Empty(t, j.CancelRequestedBy)
+		require.Nil(t, j.CancelRequestedAt)
+		cs, err = s.JobsClaim(ctx, "inc-a", "node-a", 1, store.Lease(time.Minute))
+		require.NoError(t, err)
+		require.Len(t, cs, 1)
+		held, err := s.JobsRenewLeases(ctx, "inc-a", store.Lease(time.Minute))
+		require.NoError(t, err)
+		require.Equal(t, []store.Held{{ID: id, Token: cs[0].Token}}, held)
+	})
+}

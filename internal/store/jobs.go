@@ -254,7 +254,7 @@ WHERE ((state = 'running' AND (lease_until < {now} OR lease_until IS NULL OR lea
 	const lease = "lease expired: the node running it stopped renewing (crashed, froze or lost the database)"
 	cancelBefore, cancelAfter := cancelledErrorParts()
 	args := append([]any{"missed: not started within its tolerance", cancelBefore, cancelAfter, lease}, historySeps()...)
-	args = append(args, strings.TrimSuffix(historySuffix(StateCancelled, 0, cancelBefore), "\n"), cancelAfter+"\n",
+	args = append(args, cancelledLine(), cancelAfter+"\n",
 		historySuffix(StateDead, 0, lease), historySuffix(OutcomeReclaimed, 0, lease), millis(MaxHold))
 	if guard != "" {
 		args = append(args, s.d.TimeArg(notAfter))
@@ -376,11 +376,13 @@ func (s *Store) attemptLine() string {
 // JobReleaseIfRunning gives a claimed job back unrun (a graceful stop that
 // could not wait for it): ready at once, and the interrupted attempt not
 // counted.
+//
+// A job whose cancel was requested is not given back: it ends cancelled
+// (releaseSet).
 func (s *Store) JobReleaseIfRunning(ctx context.Context, id, token int64, reason string) (bool, error) {
-	q := s.statement(`UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now},
-  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?, history = ` + s.attemptLine() + `
+	q := s.statement(`UPDATE {jobs} SET ` + s.releaseSet() + `
 WHERE id = ? AND token = ? AND state = 'running'`)
-	args := append(append([]any{reason}, historySeps()...), historySuffix(OutcomeReleased, 0, reason), id, token)
+	args := append(releaseArgs(reason), id, token)
 	return s.fenced(ctx, fmt.Sprintf("release job %d", id), q, args...)
 }
 
@@ -488,11 +490,11 @@ WHERE owner = ? AND state = 'running' {returning id, token, cancel_requested_by}
 // JobsReleaseOwned gives back, unrun, every job an owner still holds: at
 // the end of a graceful stop, when no call of the owner is left, anything
 // still held is a claim whose answer was lost.
+// A job whose cancel was requested ends cancelled (releaseSet).
 func (s *Store) JobsReleaseOwned(ctx context.Context, owner, reason string) (int64, error) {
-	q := s.statement(`UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now},
-  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?, history = ` + s.attemptLine() + `
+	q := s.statement(`UPDATE {jobs} SET ` + s.releaseSet() + `
 WHERE owner = ? AND state = 'running'`)
-	args := append(append([]any{reason}, historySeps()...), historySuffix(OutcomeReleased, 0, reason), owner)
+	args := append(releaseArgs(reason), owner)
 	return s.execCount(ctx, "release jobs of a stopping node", q, args...)
 }
 

@@ -202,16 +202,24 @@ VALUES (@p1, @p2, @p3, 'running', SYSUTCDATETIME(), 1, @p4, @p5, @p6, @p7, 1, SY
 SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for FROM @out ORDER BY id;
 
 -- JobReleaseIfRunning
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int64, @p7 int64
-UPDATE [sp_unit].[jobs] SET state = 'ready', owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),
-  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = @p1, history = RIGHT(CONCAT(history, attempt, @p2, owner_node, @p3, CONVERT(nvarchar(27), started_at, 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
-WHERE id = @p6 AND token = @p7 AND state = 'running';
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 int64, @p11 int64
+UPDATE [sp_unit].[jobs] SET state = CASE WHEN cancel_requested_at IS NULL THEN 'ready' ELSE 'cancelled' END,
+  owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),
+  finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE SYSUTCDATETIME() END,
+  attempt = CASE WHEN cancel_requested_at IS NOT NULL THEN attempt WHEN attempt > 0 THEN attempt - 1 ELSE 0 END,
+  last_error = CASE WHEN cancel_requested_at IS NULL THEN @p1 ELSE CONCAT(@p2, cancel_requested_by, @p3) END,
+  history = RIGHT(CONCAT(history, attempt, @p4, owner_node, @p5, CONVERT(nvarchar(27), started_at, 121), @p6, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN cancel_requested_at IS NULL THEN @p7 ELSE CONCAT(@p8, cancel_requested_by, @p9) END), 8000)
+WHERE id = @p10 AND token = @p11 AND state = 'running';
 
 -- JobsReleaseOwned
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax
-UPDATE [sp_unit].[jobs] SET state = 'ready', owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),
-  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = @p1, history = RIGHT(CONCAT(history, attempt, @p2, owner_node, @p3, CONVERT(nvarchar(27), started_at, 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
-WHERE owner = @p6 AND state = 'running';
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax
+UPDATE [sp_unit].[jobs] SET state = CASE WHEN cancel_requested_at IS NULL THEN 'ready' ELSE 'cancelled' END,
+  owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),
+  finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE SYSUTCDATETIME() END,
+  attempt = CASE WHEN cancel_requested_at IS NOT NULL THEN attempt WHEN attempt > 0 THEN attempt - 1 ELSE 0 END,
+  last_error = CASE WHEN cancel_requested_at IS NULL THEN @p1 ELSE CONCAT(@p2, cancel_requested_by, @p3) END,
+  history = RIGHT(CONCAT(history, attempt, @p4, owner_node, @p5, CONVERT(nvarchar(27), started_at, 121), @p6, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN cancel_requested_at IS NULL THEN @p7 ELSE CONCAT(@p8, cancel_requested_by, @p9) END), 8000)
+WHERE owner = @p10 AND state = 'running';
 
 -- JobGet
 -- @p1 int64
@@ -249,7 +257,7 @@ SELECT state FROM [sp_unit].[jobs] WHERE id = @p1;
 -- JobsRetry
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 int64, @p10 mssql.NVarCharMax, @p11 mssql.NVarCharMax
 UPDATE [sp_unit].[jobs] SET state = 'ready', run_at = SYSUTCDATETIME(), attempt = 0, finished_at = NULL,
-  start_by = NULL, owner = NULL, lease_until = NULL,
+  start_by = NULL, owner = NULL, lease_until = NULL, cancel_requested_by = NULL, cancel_requested_at = NULL,
   history = RIGHT(CONCAT(history, attempt, @p1, @p2, @p3, CONVERT(nvarchar(27), NULLIF(started_at, started_at), 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
 WHERE id IN (SELECT TOP (@p6) id FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN (@p7, @p8) AND created_at >= DATEADD(millisecond, CAST(@p9 % 86400000 AS int), DATEADD(day, CAST(@p9 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY id DESC) AND state IN (@p10, @p11) OPTION (RECOMPILE);
 

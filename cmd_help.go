@@ -51,7 +51,7 @@ func commands() []command {
 		{"job retry", "ID | -state dead|failed|cancelled|missed [-since D] [-until D] [-limit N]",
 			"run finished jobs again with a fresh attempt budget",
 			[]string{"slotpoller job retry 42", "slotpoller job retry -state dead -since 24h"}},
-		{"job cancel", "ID", "cancel a waiting job", []string{"slotpoller job cancel 42"}},
+		{"job cancel", "ID", "cancel a waiting job, or stop a running one's call (within a third of jobs.lease)", []string{"slotpoller job cancel 42"}},
 		{"status", "[-json] [-config PATH] [-env-file PATH]", "the local service; nodes, their clock offsets, jobs by state",
 			[]string{"slotpoller status", "slotpoller status -env-file /etc/default/slotpoller", "slotpoller status -json"}},
 		{"task add", "-name NAME -endpoint PATH -every D [-method M] [-payload TEXT] [-timeout D]",

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/config"
 )
 
 // jobTime is how job commands write a database time: UTC, to the
@@ -77,9 +78,21 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return jobClient(*cfgPath, dbWrite, func(ctx context.Context, c *client.Client) error {
-			if err := c.Cancel(ctx, id); err != nil {
+		cfg, err := loadConfig(*cfgPath)
+		if err != nil {
+			return err
+		}
+		return withClient(cfg, dbWrite, func(ctx context.Context, c *client.Client) error {
+			res, err := c.CancelJob(ctx, id)
+			if err != nil {
 				return err
+			}
+			if res == client.CancelRequested {
+				// The renewal that reports the request comes every third of
+				// the lease (the farm's, as this configuration gives it).
+				fmt.Fprintf(stdout, "job %d: cancel requested; the node stops the call within %s (a third of jobs.lease)\n",
+					id, config.Duration(time.Duration(cfg.Jobs.Lease)/3))
+				return nil
 			}
 			fmt.Fprintf(stdout, "job %d cancelled\n", id)
 			return nil
@@ -261,6 +274,9 @@ func writeJob(w io.Writer, j client.JobInfo) error {
 	row("run at", j.RunAt.Format(jobTime))
 	if j.State == client.StateRunning {
 		row("running on", j.Node+" since "+optTime(j.Started)+", lease until "+optTime(j.LeaseUntil))
+	}
+	if j.CancelRequestedBy != "" {
+		row("cancel requested", "by "+j.CancelRequestedBy+" at "+optTime(j.CancelRequestedAt))
 	}
 	if j.Finished != nil {
 		row("finished", optTime(j.Finished))

@@ -129,7 +129,7 @@ func TestJobCommands(t *testing.T) {
 	require.Equal(t, "job "+strconv.FormatInt(later, 10)+" cancelled\n", out)
 	code, _, errOut = cli(t, "job", "cancel", strconv.FormatInt(ok, 10), "-config", cfg)
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "it is done: only a waiting (ready) job can be cancelled")
+	require.Contains(t, errOut, "it is done: only a waiting (ready) or running job can be cancelled")
 	code, _, errOut = cli(t, "job", "show", "999999", "-config", cfg)
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "job 999999: job not found")

@@ -394,6 +394,10 @@ type jobView struct {
 	ScheduledFor   *apiTime    `json:"scheduled_for,omitempty"`
 	Queue          string      `json:"queue"`
 	History        []eventView `json:"history,omitempty"`
+	// A running job whose cancel was requested (a job's page only): who
+	// asked and when; its node stops the call at its next lease renewal.
+	CancelRequestedBy string   `json:"cancel_requested_by,omitempty"`
+	CancelRequestedAt *apiTime `json:"cancel_requested_at,omitempty"`
 }
 
 // eventView is a client.Event as the API shows it.
@@ -417,6 +421,7 @@ func view(j client.JobInfo, full bool) jobView {
 		v.Timeout = j.Timeout.String()
 	}
 	if full {
+		v.CancelRequestedBy, v.CancelRequestedAt = j.CancelRequestedBy, optTime(j.CancelRequestedAt)
 		for _, e := range j.History {
 			v.History = append(v.History, eventView{Attempt: e.Attempt, Node: e.Node, Started: optTime(e.Started),
 				Ended: apiTime(e.Ended), Outcome: e.Outcome, Status: e.Status, Error: e.Error})

@@ -68,7 +68,7 @@ func (n *endpoint) routes(a *api, d *dashboard) []route {
 		{"GET", "/api/v1/jobs", authorized, "list: ?state=&endpoint=&since=&until=&limit=&cursor=", a.list, nil},
 		{"GET", "/api/v1/jobs/counts", authorized, "jobs by state", a.counts, nil},
 		{"GET", "/api/v1/jobs/{id}", authorized, "a job with its history", a.get, nil},
-		{"POST", "/api/v1/jobs/{id}/cancel", authorized, "cancel a waiting job", a.act("cancelled", (*client.Client).Cancel, client.StateCancelled), nil},
+		{"POST", "/api/v1/jobs/{id}/cancel", authorized, "cancel a waiting job (200), or stop a running one's call (202)", a.cancel, nil},
 		{"POST", "/api/v1/jobs/{id}/retry", authorized, "retry a finished job", a.act("retried", (*client.Client).Retry, client.StateReady), nil},
 		{"POST", "/api/v1/jobs/retry", authorized, `retry {"state", "endpoint", "since", "until", "limit"}`, a.retryMatching, nil},
 		{"GET", "/api/v1/schedules", authorized, "schedules", a.schedules, nil},

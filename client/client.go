@@ -1,7 +1,7 @@
 // Package client is the Go API of a slotpoller farm for applications:
 // enqueue jobs (one or a batch, in the application's own transaction if it
 // likes), read a job with its attempt history, list jobs, cancel a waiting
-// job, and retry finished ones.
+// job or stop a running one's call, and retry finished ones.
 //
 // A Client works on the farm's database directly, through a *sql.DB the
 // application opened with one of the drivers slotpoller uses, and that
@@ -187,8 +187,9 @@ func (e *DuplicateError) Error() string {
 var ErrNotFound = errors.New("job not found")
 
 // StateError is a Cancel or Retry refused because of the job's state:
-// only a waiting job (ready) can be cancelled, and only a finished one
-// that did not succeed (dead, failed, cancelled, missed) retried.
+// only a waiting (ready) or running job can be cancelled, and only a
+// finished one that did not succeed (dead, failed, cancelled, missed)
+// retried.
 type StateError struct {
 	ID    int64
 	State string
@@ -198,10 +199,8 @@ type StateError struct {
 func (e *StateError) Error() string {
 	why := ""
 	switch {
-	case e.Op == "cancel" && e.State == StateRunning:
-		why = ": a node is calling it; a running call is not interrupted (it ends, and retries stop only when it succeeds or runs out of attempts)"
 	case e.Op == "cancel":
-		why = ": only a waiting (ready) job can be cancelled"
+		why = ": only a waiting (ready) or running job can be cancelled"
 	case e.Op == "retry":
 		why = ": only a dead, failed, cancelled or missed job can be retried"
 	}
@@ -215,7 +214,7 @@ const (
 	StateDone      = store.StateDone      // succeeded
 	StateFailed    = store.StateFailed    // answered with a 4xx that is not retried
 	StateDead      = store.StateDead      // out of attempts
-	StateCancelled = store.StateCancelled // cancelled while waiting
+	StateCancelled = store.StateCancelled // cancelled while waiting, or its call stopped by a cancel
 	StateMissed    = store.StateMissed    // a schedule's occurrence not started within its tolerance
 	// StateRetrying is a filter, not a stored state: ready after a failed
 	// attempt, backing off.

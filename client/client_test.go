@@ -243,19 +243,28 @@ func TestCancelAndRetry(t *testing.T) {
 	})
 }
 
-// A running job cannot be cancelled: the call is not interrupted.
-func TestCancelRunningIsRefused(t *testing.T) {
+// A running job's cancel is a request: the job stays running, under its
+// owner, until the owner's next renewal; the request names who asked.
+func TestCancelRunningIsRequested(t *testing.T) {
 	f := newFarm(t, "sqlite")
 	ctx := context.Background()
 	id, err := f.c.Enqueue(ctx, client.Job{Endpoint: "/x"})
 	require.NoError(t, err)
 	_, err = f.s.JobsClaim(ctx, "inc-b", "node-b", 1, store.Lease(time.Minute))
 	require.NoError(t, err)
-	err = f.c.Cancel(ctx, id)
-	var se *client.StateError
-	require.ErrorAs(t, err, &se)
-	require.Equal(t, client.StateRunning, se.State)
-	require.Contains(t, err.Error(), "not interrupted")
+	r, err := f.c.CancelJob(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, client.CancelRequested, r)
+	require.NoError(t, f.c.Cancel(ctx, id), "asked again: still requested")
+	j, err := f.c.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, client.StateRunning, j.State)
+	require.NotEmpty(t, j.CancelRequestedBy)
+	require.NotNil(t, j.CancelRequestedAt)
+	held, err := f.s.JobsRenewLeases(ctx, "inc-b", store.Lease(time.Minute))
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	require.Equal(t, j.CancelRequestedBy, held[0].CancelBy)
 }
 
 func TestListPagesAndFilters(t *testing.T) {

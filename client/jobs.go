@@ -38,6 +38,11 @@ type JobInfo struct {
 	// History lists the last attempts and actions, oldest first (Get only;
 	// about the last twenty are kept).
 	History []Event `json:"history,omitempty"`
+	// CancelRequestedBy is who asked that the running call be cancelled,
+	// and CancelRequestedAt when (Get only): the node stops the call at
+	// its next lease renewal. Empty when nobody asked.
+	CancelRequestedBy string     `json:"cancel_requested_by,omitempty"`
+	CancelRequestedAt *time.Time `json:"cancel_requested_at,omitempty"`
 }
 
 // Event is one ended attempt, or an operator's cancel or retry, in a job's
@@ -172,14 +177,12 @@ func (c *Client) List(ctx context.Context, f Filter) (Page, error) {
 }
 
 // Cancel cancels a waiting job (ready, backing off after a failure
-// included): it will not run. A running job is refused with a
-// *StateError: its call is not interrupted.
+// included): it will not run. A running job's call is cancelled by its
+// node within a lease renewal (see CancelJob). A finished job is refused
+// with a *StateError.
 func (c *Client) Cancel(ctx context.Context, id int64) error {
-	ok, err := c.s.JobCancelIfWaiting(ctx, id, c.actor)
-	if err != nil || ok {
-		return err
-	}
-	return c.refused(ctx, id, "cancel")
+	_, err := c.CancelJob(ctx, id)
+	return err
 }
 
 // Retry makes a dead, failed, cancelled or missed job ready now with a
@@ -226,7 +229,8 @@ func info(j store.Job) JobInfo {
 		Retrying: j.State == StateReady && j.Attempt > 0, RunAt: j.RunAt, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
 		Timeout: j.Timeout, UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey, Node: j.OwnerNode,
 		LeaseUntil: j.LeaseUntil, Created: j.Created, Started: j.Started, Finished: j.Finished, LastStatus: j.LastStatus,
-		LastError: j.LastError, Schedule: j.Schedule, ScheduledFor: j.ScheduledFor, Queue: j.Queue}
+		LastError: j.LastError, Schedule: j.Schedule, ScheduledFor: j.ScheduledFor, Queue: j.Queue,
+		CancelRequestedBy: j.CancelRequestedBy, CancelRequestedAt: j.CancelRequestedAt}
 	for _, e := range j.History {
 		out.History = append(out.History, Event(e))
 	}

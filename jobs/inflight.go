@@ -22,9 +22,12 @@ type inflight struct {
 	// ended is set once the call is over (or was never made): its result
 	// is then the judge of the lease, not a renewal, which may read the
 	// leases after the result's commit and before its answer.
-	ended    bool
-	watchdog clock.Timer // fires when leaseUntil is a margin away
-	armed    int         // counts arm calls: a watchdog that fires after a rearm is stale
+	ended bool
+	// cancelAsked is set once a renewal reported an operator's cancel and
+	// the call was cut off for it (cancel.go).
+	cancelAsked bool
+	watchdog    clock.Timer // fires when leaseUntil is a margin away
+	armed       int         // counts arm calls: a watchdog that fires after a rearm is stale
 }
 
 // margin is how long before its lease runs out a call is cut off (or not
@@ -173,6 +176,9 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 			o.RetryAfter = Backoff(c.Attempt, r.opts.Backoff, r.opts.BackoffMax, r.opts.Rand)
 		}
 	}
+	if asked, ok := cancelledOutcome(ctx, res); ok {
+		o = asked
+	}
 	ok, err := r.finish(c, o, r.opts.Lease)
 	switch {
 	case err != nil:
@@ -200,6 +206,8 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 	case store.StateDead:
 		r.dead.Add(1)
 		log().Warn("job dead after its last attempt", "status", res.Status, "error", res.Err)
+	case store.StateCancelled:
+		log().Info("job cancelled while running", "reason", o.Error)
 	default:
 		r.retried.Add(1)
 		log().Info("job will be retried", "status", res.Status, "error", res.Err, "after", o.RetryAfter)

@@ -10,8 +10,9 @@ import (
 
 // RenewLeases keeps the leases of running calls alive: every lease/3 it
 // renews all of this node's leases in one statement. A call whose job is no
-// longer held is cancelled at once; a call whose lease goes unconfirmed is
-// cut off by its watchdog while there is still time.
+// longer held is cancelled at once, and so is one whose job an operator
+// asked to cancel (cancel.go); a call whose lease goes unconfirmed is cut
+// off by its watchdog while there is still time.
 //
 // The rounds keep their cadence from each one's send time, and a round
 // that failed is tried again within a quarter of the interval: a round
@@ -78,8 +79,11 @@ func (r *Runner) RenewOnce(ctx context.Context) error {
 	still := make(map[store.Held]bool, len(held))
 	unknown := 0
 	for _, h := range held {
-		still[h] = true
-		if r.inflight[h] != nil {
+		still[h.Claim()] = true
+		if f := r.inflight[h.Claim()]; f != nil {
+			if h.CancelBy != "" {
+				r.cancelAskedLocked(f, h.CancelBy) // cancel.go
+			}
 			continue
 		}
 		// Held but not in flight: a claim whose answer was lost. Give it
@@ -87,7 +91,7 @@ func (r *Runner) RenewOnce(ctx context.Context) error {
 		// way (the job may be its own); the next round decides then.
 		unknown++
 		if r.claiming == 0 {
-			go r.releaseOrphan(h)
+			go r.releaseOrphan(h.Claim())
 		}
 	}
 	switch {

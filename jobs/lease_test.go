@@ -326,7 +326,7 @@ func TestPollLeftCountsOnlyWorkLeftOnPurpose(t *testing.T) {
 
 // isFinish tells the statement that records results.
 func isFinish(query string) bool {
-	return strings.Contains(query, "state = v.v_state")
+	return strings.Contains(query, "v.v_suffix")
 }
 
 // A renewal that reads the leases after a call's result was committed but

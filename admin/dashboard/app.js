@@ -330,7 +330,10 @@ function mountJobs(main, params) {
 function jobActions(j) {
   const out = el("div", { class: "actions" });
   if (RETRYABLE.includes(j.state)) out.append(el("button", { type: "button", "data-action": "retry", onclick: () => act(`/api/v1/jobs/${j.id}/retry`, {}, `job #${j.id} retried`) }, "Retry"));
-  if (j.state === "ready") out.append(el("button", { type: "button", class: "danger", "data-action": "cancel", onclick: () => act(`/api/v1/jobs/${j.id}/cancel`, {}, `job #${j.id} cancelled`) }, "Cancel"));
+  // A running job's cancel is a request (202, "cancelling"): its node
+  // stops the call at its next lease renewal and records it cancelled.
+  if (j.state === "ready" || j.state === "running") out.append(el("button", { type: "button", class: "danger", "data-action": "cancel", onclick: () => act(`/api/v1/jobs/${j.id}/cancel`, {},
+    (r) => r?.state === "cancelling" ? `job #${j.id}: cancel requested; its node stops the call within a third of its lease` : `job #${j.id} cancelled`) }, "Cancel"));
   return out;
 }
 

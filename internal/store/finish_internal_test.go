@@ -26,16 +26,16 @@ func TestFinishStatementShapes(t *testing.T) {
 	one, args1 := New(nil, Postgres{}).finishStatement(batch(1))
 	full, argsFull := New(nil, Postgres{}).finishStatement(batch(MaxFinishBatch))
 	require.Equal(t, one, full, "one statement for every batch size")
-	require.Len(t, args1, len(historySeps())+7)
-	require.Len(t, argsFull, len(historySeps())+7)
+	require.Len(t, args1, len(finishSeps())+7)
+	require.Len(t, argsFull, len(finishSeps())+7)
 	require.Equal(t, len(argsFull), highestPlaceholder(full), "a parameter for every argument")
 	require.Contains(t, full, "unnest(")
 
 	q1, a1 := New(nil, SQLite{}).finishStatement(batch(1))
 	q3, a3 := New(nil, SQLite{}).finishStatement(batch(3))
 	require.NotEqual(t, q1, q3)
-	require.Len(t, a1, len(historySeps())+7)
-	require.Len(t, a3, len(historySeps())+3*7)
+	require.Len(t, a1, len(finishSeps())+7)
+	require.Len(t, a3, len(finishSeps())+3*7)
 	require.Equal(t, len(a3), strings.Count(q3, "?"), "a parameter for every argument")
 }
 

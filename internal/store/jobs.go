@@ -77,6 +77,10 @@ type Job struct {
 	ScheduledFor   *time.Time
 	Queue          string
 	History        []Event // JobGet only: the last attempts and actions, oldest first
+	// JobGet only: who asked that the running call be cancelled, and when
+	// (database time); "" and nil when nobody did (see cancel.go).
+	CancelRequestedBy string
+	CancelRequestedAt *time.Time
 }
 
 // Claim is a job this node now holds under Token until its lease ends.
@@ -248,21 +252,28 @@ func (s *Store) JobsReclaimExpired(ctx context.Context, notAfter time.Time) (int
 	if !notAfter.IsZero() {
 		guard = " AND {now} <= ?"
 	}
+	// A job whose cancel was requested (see cancel.go) ends cancelled,
+	// whatever attempts it has left: it was asked to stop.
+	p := s.d.TextParam()
 	q := s.statement(`UPDATE {jobs} SET
-  state = CASE WHEN state = 'ready' THEN 'missed' WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
-  finished_at = CASE WHEN state = 'ready' OR attempt >= max_attempts THEN {now} ELSE NULL END,
+  state = CASE WHEN state = 'ready' THEN 'missed' WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+    WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
+  finished_at = CASE WHEN state = 'ready' OR cancel_requested_at IS NOT NULL OR attempt >= max_attempts THEN {now} ELSE NULL END,
   run_at = CASE WHEN state = 'ready' THEN run_at ELSE {now} END,
-  last_error = CASE WHEN state = 'ready' THEN ? ELSE ? END,
+  last_error = CASE WHEN state = 'ready' THEN ? WHEN cancel_requested_at IS NOT NULL THEN CONCAT(` + p + `, cancel_requested_by, ` + p + `)
+    ELSE ? END,
   history = CASE WHEN state = 'ready' THEN history ELSE ` + historyLine(s.d, "owner_node", "started_at",
-		"CASE WHEN attempt >= max_attempts THEN "+s.d.TextParam()+" ELSE "+s.d.TextParam()+" END") + ` END,
+		"CASE WHEN cancel_requested_at IS NOT NULL THEN CONCAT("+p+", cancel_requested_by, "+p+") WHEN attempt >= max_attempts THEN "+p+" ELSE "+p+" END") + ` END,
   owner = NULL, lease_until = NULL
 WHERE ((state = 'running' AND (lease_until < {now} OR lease_until IS NULL OR lease_until > {now+?}))
   OR (state = 'ready' AND start_by < {now}))` + guard)
 	// A missed occurrence was never attempted: only an expired lease adds a
 	// line to the history.
 	const lease = "lease expired: the node running it stopped renewing (crashed, froze or lost the database)"
-	args := append([]any{"missed: not started within its tolerance", lease}, historySeps()...)
-	args = append(args, historySuffix(StateDead, 0, lease), historySuffix(OutcomeReclaimed, 0, lease), millis(MaxHold))
+	cancelBefore, cancelAfter := cancelledErrorParts()
+	args := append([]any{"missed: not started within its tolerance", cancelBefore, cancelAfter, lease}, historySeps()...)
+	args = append(args, cancelledLine(), cancelAfter+"\n",
+		historySuffix(StateDead, 0, lease), historySuffix(OutcomeReclaimed, 0, lease), millis(MaxHold))
 	if guard != "" {
 		args = append(args, s.d.TimeArg(notAfter))
 	}
@@ -353,10 +364,15 @@ type Outcome struct {
 func (s *Store) JobFinishIfRunning(ctx context.Context, id, token int64, o Outcome) (bool, error) {
 	status, errText := nullInt(o.Status), nullString(o.Error)
 	if o.State == StateReady {
-		q := s.statement(`UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now+?},
-  last_status = ?, last_error = ?, history = ` + s.attemptLine() + `
+		// A requested cancel ends it instead, as in finishSet.
+		q := s.statement(`UPDATE {jobs} SET state = CASE WHEN cancel_requested_at IS NULL THEN 'ready' ELSE 'cancelled' END,
+  owner = NULL, lease_until = NULL, run_at = {now+?},
+  finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE {now} END,
+  last_status = ?, last_error = CASE WHEN cancel_requested_at IS NULL THEN ? ELSE ` + cancelledError(s.d, "") + ` END,
+  history = ` + s.attemptLine() + `
 WHERE id = ? AND token = ? AND state = 'running'`)
-		args := append([]any{millis(o.RetryAfter), status, errText}, historySeps()...)
+		before, after := cancelledErrorParts()
+		args := append([]any{millis(o.RetryAfter), status, errText, before, after}, historySeps()...)
 		args = append(args, historySuffix(OutcomeRetry, o.Status, o.Error), id, token)
 		return s.fenced(ctx, fmt.Sprintf("schedule retry of job %d", id), q, args...)
 	}
@@ -378,11 +394,13 @@ func (s *Store) attemptLine() string {
 // JobReleaseIfRunning gives a claimed job back unrun (a graceful stop that
 // could not wait for it): ready at once, and the interrupted attempt not
 // counted.
+//
+// A job whose cancel was requested is not given back: it ends cancelled
+// (releaseSet).
 func (s *Store) JobReleaseIfRunning(ctx context.Context, id, token int64, reason string) (bool, error) {
-	q := s.statement(`UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now},
-  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?, history = ` + s.attemptLine() + `
+	q := s.statement(`UPDATE {jobs} SET ` + s.releaseSet() + `
 WHERE id = ? AND token = ? AND state = 'running'`)
-	args := append(append([]any{reason}, historySeps()...), historySuffix(OutcomeReleased, 0, reason), id, token)
+	args := append(releaseArgs(reason), id, token)
 	return s.fenced(ctx, fmt.Sprintf("release job %d", id), q, args...)
 }
 
@@ -458,32 +476,43 @@ func (s *Store) JobCounts(ctx context.Context) (map[string]int, error) {
 type Held struct {
 	ID    int64
 	Token int64
+	// CancelBy is who asked that the job's call be cancelled (see
+	// cancel.go), "" when nobody did. It is not part of the claim: a map
+	// of claims is keyed by Claim().
+	CancelBy string
 }
+
+// Claim is the claim h names (its id and token), without the request.
+func (h Held) Claim() Held { return Held{ID: h.ID, Token: h.Token} }
 
 // JobsRenewLeases extends, in one statement, the lease of every job the
 // owner holds, and returns which ones it still holds: a job missing from the
-// answer was reclaimed and must not be worked on under its old token.
+// answer was reclaimed and must not be worked on under its old token. Each
+// job held says whether an operator asked that its call be cancelled.
 func (s *Store) JobsRenewLeases(ctx context.Context, owner string, hold Hold) ([]Held, error) {
-	q := `UPDATE {jobs} SET lease_until = {now+hold} {output id, token}
-WHERE owner = ? AND state = 'running' {returning id, token}`
+	q := `UPDATE {jobs} SET lease_until = {now+hold} {output id, token, cancel_requested_by}
+WHERE owner = ? AND state = 'running' {returning id, token, cancel_requested_by}`
 	if r, ok := s.d.(interface{ renewJobLeases() string }); ok {
 		q = r.renewJobLeases()
 	}
 	q = s.statement(q)
 	return queryAll(ctx, s, "renew job leases", q, append(hold.args(), owner), func(r rowScanner) (Held, error) {
 		var h Held
-		return h, r.Scan(&h.ID, &h.Token)
+		var by sql.NullString
+		err := r.Scan(&h.ID, &h.Token, &by)
+		h.CancelBy = by.String
+		return h, err
 	})
 }
 
 // JobsReleaseOwned gives back, unrun, every job an owner still holds: at
 // the end of a graceful stop, when no call of the owner is left, anything
 // still held is a claim whose answer was lost.
+// A job whose cancel was requested ends cancelled (releaseSet).
 func (s *Store) JobsReleaseOwned(ctx context.Context, owner, reason string) (int64, error) {
-	q := s.statement(`UPDATE {jobs} SET state = 'ready', owner = NULL, lease_until = NULL, run_at = {now},
-  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = ?, history = ` + s.attemptLine() + `
+	q := s.statement(`UPDATE {jobs} SET ` + s.releaseSet() + `
 WHERE owner = ? AND state = 'running'`)
-	args := append(append([]any{reason}, historySeps()...), historySuffix(OutcomeReleased, 0, reason), owner)
+	args := append(releaseArgs(reason), owner)
 	return s.execCount(ctx, "release jobs of a stopping node", q, args...)
 }
 
@@ -561,18 +590,18 @@ type finishRow struct {
 func (s *Store) finishStatement(rows []finishRow) (string, []any) {
 	if fa, ok := s.d.(finishArrays); ok {
 		c := finishColumnsOf(rows)
-		args := append(historySeps(), c.ids, c.tokens, c.states, c.retries, c.statuses, c.errs, c.suffixes)
+		args := append(finishSeps(), c.ids, c.tokens, c.states, c.retries, c.statuses, c.errs, c.suffixes)
 		return s.expanded(-1, func() string { return fa.finishArrayJobs() }), args
 	}
 	var args []any
 	if !finishRowsFirst(s.d) {
-		args = historySeps()
+		args = finishSeps()
 	}
 	for _, r := range rows {
 		args = append(args, r.id, r.token, r.state, r.retry, nullInt(r.status), nullString(r.err), r.suffix)
 	}
 	if finishRowsFirst(s.d) {
-		args = append(args, historySeps()...)
+		args = append(args, finishSeps()...)
 	}
 	fv := s.d.(finishValues)
 	return s.expanded(len(rows), func() string {
@@ -633,11 +662,17 @@ type finishValues interface {
 // named t (its name or alias): a retry is due again after its delay, and
 // only an end writes finished_at. retryAt is when a retry is due: the
 // database clock plus the row's delay.
+//
+// A retry of a job whose cancel was requested (cancel.go) ends it
+// cancelled: its call failed before the node heard of the request, and it
+// must not run again. Its history line tells how the attempt ended.
 func finishSet(d Dialect, t, retryAt string) string {
-	return `state = v.v_state, owner = NULL, lease_until = NULL,
+	cancelled := `v.v_state = 'ready' AND ` + t + `.cancel_requested_at IS NOT NULL`
+	return `state = CASE WHEN ` + cancelled + ` THEN 'cancelled' ELSE v.v_state END, owner = NULL, lease_until = NULL,
   run_at = CASE WHEN v.v_state = 'ready' THEN ` + retryAt + ` ELSE ` + t + `.run_at END,
-  finished_at = CASE WHEN v.v_state = 'ready' THEN ` + t + `.finished_at ELSE {now} END,
-  last_status = v.v_status, last_error = v.v_err,
+  finished_at = CASE WHEN v.v_state = 'ready' AND ` + t + `.cancel_requested_at IS NULL THEN ` + t + `.finished_at ELSE {now} END,
+  last_status = v.v_status,
+  last_error = CASE WHEN ` + cancelled + ` THEN ` + cancelledError(d, t+".") + ` ELSE v.v_err END,
   history = ` + historyLineOf(d, t+".", t+".owner_node", t+".started_at", "v.v_suffix")
 }
 
@@ -702,6 +737,14 @@ UPDATE j SET ` + set + `
 {output id}
 FROM {jobs} AS j WITH (ROWLOCK)
 WHERE j.state = 'running' AND j.id IN (SELECT y.v_id FROM @v AS y WHERE y.v_token = j.token)`
+}
+
+// finishSeps are the arguments of finishSet's own parameters, in the
+// order of its text: the cancelled error around the actor, then the
+// history's separators.
+func finishSeps() []any {
+	before, after := cancelledErrorParts()
+	return append([]any{before, after}, historySeps()...)
 }
 
 // finishValue is a reference to a column of a batch's row in finishSet.

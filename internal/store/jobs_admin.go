@@ -14,9 +14,10 @@ import (
 
 // JobGet reads one job with its history.
 func (s *Store) JobGet(ctx context.Context, id int64) (Job, error) {
-	var history sql.NullString
-	row := s.queryRow(ctx, s.statement(`SELECT `+jobColumns+`, history FROM {jobs} WHERE id = ?`), id)
-	j, err := scanJob(scanExtra{row, []any{&history}})
+	var history, cancelBy sql.NullString
+	var cancelAt shownTime
+	row := s.queryRow(ctx, s.statement(`SELECT `+jobColumns+`, history, cancel_requested_by, cancel_requested_at FROM {jobs} WHERE id = ?`), id)
+	j, err := scanJob(scanExtra{row, []any{&history, &cancelBy, &cancelAt}})
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, fmt.Errorf("job %d: %w", id, ErrNotFound)
 	}
@@ -24,6 +25,7 @@ func (s *Store) JobGet(ctx context.Context, id int64) (Job, error) {
 		return j, fmt.Errorf("read job %d: %w", id, err)
 	}
 	j.History = parseHistory(history.String)
+	j.CancelRequestedBy, j.CancelRequestedAt = cancelBy.String, cancelAt.ptr()
 	return j, nil
 }
 
@@ -310,8 +312,9 @@ func (s *Store) retryStatement(ctx context.Context, f JobFilter, actor string) (
 	if err != nil {
 		return "", nil, err
 	}
+	// A retry is a fresh run: a cancel requested of an earlier run is void.
 	q := s.statement(`UPDATE {jobs} SET state = 'ready', run_at = {now}, attempt = 0, finished_at = NULL,
-  start_by = NULL, owner = NULL, lease_until = NULL,
+  start_by = NULL, owner = NULL, lease_until = NULL, cancel_requested_by = NULL, cancel_requested_at = NULL,
   history = ` + historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam()) + `
 WHERE id IN (` + pick + `) AND state IN (?` + strings.Repeat(", ?", len(states)-1) + `)`)
 	args := append([]any{"\t", cut(actor, maxActor)}, historySeps()[1:]...)

@@ -173,6 +173,7 @@ var sqlServerOutputTypes = map[string]string{
 	"method": "NVARCHAR(16)", "payload": "VARBINARY(MAX)", "idem_key": "NVARCHAR(MAX)", "timeout_ms": "BIGINT",
 	"run_at": "DATETIME2(7)", "scheduled_for": "DATETIME2(7)", "name": "NVARCHAR(200)", "state": "NVARCHAR(20)",
 	"every_ms": "BIGINT", "handoff": "INT", "failures": "INT",
+	"cancel_requested_by": "NVARCHAR(200)",
 }
 
 // ClaimJobs picks the due jobs in order in a derived table (TOP with ORDER
@@ -230,7 +231,7 @@ WHERE j.state = 'ready'`
 // the update come in through the index, the two would take the same two
 // locks in opposite order and could deadlock on one job.
 func (SQLServer) renewJobLeases() string {
-	return `UPDATE j SET lease_until = ` + SQLServer{}.NowPlusMillisOf(holdMillis("j.timeout_ms", "?", "?", "?", "?")) + ` {output id, token}
+	return `UPDATE j SET lease_until = ` + SQLServer{}.NowPlusMillisOf(holdMillis("j.timeout_ms", "?", "?", "?", "?")) + ` {output id, token, cancel_requested_by}
 FROM {jobs} AS j WITH (ROWLOCK, INDEX(pk_jobs), FORCESEEK)
 WHERE j.id IN (SELECT r.id FROM {jobs} AS r WHERE r.owner = ? AND r.state = 'running')
   AND j.owner = {again} AND j.state = 'running'`

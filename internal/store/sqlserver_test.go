@@ -154,6 +154,19 @@ func sqlServerOps() []op {
 			_, err := s.JobCancelIfWaiting(ctx, 41, "operator MARK")
 			return err
 		}},
+		{name: "JobCancel (waiting)", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobCancel(ctx, 41, "operator MARK")
+			return err
+		}},
+		{name: "JobCancel (finished)", sends: 3, respond: func(c storetest.Call) storetest.Reply {
+			if strings.HasPrefix(c.Query, "SELECT state") {
+				return storetest.Reply{Columns: []string{"state"}, Rows: [][]any{{store.StateDone}}}
+			}
+			return storetest.Reply{Affected: 0}
+		}, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobCancel(ctx, 41, "operator MARK")
+			return err
+		}},
 		{name: "JobsRetry", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			_, err := s.JobsRetry(ctx, store.JobFilter{States: []string{store.StateDead, store.StateFailed}, Since: time.Hour, Limit: 500}, "operator MARK")
 			return err

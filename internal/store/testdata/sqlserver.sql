@@ -120,15 +120,17 @@ SELECT id FROM @out ORDER BY id;
 SELECT id FROM [sp_unit].[jobs] WHERE unique_key = @p1;
 
 -- JobsReclaimExpired
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 int64
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax, @p11 mssql.NVarCharMax, @p12 int64
 UPDATE [sp_unit].[jobs] SET
-  state = CASE WHEN state = 'ready' THEN 'missed' WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
-  finished_at = CASE WHEN state = 'ready' OR attempt >= max_attempts THEN SYSUTCDATETIME() ELSE NULL END,
+  state = CASE WHEN state = 'ready' THEN 'missed' WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+    WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
+  finished_at = CASE WHEN state = 'ready' OR cancel_requested_at IS NOT NULL OR attempt >= max_attempts THEN SYSUTCDATETIME() ELSE NULL END,
   run_at = CASE WHEN state = 'ready' THEN run_at ELSE SYSUTCDATETIME() END,
-  last_error = CASE WHEN state = 'ready' THEN @p1 ELSE @p2 END,
-  history = CASE WHEN state = 'ready' THEN history ELSE RIGHT(CONCAT(history, attempt, @p3, owner_node, @p4, CONVERT(nvarchar(27), started_at, 121), @p5, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN attempt >= max_attempts THEN @p6 ELSE @p7 END), 8000) END,
+  last_error = CASE WHEN state = 'ready' THEN @p1 WHEN cancel_requested_at IS NOT NULL THEN CONCAT(@p2, cancel_requested_by, @p3)
+    ELSE @p4 END,
+  history = CASE WHEN state = 'ready' THEN history ELSE RIGHT(CONCAT(history, attempt, @p5, owner_node, @p6, CONVERT(nvarchar(27), started_at, 121), @p7, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN cancel_requested_at IS NOT NULL THEN CONCAT(@p8, cancel_requested_by, @p9) WHEN attempt >= max_attempts THEN @p10 ELSE @p11 END), 8000) END,
   owner = NULL, lease_until = NULL
-WHERE ((state = 'running' AND (lease_until < SYSUTCDATETIME() OR lease_until IS NULL OR lease_until > DATEADD(millisecond, CAST(@p8 % 86400000 AS int), DATEADD(day, CAST(@p8 / 86400000 AS int), SYSUTCDATETIME()))))
+WHERE ((state = 'running' AND (lease_until < SYSUTCDATETIME() OR lease_until IS NULL OR lease_until > DATEADD(millisecond, CAST(@p12 % 86400000 AS int), DATEADD(day, CAST(@p12 / 86400000 AS int), SYSUTCDATETIME()))))
   OR (state = 'ready' AND start_by < SYSUTCDATETIME()));
 
 -- JobsLoad
@@ -172,24 +174,28 @@ UPDATE [sp_unit].[jobs] SET state = @p1, owner = NULL, lease_until = NULL, finis
 WHERE id = @p8 AND token = @p9 AND state = 'running';
 
 -- JobFinishIfRunning (retry)
--- @p1 int64, @p2 sql.NullInt64, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 int64, @p9 int64
-UPDATE [sp_unit].[jobs] SET state = 'ready', owner = NULL, lease_until = NULL, run_at = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())),
-  last_status = @p2, last_error = @p3, history = RIGHT(CONCAT(history, attempt, @p4, owner_node, @p5, CONVERT(nvarchar(27), started_at, 121), @p6, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p7), 8000)
-WHERE id = @p8 AND token = @p9 AND state = 'running';
+-- @p1 int64, @p2 sql.NullInt64, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 int64, @p11 int64
+UPDATE [sp_unit].[jobs] SET state = CASE WHEN cancel_requested_at IS NULL THEN 'ready' ELSE 'cancelled' END,
+  owner = NULL, lease_until = NULL, run_at = DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME())),
+  finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE SYSUTCDATETIME() END,
+  last_status = @p2, last_error = CASE WHEN cancel_requested_at IS NULL THEN @p3 ELSE CONCAT(@p4, cancel_requested_by, @p5) END,
+  history = RIGHT(CONCAT(history, attempt, @p6, owner_node, @p7, CONVERT(nvarchar(27), started_at, 121), @p8, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p9), 8000)
+WHERE id = @p10 AND token = @p11 AND state = 'running';
 
 -- JobsFinish
--- @p1 int64, @p2 int64, @p3 mssql.NVarCharMax, @p4 int64, @p5 sql.NullInt64, @p6 sql.NullString, @p7 mssql.NVarCharMax, @p8 int64, @p9 int64, @p10 mssql.NVarCharMax, @p11 int64, @p12 sql.NullInt64, @p13 mssql.NVarCharMax, @p14 mssql.NVarCharMax, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax
+-- @p1 int64, @p2 int64, @p3 mssql.NVarCharMax, @p4 int64, @p5 sql.NullInt64, @p6 sql.NullString, @p7 mssql.NVarCharMax, @p8 int64, @p9 int64, @p10 mssql.NVarCharMax, @p11 int64, @p12 sql.NullInt64, @p13 mssql.NVarCharMax, @p14 mssql.NVarCharMax, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax, @p18 mssql.NVarCharMax, @p19 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT);
 DECLARE @v TABLE (v_id BIGINT PRIMARY KEY, v_token BIGINT, v_state NVARCHAR(20), v_retry DATETIME2(7), v_status INT,
   v_err NVARCHAR(MAX), v_suffix NVARCHAR(MAX));
 INSERT INTO @v (v_id, v_token, v_state, v_retry, v_status, v_err, v_suffix)
   SELECT @p1, @p2, @p3, DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())), @p5, @p6, @p7
   UNION ALL SELECT @p8, @p9, @p10, DATEADD(millisecond, CAST(@p11 % 86400000 AS int), DATEADD(day, CAST(@p11 / 86400000 AS int), SYSUTCDATETIME())), @p12, @p13, @p14;
-UPDATE j SET state = (SELECT x.v_state FROM @v AS x WHERE x.v_id = j.id), owner = NULL, lease_until = NULL,
+UPDATE j SET state = CASE WHEN (SELECT x.v_state FROM @v AS x WHERE x.v_id = j.id) = 'ready' AND j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE (SELECT x.v_state FROM @v AS x WHERE x.v_id = j.id) END, owner = NULL, lease_until = NULL,
   run_at = CASE WHEN (SELECT x.v_state FROM @v AS x WHERE x.v_id = j.id) = 'ready' THEN (SELECT x.v_retry FROM @v AS x WHERE x.v_id = j.id) ELSE j.run_at END,
-  finished_at = CASE WHEN (SELECT x.v_state FROM @v AS x WHERE x.v_id = j.id) = 'ready' THEN j.finished_at ELSE SYSUTCDATETIME() END,
-  last_status = (SELECT x.v_status FROM @v AS x WHERE x.v_id = j.id), last_error = (SELECT x.v_err FROM @v AS x WHERE x.v_id = j.id),
-  history = RIGHT(CONCAT(j.history, j.attempt, @p15, j.owner_node, @p16, CONVERT(nvarchar(27), j.started_at, 121), @p17, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), (SELECT x.v_suffix FROM @v AS x WHERE x.v_id = j.id)), 8000)
+  finished_at = CASE WHEN (SELECT x.v_state FROM @v AS x WHERE x.v_id = j.id) = 'ready' AND j.cancel_requested_at IS NULL THEN j.finished_at ELSE SYSUTCDATETIME() END,
+  last_status = (SELECT x.v_status FROM @v AS x WHERE x.v_id = j.id),
+  last_error = CASE WHEN (SELECT x.v_state FROM @v AS x WHERE x.v_id = j.id) = 'ready' AND j.cancel_requested_at IS NOT NULL THEN CONCAT(@p15, j.cancel_requested_by, @p16) ELSE (SELECT x.v_err FROM @v AS x WHERE x.v_id = j.id) END,
+  history = RIGHT(CONCAT(j.history, j.attempt, @p17, j.owner_node, @p18, CONVERT(nvarchar(27), j.started_at, 121), @p19, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), (SELECT x.v_suffix FROM @v AS x WHERE x.v_id = j.id)), 8000)
 OUTPUT inserted.id INTO @out
 FROM [sp_unit].[jobs] AS j WITH (ROWLOCK)
 WHERE j.state = 'running' AND j.id IN (SELECT y.v_id FROM @v AS y WHERE y.v_token = j.token);
@@ -210,21 +216,29 @@ WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] pq WHERE pq.name = rq.queue A
 SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for FROM @out ORDER BY id;
 
 -- JobReleaseIfRunning
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int64, @p7 int64
-UPDATE [sp_unit].[jobs] SET state = 'ready', owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),
-  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = @p1, history = RIGHT(CONCAT(history, attempt, @p2, owner_node, @p3, CONVERT(nvarchar(27), started_at, 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
-WHERE id = @p6 AND token = @p7 AND state = 'running';
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 int64, @p11 int64
+UPDATE [sp_unit].[jobs] SET state = CASE WHEN cancel_requested_at IS NULL THEN 'ready' ELSE 'cancelled' END,
+  owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),
+  finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE SYSUTCDATETIME() END,
+  attempt = CASE WHEN cancel_requested_at IS NOT NULL THEN attempt WHEN attempt > 0 THEN attempt - 1 ELSE 0 END,
+  last_error = CASE WHEN cancel_requested_at IS NULL THEN @p1 ELSE CONCAT(@p2, cancel_requested_by, @p3) END,
+  history = RIGHT(CONCAT(history, attempt, @p4, owner_node, @p5, CONVERT(nvarchar(27), started_at, 121), @p6, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN cancel_requested_at IS NULL THEN @p7 ELSE CONCAT(@p8, cancel_requested_by, @p9) END), 8000)
+WHERE id = @p10 AND token = @p11 AND state = 'running';
 
 -- JobsReleaseOwned
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax
-UPDATE [sp_unit].[jobs] SET state = 'ready', owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),
-  attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, last_error = @p1, history = RIGHT(CONCAT(history, attempt, @p2, owner_node, @p3, CONVERT(nvarchar(27), started_at, 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
-WHERE owner = @p6 AND state = 'running';
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax
+UPDATE [sp_unit].[jobs] SET state = CASE WHEN cancel_requested_at IS NULL THEN 'ready' ELSE 'cancelled' END,
+  owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),
+  finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE SYSUTCDATETIME() END,
+  attempt = CASE WHEN cancel_requested_at IS NOT NULL THEN attempt WHEN attempt > 0 THEN attempt - 1 ELSE 0 END,
+  last_error = CASE WHEN cancel_requested_at IS NULL THEN @p1 ELSE CONCAT(@p2, cancel_requested_by, @p3) END,
+  history = RIGHT(CONCAT(history, attempt, @p4, owner_node, @p5, CONVERT(nvarchar(27), started_at, 121), @p6, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN cancel_requested_at IS NULL THEN @p7 ELSE CONCAT(@p8, cancel_requested_by, @p9) END), 8000)
+WHERE owner = @p10 AND state = 'running';
 
 -- JobGet
 -- @p1 int64
 SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue, history FROM [sp_unit].[jobs] WHERE id = @p1;
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue, history, cancel_requested_by, cancel_requested_at FROM [sp_unit].[jobs] WHERE id = @p1;
 
 -- JobsList
 -- @p1 int, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 int, @p5 mssql.NVarCharMax, @p6 int64, @p7 int64
@@ -237,10 +251,27 @@ UPDATE [sp_unit].[jobs] SET state = 'cancelled', finished_at = SYSUTCDATETIME(),
   history = RIGHT(CONCAT(history, attempt, @p1, @p2, @p3, CONVERT(nvarchar(27), NULLIF(started_at, started_at), 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
 WHERE id = @p6 AND state = 'ready';
 
+-- JobCancel (waiting)
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int64
+UPDATE [sp_unit].[jobs] SET state = 'cancelled', finished_at = SYSUTCDATETIME(), start_by = NULL,
+  history = RIGHT(CONCAT(history, attempt, @p1, @p2, @p3, CONVERT(nvarchar(27), NULLIF(started_at, started_at), 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
+WHERE id = @p6 AND state = 'ready';
+
+-- JobCancel (finished)
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int64
+UPDATE [sp_unit].[jobs] SET state = 'cancelled', finished_at = SYSUTCDATETIME(), start_by = NULL,
+  history = RIGHT(CONCAT(history, attempt, @p1, @p2, @p3, CONVERT(nvarchar(27), NULLIF(started_at, started_at), 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
+WHERE id = @p6 AND state = 'ready';
+-- @p1 mssql.NVarCharMax, @p2 int64
+UPDATE [sp_unit].[jobs] SET cancel_requested_by = @p1, cancel_requested_at = SYSUTCDATETIME()
+WHERE id = @p2 AND state = 'running' AND cancel_requested_at IS NULL;
+-- @p1 int64
+SELECT state FROM [sp_unit].[jobs] WHERE id = @p1;
+
 -- JobsRetry
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 int64, @p10 mssql.NVarCharMax, @p11 mssql.NVarCharMax
 UPDATE [sp_unit].[jobs] SET state = 'ready', run_at = SYSUTCDATETIME(), attempt = 0, finished_at = NULL,
-  start_by = NULL, owner = NULL, lease_until = NULL,
+  start_by = NULL, owner = NULL, lease_until = NULL, cancel_requested_by = NULL, cancel_requested_at = NULL,
   history = RIGHT(CONCAT(history, attempt, @p1, @p2, @p3, CONVERT(nvarchar(27), NULLIF(started_at, started_at), 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
 WHERE id IN (SELECT TOP (@p6) id FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN (@p7, @p8) AND created_at >= DATEADD(millisecond, CAST(@p9 % 86400000 AS int), DATEADD(day, CAST(@p9 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY id DESC) AND state IN (@p10, @p11) OPTION (RECOMPILE);
 
@@ -292,12 +323,12 @@ WHERE state = 'ready' AND run_at > DATEADD(millisecond, CAST(@p2 % 86400000 AS i
 
 -- JobsRenewLeases
 -- @p1 int64, @p2 int64, @p3 int64, @p4 int64, @p5 mssql.NVarCharMax
-DECLARE @out TABLE (id BIGINT, token BIGINT);
-UPDATE j SET lease_until = DATEADD(millisecond, CAST(CASE WHEN j.timeout_ms <= 0 OR j.timeout_ms > 86400000 THEN CAST(@p1 AS BIGINT) WHEN j.timeout_ms > CAST(@p2 AS BIGINT) THEN j.timeout_ms + CAST(@p3 AS BIGINT) ELSE CAST(@p4 AS BIGINT) END AS int), SYSUTCDATETIME()) OUTPUT inserted.id, inserted.token INTO @out
+DECLARE @out TABLE (id BIGINT, token BIGINT, cancel_requested_by NVARCHAR(200));
+UPDATE j SET lease_until = DATEADD(millisecond, CAST(CASE WHEN j.timeout_ms <= 0 OR j.timeout_ms > 86400000 THEN CAST(@p1 AS BIGINT) WHEN j.timeout_ms > CAST(@p2 AS BIGINT) THEN j.timeout_ms + CAST(@p3 AS BIGINT) ELSE CAST(@p4 AS BIGINT) END AS int), SYSUTCDATETIME()) OUTPUT inserted.id, inserted.token, inserted.cancel_requested_by INTO @out
 FROM [sp_unit].[jobs] AS j WITH (ROWLOCK, INDEX(pk_jobs), FORCESEEK)
 WHERE j.id IN (SELECT r.id FROM [sp_unit].[jobs] AS r WHERE r.owner = @p5 AND r.state = 'running')
   AND j.owner = @p5 AND j.state = 'running';
-SELECT id, token FROM @out ORDER BY id;
+SELECT id, token, cancel_requested_by FROM @out ORDER BY id;
 
 -- TaskInsert (new)
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 []uint8, @p5 int64, @p6 int64

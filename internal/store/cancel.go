@@ -163,3 +163,41 @@ func cancelledLine() string {
 	before, _ := cancelledErrorParts()
 	return strings.TrimSuffix(historySuffix(StateCancelled, 0, before), "\n")
 }
+
+// QueueCancel asks every running job of queue that was not asked already
+// to stop, as JobCancel does for one (actor, the database time), and,
+// when waiting is set, cancels the queue's waiting jobs (ready, backing
+// off included) at once, as JobCancelIfWaiting does for one, history line
+// included. It returns how many running jobs were asked and how many
+// waiting ones were cancelled. Each node then stops its calls at its next
+// lease renewal and records them cancelled, as for a single request.
+//
+// One statement for each: the waiting ones first, so that a job claimed
+// between the two is asked as a running one. A call that fails and goes
+// back to backing off between the two statements is left waiting (a
+// second QueueCancel cancels it).
+//
+// Its cost: each statement reads the index on state for its state (every
+// running, or every ready, row of the farm) and changes the queue's rows;
+// finished jobs are not read.
+func (s *Store) QueueCancel(ctx context.Context, queue, actor string, waiting bool) (requested, cancelled int64, err error) {
+	actor = cut(actor, maxActor)
+	if waiting {
+		q := s.statement(`UPDATE {jobs} SET state = 'cancelled', finished_at = {now}, start_by = NULL,
+  history = ` + historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam()) + `
+WHERE state = 'ready' AND queue = ?`)
+		args := append([]any{"\t", actor}, historySeps()[1:]...)
+		args = append(args, historySuffix(StateCancelled, 0, ""), queue)
+		cancelled, err = s.execCount(ctx, fmt.Sprintf("cancel the waiting jobs of queue %q", queue), q, args...)
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	q := s.statement(`UPDATE {jobs} SET cancel_requested_by = ?, cancel_requested_at = {now}
+WHERE state = 'running' AND queue = ? AND cancel_requested_at IS NULL`)
+	requested, err = s.execCount(ctx, fmt.Sprintf("request cancel of the running jobs of queue %q", queue), q, oneLine(actor), queue)
+	if err != nil {
+		return 0, cancelled, err
+	}
+	return requested, cancelled, nil
+}

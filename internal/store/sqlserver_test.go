@@ -305,6 +305,14 @@ func sqlServerOps() []op {
 			_, err := s.Queues(ctx)
 			return err
 		}},
+		{name: "QueueCancel", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, _, err := s.QueueCancel(ctx, "q-MARK", "operator MARK", false)
+			return err
+		}},
+		{name: "QueueCancel (waiting too)", sends: 2, run: func(ctx context.Context, s *store.Store) error {
+			_, _, err := s.QueueCancel(ctx, "q-MARK", "operator MARK", true)
+			return err
+		}},
 		{name: "QueuesPaused", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			_, err := s.QueuesPaused(ctx)
 			return err

@@ -522,5 +522,19 @@ FROM (SELECT j.queue,
 FULL OUTER JOIN [sp_unit].[queues] m ON m.name = w.queue
 ORDER BY 1;
 
+-- QueueCancel
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax
+UPDATE [sp_unit].[jobs] SET cancel_requested_by = @p1, cancel_requested_at = SYSUTCDATETIME()
+WHERE state = 'running' AND queue = @p2 AND cancel_requested_at IS NULL;
+
+-- QueueCancel (waiting too)
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax
+UPDATE [sp_unit].[jobs] SET state = 'cancelled', finished_at = SYSUTCDATETIME(), start_by = NULL,
+  history = RIGHT(CONCAT(history, attempt, @p1, @p2, @p3, CONVERT(nvarchar(27), NULLIF(started_at, started_at), 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
+WHERE state = 'ready' AND queue = @p6;
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax
+UPDATE [sp_unit].[jobs] SET cancel_requested_by = @p1, cancel_requested_at = SYSUTCDATETIME()
+WHERE state = 'running' AND queue = @p2 AND cancel_requested_at IS NULL;
+
 -- QueuesPaused
 SELECT name, paused_by, paused_at FROM [sp_unit].[queues] WHERE paused = 1 ORDER BY name;

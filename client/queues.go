@@ -65,3 +65,29 @@ func CheckQueueName(name string) error {
 	}
 	return nil
 }
+
+// QueueCancelled is what CancelQueue did.
+type QueueCancelled struct {
+	// Requested is how many running jobs of the queue were asked to stop:
+	// each one's node cancels the call at its next lease renewal (within a
+	// third of the lease) and records the job cancelled, as CancelJob
+	// does for one. Jobs asked before are not counted: their first
+	// request stands.
+	Requested int64 `json:"requested"`
+	// Cancelled is how many waiting jobs (ready, backing off after a
+	// failure included) were cancelled at once; 0 unless waiting was set.
+	Cancelled int64 `json:"cancelled"`
+}
+
+// CancelQueue stops every running job of a queue, as CancelJob does for
+// one, and, with waiting set, cancels its waiting jobs too. The client's
+// actor is recorded. A queue need not be paused first, but jobs it starts
+// after the call are not stopped: pause it (PauseQueue) to stop its starts
+// as well.
+func (c *Client) CancelQueue(ctx context.Context, name string, waiting bool) (QueueCancelled, error) {
+	if err := CheckQueueName(name); err != nil {
+		return QueueCancelled{}, err
+	}
+	requested, cancelled, err := c.s.QueueCancel(ctx, name, c.actor, waiting)
+	return QueueCancelled{Requested: requested, Cancelled: cancelled}, err
+}

@@ -3,8 +3,10 @@ package client_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/stretchr/testify/require"
 )
@@ -54,6 +56,48 @@ func TestQueueNamesAreChecked(t *testing.T) {
 	require.ErrorAs(t, f.c.PauseQueue(ctx, "a/b"), &fe)
 	require.Equal(t, "queue", fe.Field)
 	_, err := f.c.Enqueue(ctx, client.Job{Endpoint: "/x", Queue: " lead"})
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "queue", fe.Field)
+}
+
+// A queue's cancel asks its running jobs to stop (the client's actor
+// recorded) and cancels its waiting ones only when asked; another queue's
+// jobs are not touched.
+func TestCancelQueue(t *testing.T) {
+	f := newFarm(t, "sqlite")
+	ctx := context.Background()
+	running, err := f.c.Enqueue(ctx, client.Job{Endpoint: "/report", Queue: "reports"})
+	require.NoError(t, err)
+	other, err := f.c.Enqueue(ctx, client.Job{Endpoint: "/other"})
+	require.NoError(t, err)
+	_, err = f.s.JobsClaim(ctx, "inc-b", "node-b", 2, store.Lease(time.Minute))
+	require.NoError(t, err)
+	waiting, err := f.c.Enqueue(ctx, client.Job{Endpoint: "/report", Queue: "reports", Delay: time.Hour})
+	require.NoError(t, err)
+
+	r, err := f.c.CancelQueue(ctx, "reports", false)
+	require.NoError(t, err)
+	require.Equal(t, client.QueueCancelled{Requested: 1}, r)
+	j, err := f.c.Get(ctx, running)
+	require.NoError(t, err)
+	require.Equal(t, client.StateRunning, j.State)
+	require.Equal(t, "client", j.CancelRequestedBy)
+	j, err = f.c.Get(ctx, other)
+	require.NoError(t, err)
+	require.Empty(t, j.CancelRequestedBy)
+	j, err = f.c.Get(ctx, waiting)
+	require.NoError(t, err)
+	require.Equal(t, client.StateReady, j.State)
+
+	r, err = f.c.CancelQueue(ctx, "reports", true)
+	require.NoError(t, err)
+	require.Equal(t, client.QueueCancelled{Cancelled: 1}, r, "the running one was asked already")
+	j, err = f.c.Get(ctx, waiting)
+	require.NoError(t, err)
+	require.Equal(t, client.StateCancelled, j.State)
+
+	var fe *client.FieldError
+	_, err = f.c.CancelQueue(ctx, "a/b", true)
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "queue", fe.Field)
 }

@@ -65,3 +65,36 @@ func (a *api) queueAction(paused bool) apiFunc {
 		return http.StatusOK, map[string]any{"name": name, "paused": paused}, nil
 	}
 }
+
+// queueCancel is POST /api/v1/queues/{name}/cancel, whose body is empty,
+// {} or {"waiting": true}: every running job of the queue is asked to
+// stop (its node cancels the call at its next lease renewal and records
+// it cancelled), and with waiting its waiting jobs are cancelled at once.
+// It answers 202 Accepted with the two counts: the running jobs end
+// cancelled later, each when its node acts. The node's client records its
+// actor (api@node) as who asked.
+func (a *api) queueCancel(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
+	name := r.PathValue("name")
+	if err := jobs.ValidateQueueName(name); err != nil {
+		return 0, nil, &client.FieldError{Field: "name", Problem: err.Error()}
+	}
+	if _, err := query(r); err != nil {
+		return 0, nil, err
+	}
+	var body struct {
+		Waiting bool `json:"waiting"`
+	}
+	if err := decodeBody(r, &body, true); err != nil {
+		return 0, nil, err
+	}
+	res, err := c.CancelQueue(ctx, name, body.Waiting)
+	if err != nil {
+		return 0, nil, err
+	}
+	a.log.Info("queue cancel through the API: its nodes stop the calls at their next lease renewal", "queue", name,
+		"running_asked", res.Requested, "waiting_cancelled", res.Cancelled)
+	return http.StatusAccepted, struct {
+		Name string `json:"name"`
+		client.QueueCancelled
+	}{name, res}, nil
+}

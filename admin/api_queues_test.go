@@ -67,7 +67,31 @@ func TestAPIQueues(t *testing.T) {
 		waitState(t, base, routed, "done")
 		waitState(t, base, named, "done")
 
-		e := must(t, base, http.StatusBadRequest, post("/api/v1/queues/%20x/pause", "")).err()
+		// Cancel the queue: its running calls are cut off by the node and
+		// end cancelled; with waiting, its waiting job is cancelled at once.
+		slow1 := idOf(t, must(t, base, http.StatusCreated, post("/api/v1/jobs", `{"endpoint":"/slow","queue":"reports"}`)))
+		slow2 := idOf(t, must(t, base, http.StatusCreated, post("/api/v1/jobs", `{"endpoint":"/slow","queue":"reports"}`)))
+		later := idOf(t, must(t, base, http.StatusCreated, post("/api/v1/jobs", `{"endpoint":"/reports/later","delay":"1h"}`)))
+		elsewhere := idOf(t, must(t, base, http.StatusCreated, post("/api/v1/jobs", `{"endpoint":"/other","delay":"1h"}`)))
+		waitState(t, base, slow1, "running")
+		waitState(t, base, slow2, "running")
+		r = must(t, base, http.StatusAccepted, post("/api/v1/queues/reports/cancel", `{"waiting":true}`))
+		require.Equal(t, map[string]any{"name": "reports", "requested": float64(2), "cancelled": float64(1)}, r.body)
+		require.Equal(t, "cancelled", jobState(t, base, later))
+		require.Equal(t, "ready", jobState(t, base, elsewhere), "another queue's job waits on")
+		for _, id := range []int64{slow1, slow2} {
+			waitState(t, base, id, "cancelled")
+			job := must(t, base, http.StatusOK, getReq("/api/v1/jobs/"+itoa(id))).body
+			require.Equal(t, "cancelled by api@api-q while running", job["last_error"], "the actor is recorded")
+		}
+		r = must(t, base, http.StatusAccepted, post("/api/v1/queues/reports/cancel", ""))
+		require.Equal(t, map[string]any{"name": "reports", "requested": float64(0), "cancelled": float64(0)}, r.body)
+		e := must(t, base, http.StatusBadRequest, post("/api/v1/queues/reports/cancel", `{"waiting":"yes"}`)).err()
+		require.Equal(t, "wrong_type", e["code"])
+		must(t, base, http.StatusBadRequest, post("/api/v1/queues/reports/cancel", `{"running":true}`))
+		must(t, base, http.StatusMethodNotAllowed, getReq("/api/v1/queues/reports/cancel"))
+
+		e = must(t, base, http.StatusBadRequest, post("/api/v1/queues/%20x/pause", "")).err()
 		require.Contains(t, e["message"], "queue name")
 		must(t, base, http.StatusMethodNotAllowed, getReq("/api/v1/queues/reports/pause"))
 	})

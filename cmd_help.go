@@ -77,6 +77,8 @@ func commands() []command {
 		{"queue pause", "-name NAME", "stop starting a queue's jobs until it is resumed; calls running go on",
 			[]string{"slotpoller queue pause -name reports"}},
 		{"queue resume", "-name NAME", "start a paused queue's jobs again from the next poll", []string{"slotpoller queue resume -name reports"}},
+		{"queue cancel", "-name NAME [-waiting]", "stop a queue's running calls (each ends cancelled); -waiting: cancel its waiting jobs too",
+			[]string{"slotpoller queue cancel -name reports", "slotpoller queue pause -name reports && slotpoller queue cancel -name reports -waiting"}},
 		{"schema migrate", "[-config PATH]", "create or upgrade the database schema", []string{"slotpoller schema migrate", "slotpoller schema migrate -config /etc/slotpoller/config.yaml"}},
 		{"schema status", "[-config PATH]", "show the schema version, and whether this binary can use it", []string{"slotpoller schema status"}},
 		{"version", "", "print this binary's version", []string{"slotpoller version"}},

@@ -5,15 +5,18 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/jobs"
 )
 
-// cmdQueue is `queue list`, `queue pause -name N` and `queue resume -name N`.
+// cmdQueue is `queue list`, `queue pause -name N`, `queue resume -name N`
+// and `queue cancel -name N [-waiting]`.
 func cmdQueue(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"say `queue list`, `queue pause -name NAME` or `queue resume -name NAME`"}
+		return usageError{"say `queue list`, `queue pause -name NAME`, `queue resume -name NAME` or `queue cancel -name NAME`"}
 	}
 	sub, args := args[0], args[1:]
 	fs, cfgPath := newFlags("queue "+sub, stdout)
@@ -60,6 +63,36 @@ func cmdQueue(args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "queue %q resumed: its due jobs start from the next poll\n", *name)
 			return nil
 		})
+	case "cancel":
+		name := fs.String("name", "", "name of the queue (required)")
+		waiting := fs.Bool("waiting", false, "cancel the queue's waiting jobs too (ready, and backing off after a failure)")
+		if err := fs.parse(args); err != nil {
+			return err
+		}
+		if *name == "" {
+			return usageError{"-name is required"}
+		}
+		if err := jobs.ValidateQueueName(*name); err != nil {
+			return usageError{fmt.Sprintf("-name %q: %v", *name, err)}
+		}
+		cfg, err := loadConfig(*cfgPath)
+		if err != nil {
+			return err
+		}
+		return withClient(cfg, dbWrite, func(ctx context.Context, c *client.Client) error {
+			r, err := c.CancelQueue(ctx, *name, *waiting)
+			if err != nil {
+				return err
+			}
+			// The renewal that reports the requests comes every third of
+			// the lease (the farm's, as this configuration gives it).
+			fmt.Fprintf(stdout, "queue %q: cancel requested of %s running; the nodes stop the calls within %s (a third of jobs.lease)\n",
+				*name, jobCount(r.Requested), config.Duration(time.Duration(cfg.Jobs.Lease)/3))
+			if *waiting {
+				fmt.Fprintf(stdout, "queue %q: %s waiting cancelled\n", *name, jobCount(r.Cancelled))
+			}
+			return nil
+		})
 	}
 	return usageError{fmt.Sprintf("unknown queue verb %q: say %s", sub, orList(subVerbs("queue")))}
 }
@@ -86,4 +119,12 @@ func writeQueues(w io.Writer, qs []client.QueueInfo) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", q.Name, state, q.Waiting, q.Running, by, at)
 	}
 	return tw.Flush()
+}
+
+// jobCount is "1 job" or "N jobs".
+func jobCount(n int64) string {
+	if n == 1 {
+		return "1 job"
+	}
+	return fmt.Sprintf("%d jobs", n)
 }

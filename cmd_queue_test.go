@@ -7,8 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/stretchr/testify/require"
 )
@@ -62,8 +64,55 @@ func TestQueueCommands(t *testing.T) {
 		{"queue", "pause"},
 		{"enqueue", "-endpoint", "/x", "-queue", " x"},
 		{"queue", "drain", "-name", "x"},
+		{"queue", "cancel"},
+		{"queue", "cancel", "-name", "a/b", "-waiting"},
 	} {
 		code, _, errOut = cli(t, append(args, "-config", cfg)...)
 		require.Equal(t, 2, code, "%v: %s", args, errOut)
 	}
+}
+
+// queue cancel on a SQLite farm: the queue's running job is asked to stop
+// (by cli), its waiting job cancelled only with -waiting, another queue's
+// jobs untouched.
+func TestQueueCancelCommand(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "farm.db")
+	cfg := writeConfig(t, "database:\n  dsn: "+dbPath+"\njobs:\n  lease: 9s\n")
+	code, _, errOut := cli(t, "schema", "migrate", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	ctx := context.Background()
+	s, err := open.Store(ctx, "sqlite", dbPath)
+	require.NoError(t, err)
+	defer s.Close()
+	insert := func(endpoint, queue string, delay time.Duration) int64 {
+		t.Helper()
+		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: endpoint, Method: "POST", MaxAttempts: 3, IdempotencyKey: "k", Queue: queue, Delay: delay})
+		require.NoError(t, err)
+		return id
+	}
+	running, other := insert("/r", "reports", 0), insert("/o", "mail", 0)
+	_, err = s.JobsClaim(ctx, "inc-a", "node-a", 2, store.Lease(time.Minute))
+	require.NoError(t, err)
+	waiting := insert("/w", "reports", time.Hour)
+	state := func(id int64) store.Job {
+		t.Helper()
+		j, err := s.JobGet(ctx, id)
+		require.NoError(t, err)
+		return j
+	}
+
+	code, out, errOut := cli(t, "queue", "cancel", "-name", "reports", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, "queue \"reports\": cancel requested of 1 job running; the nodes stop the calls within 3s (a third of jobs.lease)\n", out)
+	require.Equal(t, "cli", state(running).CancelRequestedBy)
+	require.Equal(t, store.StateRunning, state(running).State)
+	require.Empty(t, state(other).CancelRequestedBy)
+	require.Equal(t, store.StateReady, state(waiting).State)
+
+	code, out, errOut = cli(t, "queue", "cancel", "-name", "reports", "-waiting", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "cancel requested of 0 jobs running")
+	require.Contains(t, out, "queue \"reports\": 1 job waiting cancelled\n")
+	require.Equal(t, store.StateCancelled, state(waiting).State)
+	require.Equal(t, store.StateRunning, state(other).State)
 }

@@ -435,7 +435,11 @@ function mountQueues(main) {
           el("td", {}, el("div", { class: "actions" },
             q.paused
               ? el("button", { type: "button", "data-action": "resume", onclick: () => act(path(q, "resume"), {}, `queue ${q.name} resumed`) }, "Resume")
-              : el("button", { type: "button", "data-action": "pause", onclick: () => act(path(q, "pause"), {}, `queue ${q.name} paused: its jobs wait`) }, "Pause"))))))) : el("div", { class: "empty" }, "No queue has jobs waiting or running, and none was paused. Pause one with slotpoller queue pause -name NAME."));
+              : el("button", { type: "button", "data-action": "pause", onclick: () => act(path(q, "pause"), {}, `queue ${q.name} paused: its jobs wait`) }, "Pause"),
+            // Running calls only: its waiting jobs stay (the CLI's and the
+            // API's -waiting cancel them too). Two clicks, as for a delete.
+            q.running > 0 ? confirmButton("Cancel running", "danger", { "data-action": "cancel" }, "cancel queue " + q.name,
+              () => act(path(q, "cancel"), { waiting: false }, (r) => `queue ${q.name}: cancel requested of ${r.requested} running; their nodes stop the calls at their next lease renewal`)) : null)))))) : el("div", { class: "empty" }, "No queue has jobs waiting or running, and none was paused. Pause one with slotpoller queue pause -name NAME."));
     },
   };
 }

@@ -177,9 +177,10 @@ func cancelledLine() string {
 // back to backing off between the two statements is left waiting (a
 // second QueueCancel cancels it).
 //
-// Its cost: each statement reads the index on state for its state (every
-// running, or every ready, row of the farm) and changes the queue's rows;
-// finished jobs are not read.
+// Its cost: each statement reads an index of its state's rows (every
+// running, or every ready, row of the farm: the state index or the
+// partial index on running or ready rows, as the planner likes) and
+// changes the queue's rows; finished jobs are not read.
 func (s *Store) QueueCancel(ctx context.Context, queue, actor string, waiting bool) (requested, cancelled int64, err error) {
 	actor = cut(actor, maxActor)
 	if waiting {

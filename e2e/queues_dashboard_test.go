@@ -58,3 +58,55 @@ func TestDashboardPausesAQueue(t *testing.T) {
 	})
 	n.stop(t)
 }
+
+// The Queues page's "Cancel running" (two clicks) reaches a queue's running
+// call: the endpoint sees its request cancelled and the job ends
+// cancelled by the dashboard's node, not retried.
+func TestDashboardCancelsAQueuesRunningCalls(t *testing.T) {
+	b := startBrowser(t)
+	s, db := storetest.OpenDB(t, "sqlite")
+	ctx := context.Background()
+	started, ended := make(chan struct{}, 1), make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			ended <- struct{}{}
+		case <-time.After(time.Minute):
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	defer srv.Close()
+	port := freePort(t)
+	n := startNode(t, env("sqlite", db.DSN, "node-a", srv.URL, append(db.ExtraEnv(), "SLOTPOLLER_ADMIN_LISTEN=127.0.0.1:"+strconv.Itoa(port))...), "node-a")
+	waitFor(t, 30*time.Second, "the node live", func() bool { return liveNodes(t, s) == 1 })
+	id, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/jobs/import", MaxAttempts: 5, Queue: "imports"})
+	require.NoError(t, err)
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the import was not called")
+	}
+
+	b.open(fmt.Sprintf("http://127.0.0.1:%d/#/queues", port))
+	button := `#queues tr[data-queue="imports"] button[data-action="cancel"]`
+	b.waitFor(button)
+	b.click(button)
+	b.waitJS("cancel armed", `return document.querySelector('`+button+`').textContent.includes('confirm')`)
+	b.click(button)
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the endpoint never saw its call cancelled")
+	}
+	waitFor(t, 10*time.Second, "the job cancelled", func() bool {
+		j, err := s.JobGet(ctx, id)
+		require.NoError(t, err)
+		return j.State == store.StateCancelled
+	})
+	j, err := s.JobGet(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, 1, j.Attempt, "cancelled, not retried")
+	require.Contains(t, j.LastError, "api@node-a", "the dashboard acts through the node's API, which names itself")
+	n.stop(t)
+}

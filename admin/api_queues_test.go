@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/client"
 	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/slotpoller/slotpoller/service"
 	"github.com/stretchr/testify/require"
 )
 
@@ -98,3 +100,44 @@ func TestAPIQueues(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Past the job counts' cap a scrape reads only the paused queues: the
+// paused gauge stays, the waiting and running gauges (a pass over every
+// ready and running row) are left out, so a scrape's cost stays bounded
+// whatever the backlog.
+func TestMetricsQueuesPastTheCap(t *testing.T) {
+	s, db := storetest.OpenDB(t, "sqlite")
+	_, epURL := newEndpoints(t)
+	rn := runNode(t, testConfig(t, db, "api-cap", epURL))
+	srv := httptest.NewServer(Handler(rn.n))
+	t.Cleanup(srv.Close)
+	base := srv.URL
+	require.Eventually(t, func() bool { return callAPI(t, base, getReq("/api/v1/queues")).status == http.StatusOK },
+		30*time.Second, 20*time.Millisecond, "the API answers once the node has its database")
+	must(t, base, http.StatusOK, post("/api/v1/queues/reports/pause", ""))
+	must(t, base, http.StatusCreated, post("/api/v1/jobs", `{"endpoint":"/later","queue":"bulk","delay":"1h"}`))
+
+	scrape := func() string {
+		m := callAPI(t, base, getReq("/metrics"))
+		require.Equal(t, http.StatusOK, m.status)
+		return m.raw
+	}
+	raw := scrape()
+	require.Contains(t, raw, `slotpoller_queue_paused{queue="reports"} 1`)
+	require.Contains(t, raw, `slotpoller_queue_waiting{queue="bulk"} 0`, "under the cap, every queue is read")
+
+	c, err := client.New(s.DB(), s.Driver())
+	require.NoError(t, err)
+	batch := make([]client.Job, service.JobCountCap)
+	for i := range batch {
+		batch[i] = client.Job{Endpoint: "/later", Queue: "bulk", Delay: time.Hour}
+	}
+	_, err = c.EnqueueMany(context.Background(), batch)
+	require.NoError(t, err)
+
+	raw = scrape()
+	require.Contains(t, raw, `slotpoller_jobs{state="ready"} `+strconv.Itoa(service.JobCountCap), "the ready count is at its cap")
+	require.Contains(t, raw, `slotpoller_queue_paused{queue="reports"} 1`, "the paused queues are still read")
+	require.NotContains(t, raw, `slotpoller_queue_waiting`, "past the cap the per-queue pass is left out")
+	require.NotContains(t, raw, `slotpoller_queue_running`)
+}

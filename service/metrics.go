@@ -188,8 +188,17 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range store.CountStates {
 		gauge(descJobs, float64(tally.Counts[s]), s)
 	}
-	// One read of the queues a scrape, under the same deadline.
-	qs, err := p.store.Queues(ctx)
+	// One read of the queues a scrape, under the same deadline, bounded as
+	// the counts are: the per-queue read passes over every ready and
+	// running row, so past the cap (the counts above say so) a scrape
+	// reads only the paused queues, a few rows, and leaves the waiting and
+	// running gauges out.
+	full := !tally.AtCap(store.StateReady) && !tally.AtCap(store.StateRunning)
+	read := p.store.QueuesPaused
+	if full {
+		read = p.store.Queues
+	}
+	qs, err := read(ctx)
 	if err != nil {
 		n.log.Debug("metrics: queues left out: the database did not answer", "err", n.maskDSN(err.Error()))
 		return
@@ -200,7 +209,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			paused = 1
 		}
 		gauge(descQueuePaused, paused, q.Name)
-		gauge(descQueueWaiting, float64(q.Waiting), q.Name)
-		gauge(descQueueRunning, float64(q.Running), q.Name)
+		if full {
+			gauge(descQueueWaiting, float64(q.Waiting), q.Name)
+			gauge(descQueueRunning, float64(q.Running), q.Name)
+		}
 	}
 }

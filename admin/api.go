@@ -268,26 +268,31 @@ type actionResponse struct {
 	State string `json:"state"` // the job's state now
 }
 
-// act is a cancel or a retry of one job (do), whose body is empty or {};
-// state is the job's state after it.
-func (a *api) act(op string, do func(*client.Client, context.Context, int64) error, state string) apiFunc {
-	return func(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
-		id, err := pathID(r)
-		if err != nil {
-			return 0, nil, err
-		}
-		if _, err := query(r); err != nil {
-			return 0, nil, err
-		}
-		if err := decodeBody(r, &struct{}{}, true); err != nil {
-			return 0, nil, err
-		}
-		if err := do(c, ctx, id); err != nil {
-			return 0, nil, err
-		}
-		a.log.Info("job "+op+" through the API", "job", id)
-		return http.StatusOK, actionResponse{ID: id, State: state}, nil
+// actionID is the job an action on one job names in its path; the action
+// takes no query and its body is empty or {}.
+func actionID(r *http.Request) (int64, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return 0, err
 	}
+	if _, err := query(r); err != nil {
+		return 0, err
+	}
+	return id, decodeBody(r, &struct{}{}, true)
+}
+
+// retry is POST /api/v1/jobs/{id}/retry: a finished job runs again with a
+// fresh attempt budget (its body is empty or {}).
+func (a *api) retry(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
+	id, err := actionID(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := c.Retry(ctx, id); err != nil {
+		return 0, nil, err
+	}
+	a.log.Info("job retried through the API", "job", id)
+	return http.StatusOK, actionResponse{ID: id, State: client.StateReady}, nil
 }
 
 // retryRequest selects the jobs POST /api/v1/jobs/retry retries.

@@ -12,14 +12,8 @@ import (
 // state cancelling): its node cancels the call within a third of its
 // lease and records the job cancelled. A finished job is a conflict.
 func (a *api) cancel(ctx context.Context, c *client.Client, r *http.Request) (int, any, error) {
-	id, err := pathID(r)
+	id, err := actionID(r)
 	if err != nil {
-		return 0, nil, err
-	}
-	if _, err := query(r); err != nil {
-		return 0, nil, err
-	}
-	if err := decodeBody(r, &struct{}{}, true); err != nil {
 		return 0, nil, err
 	}
 	res, err := c.CancelJob(ctx, id)

@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"text/tabwriter"
-
-	"github.com/slotpoller/slotpoller/client"
 )
 
 // access is what a route asks of a request before serving it.
@@ -69,7 +67,7 @@ func (n *endpoint) routes(a *api, d *dashboard) []route {
 		{"GET", "/api/v1/jobs/counts", authorized, "jobs by state", a.counts, nil},
 		{"GET", "/api/v1/jobs/{id}", authorized, "a job with its history", a.get, nil},
 		{"POST", "/api/v1/jobs/{id}/cancel", authorized, "cancel a waiting job (200), or stop a running one's call (202)", a.cancel, nil},
-		{"POST", "/api/v1/jobs/{id}/retry", authorized, "retry a finished job", a.act("retried", (*client.Client).Retry, client.StateReady), nil},
+		{"POST", "/api/v1/jobs/{id}/retry", authorized, "retry a finished job", a.retry, nil},
 		{"POST", "/api/v1/jobs/retry", authorized, `retry {"state", "endpoint", "since", "until", "limit"}`, a.retryMatching, nil},
 		{"GET", "/api/v1/schedules", authorized, "schedules", a.schedules, nil},
 		{"GET", "/api/v1/tasks", authorized, "endless tasks (?all=true: deleted too)", a.tasks, nil},

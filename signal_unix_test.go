@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -13,11 +12,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/slotpoller/slotpoller/internal/nodetest"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/stretchr/testify/require"
@@ -37,30 +36,12 @@ func TestHelperProcess(t *testing.T) {
 	os.Exit(run(strings.Split(args, "\n"), os.Stdout, os.Stderr))
 }
 
-// syncBuffer is a process's standard error, read while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startSlotpoller starts `slotpoller args...` as a process of its own.
-func startSlotpoller(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, <-chan error) {
+func startSlotpoller(t *testing.T, args ...string) (*exec.Cmd, *nodetest.Log, <-chan error) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
 	cmd.Env = append(os.Environ(), helperArgsEnv+"="+strings.Join(args, "\n"))
-	stderr := &syncBuffer{}
+	stderr := &nodetest.Log{}
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	require.NoError(t, cmd.Start())
 	done := make(chan error, 1)

@@ -10,12 +10,12 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	kservice "github.com/kardianos/service"
 	"github.com/slotpoller/slotpoller/config"
+	"github.com/slotpoller/slotpoller/internal/nodetest"
 	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/service"
 	"github.com/stretchr/testify/require"
@@ -90,7 +90,7 @@ func TestProgramRunsARealNode(t *testing.T) {
 	dsn := filepath.Join(t.TempDir(), "farm.db")
 	cfg := programNodeConfig(t, dsn, "svc-node", 2)
 
-	logs := &syncLog{}
+	logs := &nodetest.Log{}
 	log := service.NewLogger(logs, config.LogConfig{Level: "debug", Format: "text"})
 	prg := &Program{Run: service.NewNode(cfg, log, nil).Run, StopTimeout: service.StopTimeout(cfg), Logger: log}
 	require.NoError(t, prg.Start(nil))
@@ -197,22 +197,4 @@ func programNodeConfig(t *testing.T, dsn, name string, capacity int) config.Conf
 	cfg.Checkin.TTL = config.Duration(time.Second)
 	require.NoError(t, cfg.Validate())
 	return cfg
-}
-
-// syncLog collects a node's log lines, written from its goroutines.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

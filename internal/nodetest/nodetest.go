@@ -45,7 +45,7 @@ func Config(t testing.TB, db storetest.DB, name, baseURL string) config.Config {
 	return cfg
 }
 
-// Log is a log a node writes while the test reads it.
+// Log is a log (or a process's output) written while the test reads it.
 type Log struct {
 	mu sync.Mutex
 	b  bytes.Buffer

@@ -99,6 +99,7 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 		return res, err
 	}
 	res.Due = load.Due
+	r.managed.Store(load.Managed > 0)
 	// One claim at a time: a refill under way would otherwise be counted
 	// neither in what this node runs nor in what it has free.
 	r.claimMu.Lock()
@@ -146,10 +147,16 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 }
 
 // claim claims up to want due jobs and registers them as in flight; the
-// caller starts them. r.claimMu is held.
+// caller starts them. r.claimMu is held. While the last count found due
+// jobs of managed queues, the claim is the managed one: one transaction
+// that takes them within their limits, and the rest, in priority order.
 func (r *Runner) claim(ctx context.Context, want int) ([]*inflight, error) {
+	claim := r.store.JobsClaim
+	if r.managed.Load() {
+		claim = r.store.JobsClaimManaged
+	}
 	return r.claimWith(ctx, func(ctx context.Context) ([]store.Claim, error) {
-		return r.store.JobsClaim(ctx, r.opts.Incarnation, r.opts.Node, want, r.hold())
+		return claim(ctx, r.opts.Incarnation, r.opts.Node, want, r.hold())
 	})
 }
 

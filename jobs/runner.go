@@ -113,6 +113,11 @@ type Runner struct {
 	// claimMu makes a node's claims one at a time: each is sized by the
 	// room left after the one before.
 	claimMu sync.Mutex
+	// managed is set while the node's last count of due work found jobs
+	// of managed queues (queues with limits or a priority): its claims
+	// then go through the managed claim, which takes them within their
+	// limits, and the rest in priority order.
+	managed atomic.Bool
 
 	// draining is set when the drain begins: nothing new starts then.
 	draining atomic.Bool

@@ -13,8 +13,8 @@ import (
 // and its call starts at once, with no poll in between. It reports
 // taken false, having written nothing, when the job is not due now (it
 // has a run time or a delay), when the node is full or stopping, or when
-// its queue is paused: the caller then enqueues it as usual, and it waits
-// for the queue's resume. The claim is fenced like any other:
+// its queue is paused or has limits: the caller then enqueues it as usual,
+// and it waits for the queue's resume or for a managed claim. The claim is fenced like any other:
 // token 1 under this node's lease, renewed and recorded as any claim's.
 // An error with taken true may have left the job written: the caller must
 // not enqueue it again.
@@ -39,7 +39,7 @@ func (r *Runner) StartNow(ctx context.Context, j store.NewJob) (id int64, taken 
 			id, dup = c.ID, err // nothing was written: no doubt to raise
 			return nil, nil
 		}
-		if errors.Is(err, store.ErrQueuePaused) {
+		if errors.Is(err, store.ErrQueueHeld) {
 			paused = true // nothing was written
 			return nil, nil
 		}

@@ -27,7 +27,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	})
 	applied, err := schema.Migrate(context.Background(), s)
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, applied)
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, applied)
 
 	calls := tr.Calls()
 	for _, c := range calls {
@@ -75,12 +75,14 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	}
 	require.Equal(t, []string{"[farm_jobs].[nodes]", "[farm_jobs].[jobs]", "[farm_jobs].[tasks]", "[farm_jobs].[schedules]", "[farm_jobs].[queues]", "[farm_jobs].[queue_routes]"}, creates)
 	require.Equal(t, [][]any{{1, "init"}, {2, "tasks"}, {3, "schedules"}, {4, "history"}, {5, "retention"}, {6, "enqueue"},
-		{7, "placeholder"}, {8, "turns"}, {9, "liveness"}, {10, "admin_reads"}, {11, "odd_rows"}, {12, "queues"}, {13, "cancel_running"}}, versions)
+		{7, "placeholder"}, {8, "turns"}, {9, "liveness"}, {10, "admin_reads"}, {11, "odd_rows"}, {12, "queues"}, {13, "cancel_running"}, {14, "queue_limits"}}, versions)
 	require.Equal(t, []string{"[farm_jobs].[enqueue_v1]", "[farm_jobs].[enqueue_v1]", "[farm_jobs].[enqueue_v1]"}, procs, "created (6), then altered (11, 12)")
 	require.Equal(t, []string{"[farm_jobs].[jobs] schedule", "[farm_jobs].[jobs] scheduled_for", "[farm_jobs].[jobs] start_by",
 		"[farm_jobs].[jobs] exclusive", "[farm_jobs].[jobs] history", "[farm_jobs].[nodes] turns", "[farm_jobs].[nodes] live_until", "[farm_jobs].[nodes] lock_key",
-		"[farm_jobs].[jobs] endpoint_head", "[farm_jobs].[jobs] queue", "[farm_jobs].[jobs] cancel_requested_by", "[farm_jobs].[jobs] cancel_requested_at"}, alters,
-		"schedules, then the history, add their columns to jobs, then the dashboard's turns to nodes, then the admin reads' endpoint key, the queue, the cancel request, one per ALTER")
+		"[farm_jobs].[jobs] endpoint_head", "[farm_jobs].[jobs] queue", "[farm_jobs].[jobs] cancel_requested_by", "[farm_jobs].[jobs] cancel_requested_at",
+		"[farm_jobs].[queues] managed", "[farm_jobs].[queues] priority", "[farm_jobs].[queues] max_running", "[farm_jobs].[queues] max_per_node",
+		"[farm_jobs].[queues] rate_limit", "[farm_jobs].[queues] rate_period_ms", "[farm_jobs].[queues] rate_window", "[farm_jobs].[queues] rate_used"}, alters,
+		"schedules, then the history, add their columns to jobs, then the dashboard's turns to nodes, then the admin reads' endpoint key, the queue, the cancel request, the queues' limits, one per ALTER")
 	require.Equal(t, []string{
 		// Unique among the jobs that have a key (a plain unique index would allow one NULL).
 		"CREATE UNIQUE NONCLUSTERED INDEX jobs_unique_key ON [farm_jobs].[jobs] (unique_key) WHERE unique_key IS NOT NULL;",
@@ -102,6 +104,8 @@ func TestSQLServerMigrateSends(t *testing.T) {
 		"CREATE NONCLUSTERED INDEX jobs_state ON [farm_jobs].[jobs] (state, id);",
 		"CREATE NONCLUSTERED INDEX jobs_endpoint ON [farm_jobs].[jobs] (endpoint_head);",
 		"CREATE NONCLUSTERED INDEX jobs_created ON [farm_jobs].[jobs] (created_at);",
+		// A managed claim: a queue's due jobs in order, its running ones.
+		"CREATE NONCLUSTERED INDEX jobs_queue ON [farm_jobs].[jobs] (queue, state, run_at, id);",
 	}, indexes)
 }
 

@@ -39,6 +39,9 @@ type Dialect interface {
 	Placeholder(n int) string
 	// Now is an SQL expression for the database's current UTC time.
 	Now() string
+	// NowMillis is an SQL expression for the database's current time in
+	// whole milliseconds since 1970 UTC (a BIGINT): the rate windows'.
+	NowMillis() string
 	// ClockResolution is the tick of the database clock as Now reads it.
 	ClockResolution() time.Duration
 	// NowPlusMillis is an SQL expression for the database's current time
@@ -97,6 +100,7 @@ type Dialect interface {
 // expand replaces the markers of a statement written once for every database:
 //
 //	{now}        the database clock
+//	{now_ms}     the database clock in milliseconds since 1970 UTC
 //	{now+?}      the database clock plus ? milliseconds
 //	{now+hold}   the database clock plus a row's hold (four ?, Hold.args)
 //	{seeknow+?}  the database clock plus ? milliseconds, read once for the
@@ -129,7 +133,7 @@ func expand(d Dialect, q string) string {
 		endpoint = k.EndpointKey()
 	}
 	r := strings.NewReplacer(append([]string{holdMarker, d.NowPlusMillisOf(holdMillis("timeout_ms", "?", "?", "?", "?")),
-		"{now+?}", d.NowPlusMillis(), "{now}", d.Now(),
+		"{now+?}", d.NowPlusMillis(), "{now_ms}", d.NowMillis(), "{now}", d.Now(),
 		"{seeknow+?}", seekNow, "{endpoint_key}", endpoint}, tableMarkers(d)...)...)
 	return rebind(d, r.Replace(q))
 }

@@ -93,24 +93,31 @@ type Claim struct {
 	Timeout        time.Duration
 	RunAt          time.Time  // when it was due
 	ScheduledFor   *time.Time // the occurrence's fire time, for a schedule's job
+	Queue          string
 }
 
 // claimedColumns are the columns a claim hands back, in Claim's order.
-const claimedColumns = "id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for"
+const claimedColumns = "id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue"
 
-// claimable is the condition, beyond ready and due, for claiming job
-// alias j: an occurrence of a schedule that forbids overlap is claimable
+// claimable is the condition, beyond ready and due, for the plain claim
+// (and the count of due work) to take job alias j: its queue is neither
+// paused nor managed (a managed queue's jobs are claimed only under its
+// lock: limits.go), and exclusiveOK.
+func claimable(j, scheduleHint string) string {
+	return notHeld(j) + ` AND ` + exclusiveOK(j, scheduleHint)
+}
+
+// exclusiveOK is the condition that job alias j does not overlap its
+// schedule: an occurrence of a schedule that forbids overlap is claimable
 // only while its schedule exists (a removed schedule's occurrences are
 // cancelled), and waits while an occurrence of the same schedule runs, or
 // an earlier one still waits (so even one claim statement takes at most one
 // of them). scheduleHint is the dialect's table hint on the schedule's row
 // (SQL Server's update lock, so that claims of one schedule's occurrences
 // take turns and a concurrent claim cannot slip between the two look-ups
-// under locking read committed), or "". The count of due work uses the
-// same condition, so that nothing is counted that no claim would take.
-// A job of a paused queue is never claimable (notPaused).
-func claimable(j, scheduleHint string) string {
-	return notPaused(j) + ` AND (` + j + `.exclusive = 0 OR (
+// under locking read committed), or "".
+func exclusiveOK(j, scheduleHint string) string {
+	return `(` + j + `.exclusive = 0 OR (
     EXISTS (SELECT 1 FROM {schedules} AS s` + scheduleHint + ` WHERE s.name = ` + j + `.schedule)
     AND NOT EXISTS (SELECT 1 FROM {jobs} r WHERE r.schedule = ` + j + `.schedule AND r.state = 'running')
     AND NOT EXISTS (SELECT 1 FROM {jobs} e WHERE e.schedule = ` + j + `.schedule AND e.state = 'ready'
@@ -181,7 +188,7 @@ func (s *Store) duplicate(ctx context.Context, key string) (int64, error) {
 // job: no poll and no claim statement stand between the enqueue and the
 // call. A taken unique key gives ErrDuplicate as JobInsert does. j's RunAt
 // and Delay are ignored: the job is due at the database's now. A job whose
-// queue (given or routed) is paused is not written: ErrQueuePaused, and
+// queue (given or routed) is paused is not written: ErrQueueHeld, and
 // the caller enqueues it as usual, to wait for the queue's resume.
 func (s *Store) JobInsertClaimed(ctx context.Context, j NewJob, owner, ownerNode string, hold Hold) (Claim, error) {
 	exclusive := 0
@@ -194,7 +201,7 @@ func (s *Store) JobInsertClaimed(ctx context.Context, j NewJob, owner, ownerNode
 {output ` + claimedColumns + `}
 SELECT ?, ?, ?, 'running', {now}, 1, ?, ?, ?, ?, 1, {now}, ?, ?, ?, ?, rq.queue, ?, ?, {now+?}, {now}
 FROM (SELECT ` + s.queueOf() + ` AS queue) AS rq
-WHERE ` + notPaused("rq") + `
+WHERE ` + notHeld("rq") + `
 {returning ` + claimedColumns + `}`)
 	args := append([]any{j.Endpoint, j.Method, j.Payload, j.MaxAttempts, millis(j.Timeout), nullString(j.UniqueKey), j.IdempotencyKey,
 		nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive, owner, ownerNode, millis(hold.For(j.Timeout))},
@@ -210,7 +217,7 @@ WHERE ` + notPaused("rq") + `
 		return Claim{ID: id}, err
 	}
 	if errors.Is(err, sql.ErrNoRows) {
-		return c, fmt.Errorf("enqueue job for %s: %w", j.Endpoint, ErrQueuePaused)
+		return c, fmt.Errorf("enqueue job for %s: %w", j.Endpoint, ErrQueueHeld)
 	}
 	if err != nil {
 		return c, fmt.Errorf("enqueue job for %s, claimed by this node: %w", j.Endpoint, err)
@@ -282,6 +289,9 @@ type QueueLoad struct {
 	Due     int // ready and due now
 	Urgent  int // of those, due before the urgency cutoff
 	Running int // held by any node
+	// Managed counts the due jobs (among Due) of managed queues: a claim
+	// that should reach them is JobsClaimManaged.
+	Managed int
 }
 
 // JobsLoad counts due and running jobs, and the due jobs that are urgent:
@@ -296,7 +306,9 @@ type QueueLoad struct {
 // jobs.LoadLimit). Urgent counts among those limit jobs. Running is not
 // bounded: it is at most what the farm holds.
 //
-// Due and urgent count only what a claim could take now (claimable): an
+// Due and urgent count only what a claim could take now: not paused, and
+// not waiting for its schedule (exclusiveOK). A managed queue's due jobs
+// are counted whatever its limits (Managed says how many); an
 // overlap-forbid occurrence waiting behind a running or earlier occurrence
 // of its schedule is work no poller can do, and counting it would keep the
 // rotation widened for nothing. It needs no lock hint, as a count decides
@@ -308,7 +320,7 @@ func (s *Store) JobsLoad(ctx context.Context, nextPoll, window time.Duration, li
 	q, args := s.loadStatement(nextPoll, window, limit)
 	var l QueueLoad
 	err := s.retry(ctx, func() error {
-		return s.queryRow(ctx, q, args...).Scan(&l.Due, &l.Urgent, &l.Running)
+		return s.queryRow(ctx, q, args...).Scan(&l.Due, &l.Urgent, &l.Running, &l.Managed)
 	})
 	if err != nil {
 		return l, fmt.Errorf("count due jobs: %w", err)
@@ -318,11 +330,14 @@ func (s *Store) JobsLoad(ctx context.Context, nextPoll, window time.Duration, li
 
 // loadStatement is JobsLoad's statement and its arguments.
 func (s *Store) loadStatement(nextPoll, window time.Duration, limit int) (string, []any) {
-	q, args := rowLimit(s.d, `SELECT j.run_at, j.start_by FROM {jobs} j
-    WHERE j.state = 'ready' AND j.run_at <= {now} AND `+claimable("j", ""), nil, limit)
+	q, args := rowLimit(s.d, `SELECT j.run_at, j.start_by,
+    CASE WHEN EXISTS (SELECT 1 FROM {queues} mq WHERE mq.name = j.queue AND mq.managed = 1) THEN 1 ELSE 0 END AS managed
+  FROM {jobs} j
+    WHERE j.state = 'ready' AND j.run_at <= {now} AND `+notPaused("j")+` AND `+exclusiveOK("j", ""), nil, limit)
 	q = s.statement(`SELECT COUNT(*),
   COALESCE(SUM(CASE WHEN (start_by IS NULL AND run_at <= {now+?}) OR start_by <= {now+?} THEN 1 ELSE 0 END), 0),
-  (SELECT COUNT(*) FROM {jobs} held WHERE held.state = 'running')
+  (SELECT COUNT(*) FROM {jobs} held WHERE held.state = 'running'),
+  COALESCE(SUM(managed), 0)
 FROM (` + q + `) AS pending`)
 	return q, append([]any{millis(nextPoll - window), millis(nextPoll)}, args...)
 }

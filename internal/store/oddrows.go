@@ -54,6 +54,7 @@ type claimRaw struct {
 	id                                               int64
 	token, attempt, maxAttempts, endpoint, method    any
 	payload, idemKey, timeoutMS, runAt, scheduledFor any
+	queue                                            any
 }
 
 // readClaim reads a row of claimedColumns. A row it can read but not use
@@ -70,7 +71,7 @@ func readClaim(r rowScanner) (Claim, string, error) {
 	}
 	var raw claimRaw
 	if err := r.Scan(&raw.id, &raw.token, &raw.attempt, &raw.maxAttempts, &raw.endpoint, &raw.method, &raw.payload,
-		&raw.idemKey, &raw.timeoutMS, &raw.runAt, &raw.scheduledFor); err != nil {
+		&raw.idemKey, &raw.timeoutMS, &raw.runAt, &raw.scheduledFor, &raw.queue); err != nil {
 		return Claim{}, "", err
 	}
 	c := Claim{ID: raw.id}
@@ -147,6 +148,9 @@ func readClaim(r rowScanner) (Claim, string, error) {
 	} else {
 		c.ScheduledFor = t
 	}
+	if c.Queue, ok = rawText(raw.queue); !ok {
+		bad("queue " + rawShown(raw.queue) + " is not text")
+	}
 	if len(problems) > 0 {
 		return c, CannotRun + strings.Join(problems, "; "), nil
 	}
@@ -164,7 +168,7 @@ func readSoundClaim(r rowScanner) (Claim, bool) {
 	var runAt, scheduledFor dbTime
 	var payload bytesOnly
 	if err := r.Scan(&c.ID, &token, &attempt, &maxAttempts, &c.Endpoint, &c.Method, &payload,
-		&c.IdempotencyKey, &timeoutMS, &runAt, &scheduledFor); err != nil {
+		&c.IdempotencyKey, &timeoutMS, &runAt, &scheduledFor, &c.Queue); err != nil {
 		return c, false
 	}
 	c.Payload = payload

@@ -98,3 +98,9 @@ func PostgresWithSchema(dsn, schema string) string {
 func (Postgres) MillisBetween(from, to string) string {
 	return "CAST(TRUNC(EXTRACT(EPOCH FROM (" + to + " - " + from + ")) * 1000) AS BIGINT)"
 }
+
+// NowMillis: the epoch seconds with their microseconds, truncated to
+// whole milliseconds.
+func (Postgres) NowMillis() string {
+	return "CAST(TRUNC(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
+}

@@ -28,9 +28,10 @@ import (
 // DefaultQueue is the queue of a job that names none and matches no route.
 const DefaultQueue = "default"
 
-// ErrQueuePaused is returned by JobInsertClaimed for a job whose queue is
-// paused: nothing was written.
-var ErrQueuePaused = errors.New("its queue is paused")
+// ErrQueueHeld is returned by JobInsertClaimed for a job whose queue is
+// paused, or managed (its jobs start only through JobsClaimManaged):
+// nothing was written.
+var ErrQueueHeld = errors.New("its queue is paused or limited")
 
 // QueueRoute sends the jobs whose endpoint starts with Prefix, enqueued
 // without a queue, to Queue.
@@ -55,6 +56,13 @@ type QueueState struct {
 // key, one seek per row a claim looks at.
 func notPaused(j string) string {
 	return `NOT EXISTS (SELECT 1 FROM {queues} pq WHERE pq.name = ` + j + `.queue AND pq.paused = 1)`
+}
+
+// notHeld is the condition that the queue of row alias j is neither
+// paused nor managed: the plain claim's and the start-now insert's, which
+// leave a managed queue's jobs to JobsClaimManaged (limits.go).
+func notHeld(j string) string {
+	return `NOT EXISTS (SELECT 1 FROM {queues} pq WHERE pq.name = ` + j + `.queue AND (pq.paused = 1 OR pq.managed = 1))`
 }
 
 // queueOf is the SQL expression of a new job's queue, with three

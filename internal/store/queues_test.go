@@ -139,10 +139,10 @@ func TestQueuePause(t *testing.T) {
 
 		// Start-now refuses a paused queue, given or routed, and writes nothing.
 		_, err = s.JobInsertClaimed(ctx, store.NewJob{Endpoint: "/r2", Method: "POST", MaxAttempts: 1, IdempotencyKey: "k", Queue: "reports"}, "inc-a", "node-a", hold)
-		require.ErrorIs(t, err, store.ErrQueuePaused)
+		require.ErrorIs(t, err, store.ErrQueueHeld)
 		require.NoError(t, s.QueueRoutesPut(ctx, []store.QueueRoute{{Prefix: "/r", Queue: "reports"}}))
 		_, err = s.JobInsertClaimed(ctx, store.NewJob{Endpoint: "/r3", Method: "POST", MaxAttempts: 1, IdempotencyKey: "k"}, "inc-a", "node-a", hold)
-		require.ErrorIs(t, err, store.ErrQueuePaused)
+		require.ErrorIs(t, err, store.ErrQueueHeld)
 		started, err := s.JobInsertClaimed(ctx, store.NewJob{Endpoint: "/o2", Method: "POST", MaxAttempts: 1, IdempotencyKey: "k"}, "inc-a", "node-a", hold)
 		require.NoError(t, err, "a queue not paused starts now")
 		require.Equal(t, int64(1), started.Token)

@@ -102,3 +102,6 @@ SELECT ` + cols + ` FROM (SELECT ` + cols + ` FROM {jobs} INDEXED BY ` + index +
   LIMIT CASE WHEN (SELECT COUNT(*) FROM (` + walk + ` LIMIT ?)) < ? THEN ? ELSE 0 END)
 ORDER BY id DESC LIMIT ?`
 }
+
+// NowMillis: SQLite's times are epoch milliseconds already.
+func (SQLite) NowMillis() string { return SQLite{}.Now() }

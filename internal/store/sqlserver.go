@@ -173,7 +173,7 @@ var sqlServerOutputTypes = map[string]string{
 	"method": "NVARCHAR(16)", "payload": "VARBINARY(MAX)", "idem_key": "NVARCHAR(MAX)", "timeout_ms": "BIGINT",
 	"run_at": "DATETIME2(7)", "scheduled_for": "DATETIME2(7)", "name": "NVARCHAR(200)", "state": "NVARCHAR(20)",
 	"every_ms": "BIGINT", "handoff": "INT", "failures": "INT",
-	"cancel_requested_by": "NVARCHAR(200)",
+	"cancel_requested_by": "NVARCHAR(200)", "queue": "NVARCHAR(100)",
 }
 
 // ClaimJobs picks the due jobs in order in a derived table (TOP with ORDER
@@ -219,7 +219,7 @@ func (SQLServer) ClaimJobs() string {
 {output ` + claimedColumns + `}
 FROM {jobs} AS j WITH (ROWLOCK) INNER JOIN (
   SELECT TOP (@p3) c.id FROM {jobs} AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
-  WHERE c.state = 'ready' AND c.run_at <= {now} AND ` + claimable("c", " WITH (UPDLOCK, READPAST, ROWLOCK)") + `
+  WHERE c.state = 'ready' AND c.run_at <= {now} AND ` + claimable("c", SQLServer{}.ScheduleHint()) + `
   ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id
 WHERE j.state = 'ready'`
 }
@@ -280,3 +280,13 @@ func sessionOptionsError(opts int64) error {
 func (SQLServer) MillisBetween(from, to string) string {
 	return "DATEDIFF_BIG(millisecond, " + from + ", " + to + ")"
 }
+
+// NowMillis: DATEDIFF_BIG from 1970, as a plain DATEDIFF in milliseconds
+// overflows past 24 days.
+func (SQLServer) NowMillis() string {
+	return "DATEDIFF_BIG(millisecond, DATEFROMPARTS(1970, 1, 1), SYSUTCDATETIME())"
+}
+
+// ScheduleHint (scheduleLocker): an update lock on an exclusive schedule's
+// row, skipped where another claim holds it (see ClaimJobs).
+func (SQLServer) ScheduleHint() string { return " WITH (UPDLOCK, READPAST, ROWLOCK)" }

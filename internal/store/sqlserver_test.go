@@ -301,6 +301,22 @@ func sqlServerOps() []op {
 		{name: "QueuePause (new queue, resumed)", sends: 2, respond: answer("UPDATE", nil, 0), run: func(ctx context.Context, s *store.Store) error {
 			return s.QueuePause(ctx, "q-MARK", "actor-MARK", false)
 		}},
+		{name: "QueueSettingsPut", sends: 2, run: func(ctx context.Context, s *store.Store) error {
+			return s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "q-MARK", Priority: 3, Limit: 2, NodeLimit: 1, Rate: 50, RatePeriod: 10 * time.Second}})
+		}},
+		{name: "QueueSettingsPut (new queue)", sends: 3, respond: answer("UPDATE [sp_unit].[queues] SET managed = @p1", nil, 0), run: func(ctx context.Context, s *store.Store) error {
+			return s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "q-MARK", Limit: 2}})
+		}},
+		{name: "JobsClaimManaged", sends: 3, respond: func(c storetest.Call) storetest.Reply {
+			if strings.HasPrefix(strings.TrimSpace(c.Query), "SELECT q.name") {
+				return storetest.Reply{Columns: []string{"name", "priority", "max_running", "max_per_node", "rate_limit", "rate_used", "running", "mine"},
+					Rows: [][]any{{"q-MARK", int64(3), int64(2), nil, int64(50), int64(7), int64(1), int64(0)}}}
+			}
+			return storetest.Reply{Affected: 1}
+		}, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsClaimManaged(ctx, "inc-MARK", "node-MARK", 7, store.Lease(15*time.Second))
+			return err
+		}},
 		{name: "Queues", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			_, err := s.Queues(ctx)
 			return err
@@ -491,11 +507,11 @@ func TestSQLServerClaim(t *testing.T) {
 	d, err := store.NewSQLServer("sp_unit")
 	require.NoError(t, err)
 	s, tr := storetest.NewTrace(t, d, func(c storetest.Call) storetest.Reply {
-		cols := strings.Split("id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for", ", ")
+		cols := strings.Split("id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue", ", ")
 		runAt := time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)
 		return storetest.Reply{Columns: cols, Rows: [][]any{
-			{int64(7), int64(1), int64(1), int64(3), "/a", "POST", []byte("p"), "k7", int64(1500), runAt, nil},
-			{int64(9), int64(4), int64(2), int64(3), "/b", "GET", nil, "k9", int64(0), runAt, runAt},
+			{int64(7), int64(1), int64(1), int64(3), "/a", "POST", []byte("p"), "k7", int64(1500), runAt, nil, "default"},
+			{int64(9), int64(4), int64(2), int64(3), "/b", "GET", nil, "k9", int64(0), runAt, runAt, "reports"},
 		}}
 	})
 	claims, err := s.JobsClaim(context.Background(), "inc-a", "node-a", 7, store.Lease(15*time.Second))
@@ -522,7 +538,7 @@ func TestSQLServerClaim(t *testing.T) {
 		"lease_until = DATEADD(millisecond, CAST(CASE WHEN j.timeout_ms <= 0 OR j.timeout_ms > 86400000 THEN CAST(@p4 AS BIGINT) WHEN j.timeout_ms > CAST(@p5 AS BIGINT) " +
 			"THEN j.timeout_ms + CAST(@p6 AS BIGINT) ELSE CAST(@p7 AS BIGINT) END AS int), SYSUTCDATETIME())",
 		"OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, " +
-			"inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for INTO @out",
+			"inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for, inserted.queue INTO @out",
 		"FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN (",
 		// One winner without READPAST: the update re-checks the row it writes.
 		"WHERE j.state = 'ready'",

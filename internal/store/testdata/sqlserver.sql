@@ -137,8 +137,11 @@ WHERE ((state = 'running' AND (lease_until < SYSUTCDATETIME() OR lease_until IS 
 -- @p1 int64, @p2 int64, @p3 int
 SELECT COUNT(*),
   COALESCE(SUM(CASE WHEN (start_by IS NULL AND run_at <= DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))) OR start_by <= DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME())) THEN 1 ELSE 0 END), 0),
-  (SELECT COUNT(*) FROM [sp_unit].[jobs] held WHERE held.state = 'running')
-FROM (SELECT TOP (@p3) j.run_at, j.start_by FROM [sp_unit].[jobs] j
+  (SELECT COUNT(*) FROM [sp_unit].[jobs] held WHERE held.state = 'running'),
+  COALESCE(SUM(managed), 0)
+FROM (SELECT TOP (@p3) j.run_at, j.start_by,
+    CASE WHEN EXISTS (SELECT 1 FROM [sp_unit].[queues] mq WHERE mq.name = j.queue AND mq.managed = 1) THEN 1 ELSE 0 END AS managed
+  FROM [sp_unit].[jobs] j
     WHERE j.state = 'ready' AND j.run_at <= SYSUTCDATETIME() AND NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] pq WHERE pq.name = j.queue AND pq.paused = 1) AND (j.exclusive = 0 OR (
     EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WHERE s.name = j.schedule)
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = j.schedule AND r.state = 'running')
@@ -147,21 +150,21 @@ FROM (SELECT TOP (@p3) j.run_at, j.start_by FROM [sp_unit].[jobs] j
 
 -- JobsClaim
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int, @p4 int64, @p5 int64, @p6 int64, @p7 int64
-DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7));
+DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7), queue NVARCHAR(100));
 UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + CASE WHEN j.token < 9223372036854775807 THEN 1 ELSE 0 END,
   attempt = j.attempt + CASE WHEN j.attempt < 2147483647 THEN 1 ELSE 0 END, started_at = SYSUTCDATETIME(), start_by = NULL,
   lease_until = DATEADD(millisecond, CAST(CASE WHEN j.timeout_ms <= 0 OR j.timeout_ms > 86400000 THEN CAST(@p4 AS BIGINT) WHEN j.timeout_ms > CAST(@p5 AS BIGINT) THEN j.timeout_ms + CAST(@p6 AS BIGINT) ELSE CAST(@p7 AS BIGINT) END AS int), SYSUTCDATETIME())
-OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for INTO @out
+OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for, inserted.queue INTO @out
 FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN (
   SELECT TOP (@p3) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
-  WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] pq WHERE pq.name = c.queue AND pq.paused = 1) AND (c.exclusive = 0 OR (
+  WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] pq WHERE pq.name = c.queue AND (pq.paused = 1 OR pq.managed = 1)) AND (c.exclusive = 0 OR (
     EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule)
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = c.schedule AND r.state = 'running')
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = c.schedule AND e.state = 'ready'
       AND e.scheduled_for < c.scheduled_for)))
   ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id
 WHERE j.state = 'ready';
-SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for FROM @out ORDER BY id;
+SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue FROM @out ORDER BY id;
 
 -- JobRenewLeaseIfRunning
 -- @p1 int64, @p2 int64, @p3 int64
@@ -203,17 +206,17 @@ SELECT id FROM @out ORDER BY id;
 
 -- JobInsertClaimed
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int, @p5 int64, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 sql.NullString, @p9 mssql.NullDateTime, @p10 mssql.NullDateTime, @p11 int, @p12 mssql.NVarCharMax, @p13 mssql.NVarCharMax, @p14 int64, @p15 sql.NullString, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax
-DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7));
+DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7), queue NVARCHAR(100));
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
   unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue, owner, owner_node, lease_until, started_at)
-OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for INTO @out
+OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for, inserted.queue INTO @out
 SELECT @p1, @p2, @p3, 'running', SYSUTCDATETIME(), 1, @p4, @p5, @p6, @p7, 1, SYSUTCDATETIME(), @p8, @p9, @p10, @p11, rq.queue, @p12, @p13, DATEADD(millisecond, CAST(@p14 % 86400000 AS int), DATEADD(day, CAST(@p14 / 86400000 AS int), SYSUTCDATETIME())), SYSUTCDATETIME()
 FROM (SELECT COALESCE(@p15, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
     WHERE qr.prefix = SUBSTRING(@p16, 1, qr.prefix_len)
       AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p17, 1, qm.prefix_len))),
   'default') AS queue) AS rq
-WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] pq WHERE pq.name = rq.queue AND pq.paused = 1);
-SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for FROM @out ORDER BY id;
+WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] pq WHERE pq.name = rq.queue AND (pq.paused = 1 OR pq.managed = 1));
+SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue FROM @out ORDER BY id;
 
 -- JobReleaseIfRunning
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 int64, @p11 int64
@@ -511,6 +514,54 @@ UPDATE [sp_unit].[queues] SET paused = 0, paused_by = NULL, paused_at = NULL WHE
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax
 INSERT INTO [sp_unit].[queues] (name, paused, paused_by, paused_at)
 SELECT @p1, 0, NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] WHERE name = @p2);
+
+-- QueueSettingsPut
+UPDATE [sp_unit].[queues] SET managed = 0, priority = 0, max_running = NULL, max_per_node = NULL,
+  rate_limit = NULL, rate_period_ms = NULL WHERE managed = 1;
+-- @p1 int, @p2 int, @p3 sql.NullInt64, @p4 sql.NullInt64, @p5 sql.NullInt64, @p6 sql.NullInt64, @p7 mssql.NVarCharMax
+UPDATE [sp_unit].[queues] SET managed = @p1, priority = @p2, max_running = @p3, max_per_node = @p4, rate_limit = @p5, rate_period_ms = @p6 WHERE name = @p7;
+
+-- QueueSettingsPut (new queue)
+UPDATE [sp_unit].[queues] SET managed = 0, priority = 0, max_running = NULL, max_per_node = NULL,
+  rate_limit = NULL, rate_period_ms = NULL WHERE managed = 1;
+-- @p1 int, @p2 int, @p3 sql.NullInt64, @p4 sql.NullInt64, @p5 sql.NullInt64, @p6 sql.NullInt64, @p7 mssql.NVarCharMax
+UPDATE [sp_unit].[queues] SET managed = @p1, priority = @p2, max_running = @p3, max_per_node = @p4, rate_limit = @p5, rate_period_ms = @p6 WHERE name = @p7;
+-- @p1 mssql.NVarCharMax, @p2 int, @p3 int, @p4 sql.NullInt64, @p5 sql.NullInt64, @p6 sql.NullInt64, @p7 sql.NullInt64, @p8 mssql.NVarCharMax
+INSERT INTO [sp_unit].[queues] (name, paused, managed, priority, max_running, max_per_node, rate_limit, rate_period_ms)
+SELECT @p1, 0, @p2, @p3, @p4, @p5, @p6, @p7 WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] WHERE name = @p8);
+
+-- JobsClaimManaged
+UPDATE [sp_unit].[queues] SET rate_used = CASE WHEN rate_window = CASE WHEN [sp_unit].[queues].rate_period_ms > 0 THEN DATEDIFF_BIG(millisecond, DATEFROMPARTS(1970, 1, 1), SYSUTCDATETIME()) / [sp_unit].[queues].rate_period_ms ELSE 0 END THEN rate_used ELSE 0 END,
+  rate_window = CASE WHEN [sp_unit].[queues].rate_period_ms > 0 THEN DATEDIFF_BIG(millisecond, DATEFROMPARTS(1970, 1, 1), SYSUTCDATETIME()) / [sp_unit].[queues].rate_period_ms ELSE 0 END
+WHERE managed = 1 AND paused = 0;
+-- @p1 mssql.NVarCharMax
+SELECT q.name, q.priority, q.max_running, q.max_per_node, q.rate_limit, q.rate_used,
+  (SELECT COUNT(*) FROM [sp_unit].[jobs] r WHERE r.queue = q.name AND r.state = 'running'),
+  (SELECT COUNT(*) FROM [sp_unit].[jobs] r WHERE r.queue = q.name AND r.state = 'running' AND r.owner_node = @p1)
+FROM [sp_unit].[queues] q
+WHERE q.managed = 1 AND q.paused = 0
+  AND EXISTS (SELECT 1 FROM [sp_unit].[jobs] d WHERE d.queue = q.name AND d.state = 'ready' AND d.run_at <= SYSUTCDATETIME())
+ORDER BY q.name;
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int64, @p4 int64, @p5 int64, @p6 int64, @p7 int, @p8 int, @p9 int, @p10 mssql.NVarCharMax, @p11 int
+DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7), queue NVARCHAR(100));
+UPDATE [sp_unit].[jobs] SET state = 'running', owner = @p1, owner_node = @p2, token = token + CASE WHEN token < 9223372036854775807 THEN 1 ELSE 0 END,
+  attempt = attempt + CASE WHEN attempt < 2147483647 THEN 1 ELSE 0 END, started_at = SYSUTCDATETIME(), start_by = NULL, lease_until = DATEADD(millisecond, CAST(CASE WHEN timeout_ms <= 0 OR timeout_ms > 86400000 THEN CAST(@p3 AS BIGINT) WHEN timeout_ms > CAST(@p4 AS BIGINT) THEN timeout_ms + CAST(@p5 AS BIGINT) ELSE CAST(@p6 AS BIGINT) END AS int), SYSUTCDATETIME())
+OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for, inserted.queue INTO @out
+WHERE state = 'ready' AND id IN (SELECT TOP (@p7) p.id FROM (SELECT b.id, b.run_at, CAST(@p8 AS INTEGER) AS pr FROM (SELECT TOP (@p9) c.id, c.run_at FROM [sp_unit].[jobs] c
+    WHERE c.queue = @p10 AND c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND (c.exclusive = 0 OR (
+    EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule)
+    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = c.schedule AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = c.schedule AND e.state = 'ready'
+      AND e.scheduled_for < c.scheduled_for)))
+    ORDER BY c.run_at, c.id) b
+UNION ALL SELECT b.id, b.run_at, 0 AS pr FROM (SELECT TOP (@p11) c.id, c.run_at FROM [sp_unit].[jobs] c
+    WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] pq WHERE pq.name = c.queue AND (pq.paused = 1 OR pq.managed = 1)) AND (c.exclusive = 0 OR (
+    EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule)
+    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = c.schedule AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = c.schedule AND e.state = 'ready'
+      AND e.scheduled_for < c.scheduled_for)))
+    ORDER BY c.run_at, c.id) b) p ORDER BY p.pr DESC, p.run_at, p.id);
+SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue FROM @out ORDER BY id;
 
 -- Queues
 SELECT COALESCE(w.queue, m.name),

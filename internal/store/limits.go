@@ -122,6 +122,14 @@ func (s *Store) JobsClaimManaged(ctx context.Context, owner, ownerNode string, l
 	if limit <= 0 {
 		return nil, nil
 	}
+	if f, ok := s.d.(managedClaimer); ok {
+		rows, err := queryAll(ctx, s, "claim jobs of limited queues", s.statement(f.ClaimManaged()),
+			append([]any{owner, ownerNode, limit}, hold.args()...), scanClaimRow)
+		if err != nil {
+			return nil, err
+		}
+		return s.setAsideOdd(ctx, owner, rows)
+	}
 	lock := s.statement(`UPDATE {queues} SET rate_used = CASE WHEN rate_window = ` + rateWindow("{queues}") + ` THEN rate_used ELSE 0 END,
   rate_window = ` + rateWindow("{queues}") + `
 WHERE managed = 1 AND paused = 0`)
@@ -233,6 +241,14 @@ func (s *Store) managedClaimStatement(rooms []managedRoom, owner, ownerNode stri
 WHERE state = 'ready' AND id IN (` + picked + `)
 {returning ` + claimedColumns + `}`)
 	return q, append(append([]any{owner, ownerNode}, hold.args()...), pargs...)
+}
+
+// managedClaimer is a dialect that runs the managed claim in one round
+// trip, as a function the schema defines: the same steps, in the same
+// order, as JobsClaimManaged's transaction. Parameters: owner, owner_node,
+// limit, and the hold (Hold.args).
+type managedClaimer interface {
+	ClaimManaged() string
 }
 
 // scheduleLocker is a dialect whose claims lock the row of an exclusive

@@ -181,3 +181,87 @@ func TestManagedClaimConcurrent(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// A claim that comes while another transaction holds a managed queue's
+// row and has made jobs of it running waits for it, then counts them: it
+// never claims on a count taken before they committed. (Without the lock,
+// the second claim would see none running and take the whole limit.)
+func TestManagedClaimWaitsForTheLock(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "reports", Limit: 3}}))
+		ids := enqueueTo(t, s, "reports", 6)
+		d := s.Dialect()
+		p := func(n int) string { return d.Placeholder(n) }
+
+		tx, err := s.DB().BeginTx(ctx, nil)
+		require.NoError(t, err)
+		defer tx.Rollback()
+		_, err = tx.ExecContext(ctx, "UPDATE "+d.Table("queues")+" SET rate_used = rate_used WHERE name = "+p(1), "reports")
+		require.NoError(t, err)
+		_, err = tx.ExecContext(ctx, "UPDATE "+d.Table("jobs")+" SET state = 'running', owner = 'inc-x', owner_node = 'node-x' WHERE id IN ("+
+			p(1)+", "+p(2)+", "+p(3)+")", ids[3], ids[4], ids[5])
+		require.NoError(t, err)
+
+		type result struct {
+			cs  []store.Claim
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			cs, err := s.JobsClaimManaged(ctx, "inc-b", "node-b", 10, store.Lease(time.Minute))
+			done <- result{cs, err}
+		}()
+		select {
+		case r := <-done:
+			t.Fatalf("the claim did not wait for the queue's lock: %d claimed, err %v", len(r.cs), r.err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		require.NoError(t, tx.Commit())
+		r := <-done
+		require.NoError(t, r.err)
+		require.Empty(t, r.cs, "three run already: the limit is reached")
+	})
+}
+
+// The rate is counted in fixed windows of the database clock: a window's
+// budget used up, the next window starts afresh.
+func TestManagedClaimRateWindowRolls(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		period := 400 * time.Millisecond
+		if driver == "sqlserver" {
+			period = 2 * time.Second // the T-SQL test server is slower
+		}
+		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "pay", Rate: 2, RatePeriod: period}, {Name: "warm", Limit: 9}}))
+		// A claim of the same shape first: the T-SQL test server takes
+		// seconds over a batch it has not seen.
+		enqueueTo(t, s, "warm", 1)
+		require.Len(t, claimManaged(t, s, "node-w", 10), 1)
+		enqueueTo(t, s, "pay", 7)
+		// Start at the beginning of a window, so that two claims fall in one.
+		now, err := s.Now(ctx)
+		require.NoError(t, err)
+		next := now.Truncate(period).Add(period)
+		time.Sleep(next.Sub(now) + 20*time.Millisecond)
+		window := func() int64 {
+			now, err := s.Now(ctx)
+			require.NoError(t, err)
+			return now.UnixMilli() / period.Milliseconds()
+		}
+		w := window()
+		first := len(claimManaged(t, s, "node-a", 10))
+		second := len(claimManaged(t, s, "node-b", 10))
+		if window() != w {
+			t.Skip("the two claims straddled a window boundary; the machine is too slow for this test's windows")
+		}
+		require.Equal(t, 2, first)
+		require.Equal(t, 0, second, "the window's two starts are used")
+		for window() == w {
+			time.Sleep(20 * time.Millisecond)
+		}
+		require.Len(t, claimManaged(t, s, "node-b", 10), 2, "a new window, a new budget")
+	})
+}

@@ -104,3 +104,10 @@ func (Postgres) MillisBetween(from, to string) string {
 func (Postgres) NowMillis() string {
 	return "CAST(TRUNC(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
 }
+
+// ClaimManaged (managedClaimer): the function of schema version 14, whose
+// statements each take a fresh snapshot, in one round trip instead of a
+// transaction's five.
+func (Postgres) ClaimManaged() string {
+	return "SELECT * FROM slotpoller_claim_managed($1, $2, $3, $4, $5, $6, $7)"
+}

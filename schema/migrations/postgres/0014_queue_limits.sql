@@ -18,3 +18,84 @@ ALTER TABLE slotpoller_queues ADD COLUMN rate_used      INTEGER NOT NULL DEFAULT
 -- running jobs (on one node, too), each through its own index.
 CREATE INDEX slotpoller_jobs_queue_due ON slotpoller_jobs (queue, run_at, id) WHERE state = 'ready';
 CREATE INDEX slotpoller_jobs_queue_running ON slotpoller_jobs (queue, owner_node) WHERE state = 'running';
+GO
+-- The managed claim in one round trip (the store's JobsClaimManaged: its
+-- other databases run the same steps as statements of a transaction).
+-- Each statement of a PL/pgSQL function takes a fresh snapshot under READ
+-- COMMITTED: the claim, after the lock, sees every claim committed before
+-- the lock was granted. First, lock the managed queues' rows (skipping
+-- none: claims of one managed queue take turns) and roll their rate
+-- windows. Then, in one statement: each queue's room (the least of its
+-- limits less what runs or what started in the window; LEAST ignores a
+-- NULL, no limit), its due jobs up to that room, the other queues' due jobs
+-- as the plain claim takes them (at priority 0), the first p_limit by
+-- priority then run time; claim them, and add the starts to the windows.
+-- Parameters: the owner, its node, the most rows, the hold (Hold.args).
+CREATE FUNCTION slotpoller_claim_managed(p_owner text, p_node text, p_limit integer,
+  p_h1 bigint, p_h2 bigint, p_h3 bigint, p_h4 bigint)
+RETURNS TABLE (id bigint, token bigint, attempt integer, max_attempts integer, endpoint text, method text,
+  payload bytea, idem_key text, timeout_ms bigint, run_at timestamptz, scheduled_for timestamptz, queue varchar)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+  v_ms bigint := CAST(TRUNC(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT);
+BEGIN
+  UPDATE slotpoller_queues AS q
+  SET rate_used = CASE WHEN q.rate_window = (CASE WHEN q.rate_period_ms > 0 THEN v_ms / q.rate_period_ms ELSE 0 END)
+      THEN q.rate_used ELSE 0 END,
+    rate_window = CASE WHEN q.rate_period_ms > 0 THEN v_ms / q.rate_period_ms ELSE 0 END
+  WHERE q.managed = 1 AND q.paused = 0;
+
+  RETURN QUERY
+  WITH room AS (
+    SELECT q.name, q.priority, q.rate_limit IS NOT NULL AS rated,
+      GREATEST(COALESCE(LEAST(
+        q.max_running - (SELECT COUNT(*) FROM slotpoller_jobs r WHERE r.queue = q.name AND r.state = 'running'),
+        q.max_per_node - (SELECT COUNT(*) FROM slotpoller_jobs r WHERE r.queue = q.name AND r.state = 'running' AND r.owner_node = p_node),
+        q.rate_limit - q.rate_used), p_limit), 0) AS n
+    FROM slotpoller_queues q
+    WHERE q.managed = 1 AND q.paused = 0
+  ), picked AS (
+    SELECT p.id FROM (
+      SELECT x.id, x.run_at, r.priority AS pr FROM room r CROSS JOIN LATERAL (
+        SELECT c.id, c.run_at FROM slotpoller_jobs c
+        WHERE c.queue = r.name AND c.state = 'ready' AND c.run_at <= clock_timestamp()
+          AND (c.exclusive = 0 OR (
+            EXISTS (SELECT 1 FROM slotpoller_schedules AS s WHERE s.name = c.schedule)
+            AND NOT EXISTS (SELECT 1 FROM slotpoller_jobs r2 WHERE r2.schedule = c.schedule AND r2.state = 'running')
+            AND NOT EXISTS (SELECT 1 FROM slotpoller_jobs e WHERE e.schedule = c.schedule AND e.state = 'ready'
+              AND e.scheduled_for < c.scheduled_for)))
+        ORDER BY c.run_at, c.id LIMIT LEAST(r.n, p_limit)) AS x
+      WHERE r.n > 0
+      UNION ALL
+      SELECT u.id, u.run_at, 0 FROM (
+        SELECT c.id, c.run_at FROM slotpoller_jobs c
+        WHERE c.state = 'ready' AND c.run_at <= clock_timestamp()
+          AND NOT EXISTS (SELECT 1 FROM slotpoller_queues pq WHERE pq.name = c.queue AND (pq.paused = 1 OR pq.managed = 1))
+          AND (c.exclusive = 0 OR (
+            EXISTS (SELECT 1 FROM slotpoller_schedules AS s WHERE s.name = c.schedule)
+            AND NOT EXISTS (SELECT 1 FROM slotpoller_jobs r2 WHERE r2.schedule = c.schedule AND r2.state = 'running')
+            AND NOT EXISTS (SELECT 1 FROM slotpoller_jobs e WHERE e.schedule = c.schedule AND e.state = 'ready'
+              AND e.scheduled_for < c.scheduled_for)))
+        ORDER BY c.run_at, c.id LIMIT p_limit FOR UPDATE OF c SKIP LOCKED) AS u
+    ) AS p ORDER BY p.pr DESC, p.run_at, p.id LIMIT p_limit
+  ), claimed AS (
+    UPDATE slotpoller_jobs AS j SET state = 'running', owner = p_owner, owner_node = p_node,
+      token = j.token + CASE WHEN j.token < 9223372036854775807 THEN 1 ELSE 0 END,
+      attempt = j.attempt + CASE WHEN j.attempt < 2147483647 THEN 1 ELSE 0 END,
+      started_at = clock_timestamp(), start_by = NULL,
+      lease_until = clock_timestamp() + CAST(CASE WHEN j.timeout_ms <= 0 OR j.timeout_ms > 86400000 THEN p_h1
+        WHEN j.timeout_ms > p_h2 THEN j.timeout_ms + p_h3 ELSE p_h4 END AS double precision) * interval '1 millisecond'
+    FROM picked WHERE j.id = picked.id AND j.state = 'ready'
+    RETURNING j.id, j.token, j.attempt, j.max_attempts, j.endpoint, j.method, j.payload, j.idem_key, j.timeout_ms,
+      j.run_at, j.scheduled_for, j.queue
+  ), counted AS (
+    UPDATE slotpoller_queues AS q SET rate_used = q.rate_used + s.n
+    FROM (SELECT cl.queue, COUNT(*) AS n FROM claimed cl GROUP BY cl.queue) AS s
+    WHERE q.name = s.queue AND q.rate_limit IS NOT NULL
+  )
+  SELECT cl.id, cl.token, cl.attempt, cl.max_attempts, cl.endpoint, cl.method, cl.payload, cl.idem_key, cl.timeout_ms,
+    cl.run_at, cl.scheduled_for, cl.queue FROM claimed cl;
+END
+$$;

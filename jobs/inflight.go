@@ -73,6 +73,8 @@ func (r *Runner) start(f *inflight) {
 		r.mu.Lock()
 		f.watchdog.Stop()
 		delete(r.inflight, store.Held{ID: f.claim.ID, Token: f.claim.Token})
+		// Its end is recorded: room under its queue's limit, if any.
+		r.heldRetry = r.heldBack
 		r.mu.Unlock()
 		r.nudge() // room for Refill
 	}()

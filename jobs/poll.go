@@ -133,6 +133,9 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 		return res, err
 	}
 	res.Claimed = len(started)
+	r.mu.Lock()
+	r.heldBack = load.Managed > 0 && len(started) < want
+	r.mu.Unlock()
 	// Fewer rows than asked for means the claimable ones ran out (another
 	// node took them, or they wait behind a running occurrence): nothing
 	// was left behind. Only a share smaller than the due work leaves some.

@@ -16,10 +16,14 @@ const DefaultRefillCooldown = 10 * time.Millisecond
 func (r *Runner) nextRefill(now time.Time, roomSince *time.Time) (want int, after time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	free := r.opts.Capacity - len(r.inflight)
 	if !r.more {
+		if r.heldBack && r.heldRetry && free > 0 {
+			r.heldRetry = false
+			return free, 0
+		}
 		return 0, 0
 	}
-	free := r.opts.Capacity - len(r.inflight)
 	limit := free
 	knows := !r.backlogSince.IsZero() && !now.Before(r.backlogSince.Add(r.opts.BacklogSpread))
 	if !knows {
@@ -62,6 +66,7 @@ func (r *Runner) Refill(ctx context.Context) error {
 			r.mu.Lock()
 			r.budget = max(0, r.budget-len(started))
 			r.more = r.more && err == nil && len(started) == want
+			r.heldBack = r.managed.Load() && err == nil && len(started) < want
 			if !r.more {
 				r.budget = 0 // a share is for the burst its turn saw
 			}

@@ -118,6 +118,14 @@ type Runner struct {
 	// then go through the managed claim, which takes them within their
 	// limits, and the rest in priority order.
 	managed atomic.Bool
+	// heldBack is set (under mu) while the node's last managed claim came
+	// back short with jobs of managed queues due: a limit, not an empty
+	// queue, may have held them back. Room under a limit is made when a
+	// call of the queue ends, which no turn hears of: heldRetry is then
+	// set, and Refill claims once more. So a limited queue's backlog runs
+	// at its limit, call after call, not at one start per turn; the cost is
+	// at most one claim per call that ends.
+	heldBack, heldRetry bool
 
 	// draining is set when the drain begins: nothing new starts then.
 	draining atomic.Bool

@@ -42,3 +42,36 @@ func TestALimitedQueueRunsCallAfterCallWithoutTurns(t *testing.T) {
 	require.Equal(t, 1, most, "never more than the limit at once")
 	require.Equal(t, int64(1), r.Stats().Polls, "one poll; the rest started as calls ended")
 }
+
+// A backlog that only a limit holds does not widen the rotation: the poll
+// signals a backlog only when its managed claim came back full.
+func TestALimitedBacklogIsNoFarmBacklog(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx := context.Background()
+	require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "one", Limit: 1}, {Name: "first", Priority: 5}}))
+	g, base := newGate(t)
+	r := newRunner(t, s, base, clock.NewFake(t0), 4)
+	for range 10 {
+		_, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/gate", MaxAttempts: 1, Queue: "one"})
+		require.NoError(t, err)
+	}
+	signals := 0
+	turn := alone(4)
+	turn.Backlog = func(context.Context, int) error { signals++; return nil }
+	res, err := r.Poll(ctx, turn)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Claimed)
+	require.Zero(t, signals, "ten due, one may run: no backlog for the farm")
+
+	// A managed queue that is not held (a priority alone) and has more
+	// due than the claim took is a backlog.
+	for range 10 {
+		_, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/gate", MaxAttempts: 1, Queue: "first"})
+		require.NoError(t, err)
+	}
+	res, err = r.Poll(ctx, turn)
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Claimed, "the room left")
+	require.Equal(t, 1, signals)
+	g.release(100)
+}

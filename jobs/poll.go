@@ -111,16 +111,21 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	}
 	want := FairShare(load, mine, r.opts.Capacity, ahead, r.opts.Capacity-mine)
 	share := capacityShare(load, mine, r.opts.Capacity, turn.FarmCapacity)
+	// The due jobs of managed queues may be held back by their limits: a
+	// backlog that only a limit holds must not widen the rotation for as
+	// long as it lasts (every node polling every slot, for nothing). So
+	// they count as a backlog only once a claim showed them claimable: it
+	// came back full.
 	if want == 0 {
 		res.Left = load.Due
-		if turn.Backlog != nil && load.Due > 0 {
+		if turn.Backlog != nil && load.Due > load.Managed {
 			res.BacklogErr, res.Signalled = turn.Backlog(ctx, load.Due), true
 		}
 		r.learned(load.Due > 0, share)
 		return res, nil
 	}
 	var signalled chan error
-	if turn.Backlog != nil && load.Due > want {
+	if turn.Backlog != nil && load.Due > want && load.Managed == 0 {
 		signalled = make(chan error, 1)
 		go func() { signalled <- turn.Backlog(ctx, load.Due-want) }()
 	}
@@ -131,6 +136,9 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	}
 	if err != nil {
 		return res, err
+	}
+	if turn.Backlog != nil && load.Managed > 0 && load.Due > want && len(started) == want {
+		res.BacklogErr, res.Signalled = turn.Backlog(ctx, load.Due-want), true
 	}
 	res.Claimed = len(started)
 	r.mu.Lock()

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A job of a paused queue is not started now: the fast path writes
-// nothing and leaves it to the caller's ordinary enqueue, where it waits.
+// A job of a paused queue is not started now: the fast path writes it
+// ready, where it waits for the queue's resume.
 func TestStartNowLeavesAPausedQueuesJobToTheQueue(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
@@ -25,12 +25,35 @@ func TestStartNowLeavesAPausedQueuesJobToTheQueue(t *testing.T) {
 			{Endpoint: "/gate", MaxAttempts: 3, Queue: "reports"}, // named
 			{Endpoint: "/gate/reports/daily", MaxAttempts: 3},     // routed
 		} {
-			_, taken, err := r.StartNow(ctx, j)
+			id, taken, err := r.StartNow(ctx, j)
 			require.NoError(t, err)
-			require.False(t, taken, "%+v", j)
+			require.True(t, taken, "written: the caller must not enqueue it again")
+			require.Equal(t, store.StateReady, get(t, s, id).State, "%+v", j)
 		}
 		require.Zero(t, r.Running())
 		require.Zero(t, countState(t, s, store.StateRunning))
-		require.Zero(t, countState(t, s, store.StateReady), "nothing written: the caller enqueues it")
+	})
+}
+
+// A job of a limited queue enqueued for now starts at once while its
+// limit allows, and waits when it does not.
+func TestStartNowStartsALimitedQueuesJobWithinItsLimit(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		g, base := newGate(t)
+		r := newRunner(t, s, base, clock.NewFake(t0), 4)
+		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "reports", Limit: 1}}))
+
+		first, taken, err := r.StartNow(ctx, store.NewJob{Endpoint: "/gate", MaxAttempts: 3, Queue: "reports"})
+		require.NoError(t, err)
+		require.True(t, taken)
+		require.Equal(t, store.StateRunning, get(t, s, first).State, "started at once")
+		second, taken, err := r.StartNow(ctx, store.NewJob{Endpoint: "/gate", MaxAttempts: 3, Queue: "reports"})
+		require.NoError(t, err)
+		require.True(t, taken)
+		require.Equal(t, store.StateReady, get(t, s, second).State, "the limit is reached: it waits")
+		require.Equal(t, 1, r.Running())
+		g.release(10)
 	})
 }

@@ -12,9 +12,9 @@ import (
 // node has room for is inserted already claimed by it, in the one INSERT,
 // and its call starts at once, with no poll in between. It reports
 // taken false, having written nothing, when the job is not due now (it
-// has a run time or a delay), when the node is full or stopping, or when
-// its queue is paused or has limits: the caller then enqueues it as usual,
-// and it waits for the queue's resume or for a managed claim. The claim is fenced like any other:
+// has a run time or a delay), or when the node is full or stopping: the
+// caller then enqueues it as usual. A job of a paused queue, or of one with
+// limits or a priority, is not inserted claimed: see startHeld. The claim is fenced like any other:
 // token 1 under this node's lease, renewed and recorded as any claim's.
 // An error with taken true may have left the job written: the caller must
 // not enqueue it again.
@@ -52,11 +52,35 @@ func (r *Runner) StartNow(ctx context.Context, j store.NewJob) (id int64, taken 
 		return id, true, dup
 	}
 	if paused && err == nil {
-		return 0, false, nil
+		return r.startHeld(ctx, j)
 	}
 	if err != nil {
 		return 0, true, err
 	}
 	r.start(claimed[0])
 	return claimed[0].claim.ID, true, nil
+}
+
+// startHeld enqueues a job due now whose queue is paused or managed (the
+// insert already claimed refused it), then claims through the managed
+// claim as the node has room: a managed queue's job starts now if its
+// limits allow it and nothing of a higher priority waits, instead of at
+// the next turn. A paused queue's job waits; that claim finds nothing of
+// it. r.claimMu is held. The job was written (taken true) unless err says
+// otherwise before the insert.
+func (r *Runner) startHeld(ctx context.Context, j store.NewJob) (id int64, taken bool, err error) {
+	id, err = r.store.JobInsert(ctx, j)
+	if err != nil {
+		return id, errors.Is(err, store.ErrDuplicate), err
+	}
+	r.managed.Store(true)
+	started, err := r.claim(ctx, r.Free())
+	if err != nil {
+		// The job is written and waits for a turn's claim.
+		r.opts.Logger.Warn("claiming a limited queue's job enqueued here failed; it waits for a turn", "job", id, "err", err)
+	}
+	for _, f := range started {
+		r.start(f)
+	}
+	return id, true, nil
 }

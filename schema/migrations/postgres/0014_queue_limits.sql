@@ -41,11 +41,11 @@ AS $$
 DECLARE
   v_ms bigint := CAST(TRUNC(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT);
 BEGIN
-  UPDATE slotpoller_queues AS q
-  SET rate_used = CASE WHEN q.rate_window = (CASE WHEN q.rate_period_ms > 0 THEN v_ms / q.rate_period_ms ELSE 0 END)
-      THEN q.rate_used ELSE 0 END,
-    rate_window = CASE WHEN q.rate_period_ms > 0 THEN v_ms / q.rate_period_ms ELSE 0 END
-  WHERE q.managed = 1 AND q.paused = 0;
+  -- A row lock writes no new row version; in name order, so that two
+  -- claims never wait on each other in a cycle.
+  PERFORM 1 FROM slotpoller_queues q WHERE q.managed = 1 AND q.paused = 0 ORDER BY q.name FOR UPDATE;
+  UPDATE slotpoller_queues AS q SET rate_used = 0, rate_window = v_ms / q.rate_period_ms
+  WHERE q.managed = 1 AND q.paused = 0 AND q.rate_period_ms > 0 AND q.rate_window <> v_ms / q.rate_period_ms;
 
   RETURN QUERY
   WITH room AS (

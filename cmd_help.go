@@ -72,7 +72,7 @@ func commands() []command {
 		{"schedule pause", "-name NAME", "stop firing a schedule until it is resumed", []string{"slotpoller schedule pause -name nightly"}},
 		{"schedule resume", "-name NAME", "fire a paused schedule again from its next occurrence: what the pause skipped is not missed", []string{"slotpoller schedule resume -name nightly"}},
 		{"schedule trigger", "-name NAME", "run an occurrence of a schedule now, besides its regular ones", []string{"slotpoller schedule trigger -name nightly"}},
-		{"queue list", "[-json]", "queues: paused (by whom, since when), jobs waiting and running",
+		{"queue list", "[-json]", "queues: paused (by whom, since when), jobs waiting and running, priority, limits, rate and its use, start delays",
 			[]string{"slotpoller queue list", "slotpoller queue list -json"}},
 		{"queue pause", "-name NAME", "stop starting a queue's jobs until it is resumed; calls running go on",
 			[]string{"slotpoller queue pause -name reports"}},

@@ -97,14 +97,16 @@ func cmdQueue(args []string, stdout io.Writer) error {
 	return usageError{fmt.Sprintf("unknown queue verb %q: say %s", sub, orList(subVerbs("queue")))}
 }
 
-// writeQueues is `queue list`'s table.
+// writeQueues is `queue list`'s table: a queue's state and work, its
+// settings ("-" where none is set; the rate as the config writes it, and
+// its starts in the current window) and how late its recent jobs started.
 func writeQueues(w io.Writer, qs []client.QueueInfo) error {
 	if len(qs) == 0 {
-		fmt.Fprintln(w, "no queues: no job waits or runs, and none was ever paused")
+		fmt.Fprintln(w, "no queues: no job waits or runs, and none was ever paused or given limits")
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tSTATE\tWAITING\tRUNNING\tPAUSED BY\tPAUSED AT")
+	fmt.Fprintln(tw, "QUEUE\tSTATE\tWAITING\tRUNNING\tPRIORITY\tLIMIT\tNODE LIMIT\tRATE\tRATE USED\tDELAY P50\tDELAY P99\tPAUSED BY\tPAUSED AT")
 	for _, q := range qs {
 		state, by, at := "active", "-", "-"
 		if q.Paused {
@@ -116,9 +118,26 @@ func writeQueues(w io.Writer, qs []client.QueueInfo) error {
 				at = q.PausedAt.UTC().Format(jobTime)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", q.Name, state, q.Waiting, q.Running, by, at)
+		rate, used := "-", "-"
+		if q.Rate > 0 {
+			rate, used = fmt.Sprintf("%d/%s", q.Rate, config.Duration(q.RatePeriod)), fmt.Sprint(q.RateUsed)
+		}
+		p50, p99 := "-", "-"
+		if q.StartDelay.Jobs > 0 {
+			p50, p99 = q.StartDelay.P50.Round(time.Millisecond).String(), q.StartDelay.P99.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, state, q.Waiting, q.Running, q.Priority,
+			limitText(q.Limit), limitText(q.NodeLimit), rate, used, p50, p99, by, at)
 	}
 	return tw.Flush()
+}
+
+// limitText is a limit for the table, "-" for none.
+func limitText(n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprint(n)
 }
 
 // jobCount is "1 job" or "N jobs".

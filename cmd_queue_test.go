@@ -44,7 +44,8 @@ func TestQueueCommands(t *testing.T) {
 
 	code, out, errOut = cli(t, "queue", "list", "-config", cfg)
 	require.Equal(t, 0, code, errOut)
-	require.Regexp(t, `(?m)^QUEUE +STATE +WAITING +RUNNING +PAUSED BY +PAUSED AT\nreports +paused +1 +0 +cli +\d{4}-`, out)
+	require.Regexp(t, `(?m)^QUEUE +STATE +WAITING +RUNNING +PRIORITY +LIMIT +NODE LIMIT +RATE +RATE USED +DELAY P50 +DELAY P99 +PAUSED BY +PAUSED AT\n`+
+		`reports +paused +1 +0 +0 +- +- +- +- +- +- +cli +\d{4}-`, out)
 
 	code, out, errOut = cli(t, "status", "-config", cfg)
 	require.Contains(t, out, "queue reports paused by cli at ", "status shows the paused queue (exit %d: %s)", code, errOut)
@@ -115,4 +116,50 @@ func TestQueueCancelCommand(t *testing.T) {
 	require.Contains(t, out, "queue \"reports\": 1 job waiting cancelled\n")
 	require.Equal(t, store.StateCancelled, state(waiting).State)
 	require.Equal(t, store.StateRunning, state(other).State)
+}
+
+// queue list and status show a queue's settings as the nodes wrote them,
+// its rate window's use and its start delays.
+func TestQueueListShowsLimits(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "farm.db")
+	cfg := writeConfig(t, "database:\n  dsn: "+dbPath+"\n")
+	code, _, errOut := cli(t, "schema", "migrate", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	s, err := open.Store(context.Background(), "sqlite", dbPath)
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{
+		{Name: "reports", Priority: 3, Limit: 2, NodeLimit: 1, Rate: 50, RatePeriod: time.Hour},
+		{Name: "mail", Priority: -5},
+	}))
+	for range 2 {
+		code, _, errOut = cli(t, "enqueue", "-endpoint", "/jobs/report", "-queue", "reports", "-config", cfg)
+		require.Equal(t, 0, code, errOut)
+	}
+	claims, err := s.JobsClaimManaged(ctx, "inc-a", "node-a", 10, store.Lease(time.Minute))
+	require.NoError(t, err)
+	require.Len(t, claims, 1, "one per node")
+
+	code, out, errOut := cli(t, "queue", "list", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `(?m)^mail +active +0 +0 +-5 +- +- +- +- +- +- +- +-$`, out)
+	require.Regexp(t, `(?m)^reports +active +1 +1 +3 +2 +1 +50/1h +1 +\d+ms +\d+ms +- +-$`, out)
+
+	code, out, errOut = cli(t, "queue", "list", "-json", "-config", cfg)
+	require.Equal(t, 0, code, errOut)
+	var got struct{ Queues []client.QueueInfo }
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Len(t, got.Queues, 2)
+	r := got.Queues[1]
+	require.Equal(t, "reports", r.Name)
+	require.Equal(t, 1, r.StartDelay.Jobs, "the running job")
+	r.StartDelay = client.StartDelay{}
+	require.Equal(t, client.QueueInfo{Name: "reports", Waiting: 1, Running: 1, Priority: 3, Limit: 2, NodeLimit: 1,
+		Rate: 50, RatePeriod: time.Hour, RateUsed: 1}, r)
+	require.Contains(t, out, `"rate_period_ns": 3600000000000`)
+
+	code, out, errOut = cli(t, "status", "-config", cfg)
+	require.Contains(t, out, "queue mail: priority -5\n", "exit %d: %s", code, errOut)
+	require.Contains(t, out, "queue reports: limit 2, 1 per node, rate 50/1h (1 used in this window), priority 3\n")
 }

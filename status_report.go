@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/service"
 )
@@ -57,7 +59,32 @@ func writeStatus(w io.Writer, r service.StatusReport) error {
 			return err
 		}
 	}
+	for _, q := range r.ManagedQueues {
+		if _, err := fmt.Fprintf(w, "queue %s: %s\n", q.Name, managedText(q)); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// managedText is a managed queue's settings in one line: "limit 4, 1 per
+// node, rate 50/10s (7 used in this window), priority 10".
+func managedText(q service.ManagedQueue) string {
+	var parts []string
+	if q.Limit > 0 {
+		parts = append(parts, fmt.Sprintf("limit %d", q.Limit))
+	}
+	if q.NodeLimit > 0 {
+		parts = append(parts, fmt.Sprintf("%d per node", q.NodeLimit))
+	}
+	if q.Rate > 0 {
+		parts = append(parts, fmt.Sprintf("rate %d/%s (%d used in this window)", q.Rate,
+			config.Duration(time.Duration(q.RatePeriodMS)*time.Millisecond), q.RateUsed))
+	}
+	if q.Priority != 0 {
+		parts = append(parts, fmt.Sprintf("priority %d", q.Priority))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // writeTasks prints tasks for a person.

@@ -8,21 +8,49 @@ import (
 	"github.com/slotpoller/slotpoller/jobs"
 )
 
-// queueView is a queue as the API shows it.
+// queueView is a queue as the API shows it: its state, its settings from
+// the nodes' config (limits of 0 are none, and left out) and its recent
+// start delays.
 type queueView struct {
-	Name     string   `json:"name"`
-	Paused   bool     `json:"paused"`
-	PausedBy string   `json:"paused_by,omitempty"`
-	PausedAt *apiTime `json:"paused_at,omitempty"` // database time
-	Waiting  int      `json:"waiting"`             // ready and due now
-	Running  int      `json:"running"`
+	Name       string    `json:"name"`
+	Paused     bool      `json:"paused"`
+	PausedBy   string    `json:"paused_by,omitempty"`
+	PausedAt   *apiTime  `json:"paused_at,omitempty"` // database time
+	Waiting    int       `json:"waiting"`             // ready and due now
+	Running    int       `json:"running"`
+	Priority   int       `json:"priority"`
+	Limit      int       `json:"limit,omitempty"`
+	NodeLimit  int       `json:"node_limit,omitempty"`
+	Rate       *rateView `json:"rate,omitempty"`
+	StartDelay delayView `json:"start_delay"`
+}
+
+// rateView is a queue's rate: at most Limit starts in each window of
+// PeriodMS on the database clock, Used of them in the current one.
+type rateView struct {
+	Limit    int   `json:"limit"`
+	PeriodMS int64 `json:"period_ms"`
+	Used     int   `json:"used"`
+}
+
+// delayView is how late a queue's recent jobs started (client.StartDelay).
+type delayView struct {
+	Jobs   int   `json:"jobs"`
+	P50MS  int64 `json:"p50_ms"`
+	P99MS  int64 `json:"p99_ms"`
+	Within int64 `json:"within_ms"` // how far back finished jobs are read
 }
 
 func queueViews(qs []client.QueueInfo) []queueView {
 	out := make([]queueView, len(qs))
 	for i, q := range qs {
 		out[i] = queueView{Name: q.Name, Paused: q.Paused, PausedBy: q.PausedBy, PausedAt: optTime(q.PausedAt),
-			Waiting: q.Waiting, Running: q.Running}
+			Waiting: q.Waiting, Running: q.Running, Priority: q.Priority, Limit: q.Limit, NodeLimit: q.NodeLimit,
+			StartDelay: delayView{Jobs: q.StartDelay.Jobs, P50MS: q.StartDelay.P50.Milliseconds(), P99MS: q.StartDelay.P99.Milliseconds(),
+				Within: client.QueueStartDelayWindow.Milliseconds()}}
+		if q.Rate > 0 {
+			out[i].Rate = &rateView{Limit: q.Rate, PeriodMS: q.RatePeriod.Milliseconds(), Used: q.RateUsed}
+		}
 	}
 	return out
 }

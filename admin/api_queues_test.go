@@ -101,19 +101,23 @@ func TestAPIQueues(t *testing.T) {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// Past the job counts' cap a scrape reads only the paused queues: the
-// paused gauge stays, the waiting and running gauges (a pass over every
+// Past the job counts' cap a scrape reads only the paused queues and those
+// with settings: the paused and settings gauges stay, the waiting and running gauges (a pass over every
 // ready and running row) are left out, so a scrape's cost stays bounded
 // whatever the backlog.
 func TestMetricsQueuesPastTheCap(t *testing.T) {
 	s, db := storetest.OpenDB(t, "sqlite")
 	_, epURL := newEndpoints(t)
-	rn := runNode(t, testConfig(t, db, "api-cap", epURL))
+	cfg := testConfig(t, db, "api-cap", epURL)
+	cfg.Queues = []config.QueueConfig{{Name: "limited", Limit: 2}}
+	rn := runNode(t, cfg)
 	srv := httptest.NewServer(Handler(rn.n))
 	t.Cleanup(srv.Close)
 	base := srv.URL
 	require.Eventually(t, func() bool { return callAPI(t, base, getReq("/api/v1/queues")).status == http.StatusOK },
 		30*time.Second, 20*time.Millisecond, "the API answers once the node has its database")
+	require.Eventually(t, func() bool { qs, err := s.QueuesHeld(context.Background()); return err == nil && len(qs) == 1 },
+		30*time.Second, 20*time.Millisecond, "the node writes its config's queue settings at start")
 	must(t, base, http.StatusOK, post("/api/v1/queues/reports/pause", ""))
 	must(t, base, http.StatusCreated, post("/api/v1/jobs", `{"endpoint":"/later","queue":"bulk","delay":"1h"}`))
 
@@ -125,6 +129,7 @@ func TestMetricsQueuesPastTheCap(t *testing.T) {
 	raw := scrape()
 	require.Contains(t, raw, `slotpoller_queue_paused{queue="reports"} 1`)
 	require.Contains(t, raw, `slotpoller_queue_waiting{queue="bulk"} 0`, "under the cap, every queue is read")
+	require.Contains(t, raw, `slotpoller_queue_limit{queue="limited"} 2`)
 
 	c, err := client.New(s.DB(), s.Driver())
 	require.NoError(t, err)
@@ -138,6 +143,71 @@ func TestMetricsQueuesPastTheCap(t *testing.T) {
 	raw = scrape()
 	require.Contains(t, raw, `slotpoller_jobs{state="ready"} `+strconv.Itoa(service.JobCountCap), "the ready count is at its cap")
 	require.Contains(t, raw, `slotpoller_queue_paused{queue="reports"} 1`, "the paused queues are still read")
+	require.Contains(t, raw, `slotpoller_queue_limit{queue="limited"} 2`, "and those with settings")
+	require.Contains(t, raw, `slotpoller_queue_paused{queue="limited"} 0`)
 	require.NotContains(t, raw, `slotpoller_queue_waiting`, "past the cap the per-queue pass is left out")
 	require.NotContains(t, raw, `slotpoller_queue_running`)
+}
+
+// A queue's limits, rate and start delays through the API and the
+// metrics of a running node: a queue limited to one running job, with
+// three slow jobs, runs one while two wait; each start counts in the rate
+// window and in the node's start delay histogram.
+func TestAPIQueueLimits(t *testing.T) {
+	s, db := storetest.OpenDB(t, "sqlite")
+	ep, epURL := newEndpoints(t)
+	cfg := testConfig(t, db, "api-lim", epURL)
+	cfg.Queues = []config.QueueConfig{{Name: "reports", Priority: 7, Limit: 1, NodeLimit: 1, Rate: "100/1h"}}
+	rn := runNode(t, cfg)
+	srv := httptest.NewServer(Handler(rn.n))
+	t.Cleanup(srv.Close)
+	base := srv.URL
+	require.Eventually(t, func() bool {
+		qs, err := s.QueuesHeld(context.Background())
+		return err == nil && len(qs) == 1 && qs[0].Limit == 1
+	}, 30*time.Second, 20*time.Millisecond, "the node writes its config's queue settings at start")
+	var ids []int64
+	for range 3 {
+		ids = append(ids, idOf(t, must(t, base, http.StatusCreated, post("/api/v1/jobs", `{"endpoint":"/slow","queue":"reports"}`))))
+	}
+	queue := func() map[string]any {
+		qs := must(t, base, http.StatusOK, getReq("/api/v1/queues")).body["queues"].([]any)
+		require.Len(t, qs, 1)
+		return qs[0].(map[string]any)
+	}
+	require.Eventually(t, func() bool { q := queue(); return q["running"] == float64(1) }, 30*time.Second, 20*time.Millisecond)
+	// Several turns pass: the limit holds the other two.
+	polls := rn.n.LocalRunner().Stats().Polls
+	require.Eventually(t, func() bool { return rn.n.LocalRunner().Stats().Polls >= polls+3 }, 30*time.Second, 10*time.Millisecond)
+	q := queue()
+	require.Equal(t, "reports", q["name"])
+	require.EqualValues(t, 1, q["running"])
+	require.EqualValues(t, 2, q["waiting"])
+	require.EqualValues(t, 7, q["priority"])
+	require.EqualValues(t, 1, q["limit"])
+	require.EqualValues(t, 1, q["node_limit"])
+	require.Equal(t, map[string]any{"limit": float64(100), "period_ms": float64(3600000), "used": float64(1)}, q["rate"])
+	delay := q["start_delay"].(map[string]any)
+	require.EqualValues(t, 1, delay["jobs"], "the running job")
+	require.EqualValues(t, 300000, delay["within_ms"])
+	require.Less(t, delay["p99_ms"].(float64), float64(10000))
+
+	raw := callAPI(t, base, getReq("/metrics")).raw
+	for _, line := range []string{`slotpoller_queue_limit{queue="reports"} 1`, `slotpoller_queue_node_limit{queue="reports"} 1`,
+		`slotpoller_queue_priority{queue="reports"} 7`, `slotpoller_queue_rate_limit{queue="reports"} 100`,
+		`slotpoller_queue_rate_period_seconds{queue="reports"} 3600`, `slotpoller_queue_rate_used{queue="reports"} 1`,
+		`slotpoller_queue_running{queue="reports"} 1`, `slotpoller_job_start_delay_seconds_count{queue="reports"} 1`} {
+		require.Contains(t, raw, line)
+	}
+	require.NotContains(t, raw, `slotpoller_queue_limit{queue="default"}`, "a queue without a limit has no limit gauge")
+
+	ep.releaseSlow()
+	for _, id := range ids {
+		waitState(t, base, id, "done")
+	}
+	q = queue()
+	require.EqualValues(t, 3, q["rate"].(map[string]any)["used"], "three starts in the hour's window")
+	require.EqualValues(t, 3, q["start_delay"].(map[string]any)["jobs"], "the three done")
+	raw = callAPI(t, base, getReq("/metrics")).raw
+	require.Contains(t, raw, `slotpoller_job_start_delay_seconds_count{queue="reports"} 3`)
 }

@@ -13,7 +13,8 @@ import (
 const DefaultQueue = store.DefaultQueue
 
 // QueueInfo is a queue: whether it is paused (by whom, since when, on the
-// database clock) and its work now.
+// database clock), its settings from the nodes' config, its work now and
+// how late its recent jobs started.
 type QueueInfo struct {
 	Name     string     `json:"name"`
 	Paused   bool       `json:"paused"`
@@ -21,18 +22,61 @@ type QueueInfo struct {
 	PausedAt *time.Time `json:"paused_at,omitempty"`
 	Waiting  int        `json:"waiting"` // ready and due now; a paused queue's wait for its resume
 	Running  int        `json:"running"`
+	// Priority orders the claims, higher first; 0 is every other queue's.
+	Priority int `json:"priority"`
+	// Limit and NodeLimit are the most of its jobs running across the
+	// farm and on one node; 0 is none.
+	Limit     int `json:"limit,omitempty"`
+	NodeLimit int `json:"node_limit,omitempty"`
+	// Rate is the most of its jobs started per RatePeriod (0: none), and
+	// RateUsed how many started in the current window of the database
+	// clock.
+	Rate       int           `json:"rate,omitempty"`
+	RatePeriod time.Duration `json:"rate_period_ns,omitempty"`
+	RateUsed   int           `json:"rate_used,omitempty"`
+	// StartDelay is how late its recent jobs started (QueueStartDelayWindow).
+	StartDelay StartDelay `json:"start_delay"`
 }
 
+// StartDelay is how late a queue's jobs started, from when each was due
+// to its start on the database clock: the jobs that finished (done,
+// failed or dead) within QueueStartDelayWindow, and the running ones.
+type StartDelay struct {
+	Jobs int           `json:"jobs"` // 0: no job to say, the percentiles are 0
+	P50  time.Duration `json:"p50_ns"`
+	P99  time.Duration `json:"p99_ns"`
+}
+
+// QueueStartDelayWindow is how far back a queue's start delays look.
+const QueueStartDelayWindow = 5 * time.Minute
+
+// queueStartDelayRows bounds each part of the start delays' read: the
+// newest finished jobs of each state, and the running ones.
+const queueStartDelayRows = 1000
+
+// Limited is whether the queue has a limit on its running jobs or its
+// starts.
+func (q QueueInfo) Limited() bool { return q.Limit > 0 || q.NodeLimit > 0 || q.Rate > 0 }
+
 // Queues lists the queues that jobs waiting or running name, and those
-// ever paused or resumed, by name.
+// ever paused or resumed or given settings, by name. Two reads: the
+// queues with their work, and their recent start delays (bounded).
 func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 	qs, err := c.s.Queues(ctx)
 	if err != nil {
 		return nil, err
 	}
+	delays, err := c.s.QueueStartDelays(ctx, QueueStartDelayWindow, queueStartDelayRows)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]QueueInfo, len(qs))
 	for i, q := range qs {
-		out[i] = QueueInfo(q)
+		d := delays[q.Name]
+		out[i] = QueueInfo{Name: q.Name, Paused: q.Paused, PausedBy: q.PausedBy, PausedAt: q.PausedAt,
+			Waiting: q.Waiting, Running: q.Running, Priority: q.Priority, Limit: q.Limit, NodeLimit: q.NodeLimit,
+			Rate: q.Rate, RatePeriod: q.RatePeriod, RateUsed: q.RateUsed,
+			StartDelay: StartDelay{Jobs: d.Jobs, P50: d.P50, P99: d.P99}}
 	}
 	return out, nil
 }

@@ -65,6 +65,9 @@ func (r *Runner) arm(f *inflight, now time.Time) {
 }
 
 func (r *Runner) start(f *inflight) {
+	if r.opts.OnStart != nil {
+		r.opts.OnStart(f.claim)
+	}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()

@@ -58,6 +58,10 @@ type Options struct {
 	// verdict and how long it took (for the node's metrics). It runs on
 	// the call's goroutine and must not block.
 	OnCall func(verdict Verdict, d time.Duration)
+	// OnStart, when set, is called as the runner starts each claimed job,
+	// right after its claim (for the node's metrics: how late it started).
+	// It runs on the claiming goroutine and must not block.
+	OnStart func(c store.Claim)
 }
 
 // Stats are the runner's counters since start.

@@ -2,10 +2,13 @@ package service
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/slotpoller/slotpoller/clocksync"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 )
@@ -25,7 +28,7 @@ const JobCountCap = 10000
 // metrics is a node's Prometheus instrumentation, on a registry of the
 // node's own (never the default registry: a process may run several nodes,
 // as the benchmark does). Counters are read from the parts' own counters
-// at scrape time; only the two histograms are fed as things happen.
+// at scrape time; only the histograms are fed as things happen.
 type metrics struct {
 	reg *prometheus.Registry
 	// callDuration is fed by the runner's OnCall hook.
@@ -34,6 +37,44 @@ type metrics struct {
 	slotLag prometheus.Histogram
 	// pruned is fed by the slot owner's retention turns.
 	pruned *prometheus.CounterVec
+	// startDelay is fed by the runner's OnStart hook, per queue.
+	startDelay *queueHistogram
+}
+
+// maxStartDelayQueues bounds the queues the start delay histogram has a
+// series of: the jobs of the queues past it, in the order this node first
+// started one, are observed under otherQueues. Queue names come from
+// enqueuers, and each series is a dozen buckets on every scrape.
+const maxStartDelayQueues = 100
+
+// otherQueues is the queue label of the jobs past maxStartDelayQueues: a
+// % is no queue's name.
+const otherQueues = "%other"
+
+// queueHistogram is a histogram per queue, with at most maxStartDelayQueues
+// queues.
+type queueHistogram struct {
+	vec  *prometheus.HistogramVec
+	mu   sync.Mutex
+	seen map[string]prometheus.Observer
+}
+
+// observe records v under queue, or under otherQueues past the bound.
+func (h *queueHistogram) observe(queue string, v float64) {
+	h.mu.Lock()
+	o, ok := h.seen[queue]
+	if !ok {
+		label := queue
+		if len(h.seen) >= maxStartDelayQueues {
+			label = otherQueues
+		}
+		o = h.vec.WithLabelValues(label)
+		if label == queue {
+			h.seen[queue] = o
+		}
+	}
+	h.mu.Unlock()
+	o.Observe(v)
 }
 
 func newMetrics(n *Node) *metrics {
@@ -54,7 +95,13 @@ func newMetrics(n *Node) *metrics {
 			Help: "Rows this node deleted past their retention: finished jobs (jobs.retention_*) and departed nodes (checkin.retention).",
 		}, []string{"table"}),
 	}
-	m.reg.MustRegister(m.callDuration, m.slotLag, m.pruned, &nodeCollector{n: n},
+	m.startDelay = &queueHistogram{seen: map[string]prometheus.Observer{}, vec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: metricPrefix + "job_start_delay_seconds",
+		Help: "How late after its run time this node started each job it claimed: the node's estimate of the database clock at the claim " +
+			"minus the job's run time. A queue beyond the first " + fmt.Sprint(maxStartDelayQueues) + " this node started jobs of counts as queue=\"" + otherQueues + "\".",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
+	}, []string{"queue"})}
+	m.reg.MustRegister(m.callDuration, m.slotLag, m.pruned, m.startDelay.vec, &nodeCollector{n: n},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -66,6 +113,20 @@ func (n *Node) Metrics() prometheus.Gatherer { return n.metrics.reg }
 // observeCall is the runner's OnCall hook.
 func (m *metrics) observeCall(_ jobs.Verdict, d time.Duration) {
 	m.callDuration.Observe(d.Seconds())
+}
+
+// onStart is the runner's OnStart hook: it observes how late the job
+// started, by est's reading of the database clock now (the claim has just
+// returned) against the job's run time, a database time. Before the first
+// measurement of the clock nothing is observed.
+func (m *metrics) onStart(est *clocksync.Estimator) func(store.Claim) {
+	return func(c store.Claim) {
+		now, _, ok := est.Now()
+		if !ok {
+			return
+		}
+		m.startDelay.observe(c.Queue, max(0, now.Sub(c.RunAt)).Seconds())
+	}
 }
 
 // observeSlotLag records how late a poll came after its turn began.
@@ -111,6 +172,12 @@ var (
 	descQueuePaused  = desc("queue_paused", "1 while the queue is paused (its jobs are not started), else 0; read at scrape time with the queues' jobs.", "queue")
 	descQueueWaiting = desc("queue_waiting", "Jobs of the queue that are ready and due now (a paused queue's wait for its resume).", "queue")
 	descQueueRunning = desc("queue_running", "Jobs of the queue that a node is calling.", "queue")
+	descQueuePrio    = desc("queue_priority", "The queue's priority (queues[].priority): a node claims higher first. Absent for a queue at 0 without settings.", "queue")
+	descQueueLimit   = desc("queue_limit", "The most of the queue's jobs running across the farm (queues[].limit); absent without one.", "queue")
+	descQueueNodeLim = desc("queue_node_limit", "The most of the queue's jobs running on one node (queues[].node_limit); absent without one.", "queue")
+	descQueueRate    = desc("queue_rate_limit", "The most of the queue's jobs started per rate period (queues[].rate); absent without one.", "queue")
+	descQueuePeriod  = desc("queue_rate_period_seconds", "The queue's rate period: its rate is counted in fixed windows of this length on the database clock.", "queue")
+	descQueueRateUse = desc("queue_rate_used", "Jobs of the queue started in the current rate window (of the database clock); absent without a rate.", "queue")
 	descReady        = desc("ready", "1 when /readyz answers 200: the database answers, the clock offset is known and the node is checked in; else 0.")
 )
 
@@ -121,7 +188,8 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPolls, descClaims, descCalls, descCancelled, descRenewals, descLeasesLost,
 		descRunning, descCapacity, descTasksHeld, descTaskCalls, descTaskFailures, descTaskLost, descStatements,
 		descOffset, descOffsetError, descLiveNodes, descJobs, descJobsCap, descReady,
-		descQueuePaused, descQueueWaiting, descQueueRunning} {
+		descQueuePaused, descQueueWaiting, descQueueRunning, descQueuePrio, descQueueLimit, descQueueNodeLim, descQueueRate,
+		descQueuePeriod, descQueueRateUse} {
 		ch <- d
 	}
 }
@@ -191,10 +259,10 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	// One read of the queues a scrape, under the same deadline, bounded as
 	// the counts are: the per-queue read passes over every ready and
 	// running row, so past the cap (the counts above say so) a scrape
-	// reads only the paused queues, a few rows, and leaves the waiting and
-	// running gauges out.
+	// reads only the paused queues and those with settings, a few rows of
+	// the queues table, and leaves the waiting and running gauges out.
 	full := !tally.AtCap(store.StateReady) && !tally.AtCap(store.StateRunning)
-	read := p.store.QueuesPaused
+	read := p.store.QueuesHeld
 	if full {
 		read = p.store.Queues
 	}
@@ -213,5 +281,24 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descQueueWaiting, float64(q.Waiting), q.Name)
 			gauge(descQueueRunning, float64(q.Running), q.Name)
 		}
+		queueSettingGauges(gauge, q)
+	}
+}
+
+// queueSettingGauges are q's settings as gauges, each only when set.
+func queueSettingGauges(gauge func(*prometheus.Desc, float64, ...string), q store.QueueState) {
+	if q.Priority != 0 || q.Limited() {
+		gauge(descQueuePrio, float64(q.Priority), q.Name)
+	}
+	if q.Limit > 0 {
+		gauge(descQueueLimit, float64(q.Limit), q.Name)
+	}
+	if q.NodeLimit > 0 {
+		gauge(descQueueNodeLim, float64(q.NodeLimit), q.Name)
+	}
+	if q.Rate > 0 {
+		gauge(descQueueRate, float64(q.Rate), q.Name)
+		gauge(descQueuePeriod, q.RatePeriod.Seconds(), q.Name)
+		gauge(descQueueRateUse, float64(q.RateUsed), q.Name)
 	}
 }

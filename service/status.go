@@ -42,6 +42,21 @@ type StatusReport struct {
 	JobsCountCap int            `json:"jobs_count_cap"`
 	// PausedQueues are the queues whose jobs no node starts until resumed.
 	PausedQueues []PausedQueue `json:"paused_queues"`
+	// ManagedQueues are the queues with a priority, limits or a rate from
+	// the nodes' config.
+	ManagedQueues []ManagedQueue `json:"managed_queues"`
+}
+
+// ManagedQueue is a queue's settings, 0 where none is set, and the starts
+// counted in its current rate window (of the database clock).
+type ManagedQueue struct {
+	Name         string `json:"name"`
+	Priority     int    `json:"priority"`
+	Limit        int    `json:"limit,omitempty"`
+	NodeLimit    int    `json:"node_limit,omitempty"`
+	Rate         int    `json:"rate,omitempty"`
+	RatePeriodMS int64  `json:"rate_period_ms,omitempty"`
+	RateUsed     int    `json:"rate_used,omitempty"`
 }
 
 // PausedQueue is a paused queue: who paused it and when (database time).
@@ -55,7 +70,7 @@ type PausedQueue struct {
 // database clock against ttl, and job counts by state, each capped at
 // JobCountCap so that the read costs the same on a table of any size.
 func Status(ctx context.Context, s *store.Store, ttl time.Duration) (StatusReport, error) {
-	rep := StatusReport{Nodes: []NodeStatus{}, PausedQueues: []PausedQueue{}}
+	rep := StatusReport{Nodes: []NodeStatus{}, PausedQueues: []PausedQueue{}, ManagedQueues: []ManagedQueue{}}
 	cur, _, err := schema.Status(ctx, s)
 	if err != nil {
 		return rep, err
@@ -81,13 +96,18 @@ func Status(ctx context.Context, s *store.Store, ttl time.Duration) (StatusRepor
 		return rep, err
 	}
 	rep.Jobs, rep.JobsCountCap = tally.Counts, tally.Cap
-	paused, err := s.QueuesPaused(ctx)
+	held, err := s.QueuesHeld(ctx)
 	if err != nil {
 		return rep, err
 	}
-	rep.PausedQueues = make([]PausedQueue, len(paused))
-	for i, q := range paused {
-		rep.PausedQueues[i] = PausedQueue{Name: q.Name, PausedBy: q.PausedBy, PausedAt: q.PausedAt}
+	for _, q := range held {
+		if q.Paused {
+			rep.PausedQueues = append(rep.PausedQueues, PausedQueue{Name: q.Name, PausedBy: q.PausedBy, PausedAt: q.PausedAt})
+		}
+		if q.Priority != 0 || q.Limited() {
+			rep.ManagedQueues = append(rep.ManagedQueues, ManagedQueue{Name: q.Name, Priority: q.Priority, Limit: q.Limit,
+				NodeLimit: q.NodeLimit, Rate: q.Rate, RatePeriodMS: q.RatePeriod.Milliseconds(), RateUsed: q.RateUsed})
+		}
 	}
 	return rep, nil
 }

@@ -62,7 +62,7 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 		Node: cfg.Node.Name, Incarnation: incarnation, Capacity: cfg.Node.Capacity,
 		Lease: time.Duration(cfg.Jobs.Lease), Timeout: time.Duration(cfg.Jobs.Timeout),
 		Backoff: time.Duration(cfg.Jobs.Backoff), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
-		Clock: n.clock, Logger: log, OnCall: n.metrics.observeCall,
+		Clock: n.clock, Logger: log, OnCall: n.metrics.observeCall, OnStart: n.metrics.onStart(est),
 		BacklogSpread: backlogSpread(cfg, s.SessionLocks()),
 		FinishWindow:  jobs.DefaultFinishWindow,
 	})

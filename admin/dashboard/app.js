@@ -423,13 +423,21 @@ function mountQueues(main) {
     async refresh() {
       const { queues } = await api("/api/v1/queues");
       const path = (q, what) => `/api/v1/queues/${encodeURIComponent(q.name)}/${what}`;
+      const heads = ["Queue", "State", "Waiting", "Running", "Priority", "Limits", "Rate", "Start delay p50 / p99", "Paused by", "Paused at (UTC)", ""];
+      const numeric = new Set(["Waiting", "Running", "Priority"]);
       card.replaceChildren(queues.length ? el("table", { id: "queues" },
-        el("thead", {}, el("tr", {}, ["Queue", "State", "Waiting", "Running", "Paused by", "Paused at (UTC)", ""].map((h, i) => el("th", { class: i === 2 || i === 3 ? "num" : "" }, h)))),
+        el("thead", {}, el("tr", {}, heads.map((h) => el("th", { class: numeric.has(h) ? "num" : "" }, h)))),
         el("tbody", {}, queues.map((q) => el("tr", { "data-queue": q.name, "data-paused": String(q.paused) },
           el("td", {}, el("strong", {}, q.name)),
           el("td", {}, q.paused ? badge("paused") : badge("active", "enabled")),
           el("td", { class: "num" }, q.waiting),
           el("td", { class: "num" }, q.running),
+          el("td", { class: "num", "data-field": "priority" }, q.priority),
+          el("td", { "data-field": "limits" }, queueLimits(q)),
+          el("td", { "data-field": "rate", title: q.rate ? "starts in the current window of the database clock, of the most per window" : "" },
+            q.rate ? `${q.rate.used} / ${q.rate.limit} per ${fmtPeriod(q.rate.period_ms)}` : "–"),
+          el("td", { "data-field": "delay", title: q.start_delay.jobs ? `${q.start_delay.jobs} jobs: finished in the last ${fmtAgo(q.start_delay.within_ms)}, and running` : "no job started recently" },
+            q.start_delay.jobs ? `${fmtMS(q.start_delay.p50_ms)} / ${fmtMS(q.start_delay.p99_ms)}` : "–"),
           el("td", {}, q.paused_by || "–"),
           el("td", {}, q.paused_at ? stampParts(q.paused_at) : "–"),
           el("td", {}, el("div", { class: "actions" },
@@ -442,6 +450,23 @@ function mountQueues(main) {
               () => act(path(q, "cancel"), { waiting: false }, (r) => `queue ${q.name}: cancel requested of ${r.requested} running; their nodes stop the calls at their next lease renewal`)) : null)))))) : el("div", { class: "empty" }, "No queue has jobs waiting or running, and none was paused. Pause one with slotpoller queue pause -name NAME."));
     },
   };
+}
+
+// fmtPeriod writes a rate period in its largest whole unit ("10 s", "1 min").
+function fmtPeriod(ms) {
+  for (const [unit, n] of [["h", 3600000], ["min", 60000], ["s", 1000]]) {
+    if (ms % n === 0) return `${ms / n} ${unit}`;
+  }
+  return `${ms} ms`;
+}
+
+// queueLimits is a queue's limits on its running jobs: across the farm
+// and on one node, "–" for none.
+function queueLimits(q) {
+  const parts = [];
+  if (q.limit) parts.push(`${q.running} / ${q.limit} running`);
+  if (q.node_limit) parts.push(`${q.node_limit} per node`);
+  return parts.length ? parts.join(" · ") : "–";
 }
 
 // whenParts splits a schedule's "when" ("cron 0 2 * * 1-5 (Europe/Berlin)",

@@ -49,6 +49,48 @@ type QueueState struct {
 	PausedAt *time.Time // database time; nil when not paused
 	Waiting  int        // ready and due now (paused or not)
 	Running  int
+	// The queue's settings (QueueSettings), zero where none is set.
+	Priority   int
+	Limit      int
+	NodeLimit  int
+	Rate       int
+	RatePeriod time.Duration
+	// RateUsed is how many of its jobs started in the current rate window
+	// (of the database clock); 0 without a rate.
+	RateUsed int
+}
+
+// Limited is whether the queue has a limit on its running jobs or its
+// starts.
+func (q QueueState) Limited() bool { return q.Limit > 0 || q.NodeLimit > 0 || q.Rate > 0 }
+
+// queueSettingsColumns are a queues row m's settings, as queueSettingsScan
+// reads them: its priority, limits and rate, and the starts counted in
+// the current rate window (a count of an earlier window is 0 now: the
+// next managed claim rolls it).
+func queueSettingsColumns() string {
+	return `COALESCE(m.priority, 0), m.max_running, m.max_per_node, m.rate_limit, m.rate_period_ms,
+  CASE WHEN m.rate_limit IS NOT NULL AND m.rate_window = ` + rateWindow("m") + ` THEN m.rate_used ELSE 0 END`
+}
+
+// queueSettingsScan holds queueSettingsColumns as they are scanned.
+type queueSettingsScan struct {
+	maxRunning, maxPerNode, rate, periodMS sql.NullInt64
+}
+
+// dest are the scan destinations of queueSettingsColumns for qs.
+func (v *queueSettingsScan) dest(qs *QueueState) []any {
+	return []any{&qs.Priority, &v.maxRunning, &v.maxPerNode, &v.rate, &v.periodMS, &qs.RateUsed}
+}
+
+// set fills qs's settings from the scanned values.
+func (v *queueSettingsScan) set(qs *QueueState) {
+	qs.Limit, qs.NodeLimit = int(v.maxRunning.Int64), int(v.maxPerNode.Int64)
+	if v.rate.Valid && v.periodMS.Int64 > 0 {
+		qs.Rate, qs.RatePeriod = int(v.rate.Int64), time.Duration(v.periodMS.Int64)*time.Millisecond
+	} else {
+		qs.RateUsed = 0
+	}
 }
 
 // notPaused is the condition that the queue of row alias j (a column
@@ -150,8 +192,8 @@ SELECT ?, ` + values + ` WHERE NOT EXISTS (SELECT 1 FROM {queues} WHERE name = ?
 }
 
 // Queues lists every queue that jobs waiting or running name, or that
-// was paused or resumed, by name, with its waiting (ready and due) and
-// running jobs.
+// was paused or resumed or given settings, by name, with its waiting
+// (ready and due) and running jobs and its settings.
 //
 // Its cost: one pass over the ready and running rows, grouped by queue;
 // finished jobs are not read. On PostgreSQL at 1,000,000 jobs of which
@@ -163,7 +205,8 @@ SELECT ?, ` + values + ` WHERE NOT EXISTS (SELECT 1 FROM {queues} WHERE name = ?
 // never a turn's.
 func (s *Store) Queues(ctx context.Context) ([]QueueState, error) {
 	q := s.statement(`SELECT COALESCE(w.queue, m.name),
-  COALESCE(m.paused, 0), m.paused_by, m.paused_at, COALESCE(w.waiting, 0), COALESCE(w.running, 0)
+  COALESCE(m.paused, 0), m.paused_by, m.paused_at, COALESCE(w.waiting, 0), COALESCE(w.running, 0),
+  ` + queueSettingsColumns() + `
 FROM (SELECT j.queue,
     SUM(CASE WHEN j.state = 'ready' AND j.run_at <= {now} THEN 1 ELSE 0 END) AS waiting,
     SUM(CASE WHEN j.state = 'running' THEN 1 ELSE 0 END) AS running
@@ -175,8 +218,30 @@ ORDER BY 1`)
 		var paused int
 		var by sql.NullString
 		var at dbTime
-		err := r.Scan(&qs.Name, &paused, &by, &at, &qs.Waiting, &qs.Running)
+		var set queueSettingsScan
+		err := r.Scan(append([]any{&qs.Name, &paused, &by, &at, &qs.Waiting, &qs.Running}, set.dest(&qs)...)...)
 		qs.Paused, qs.PausedBy, qs.PausedAt = paused == 1, by.String, at.ptr()
+		set.set(&qs)
+		return qs, err
+	})
+}
+
+// QueuesHeld lists the queues that are paused or have settings (a
+// priority, limits or a rate), by name, with their settings and without
+// their work: a read of the queues table alone (a few rows), for the
+// farm's status and a scrape past the job counts' cap.
+func (s *Store) QueuesHeld(ctx context.Context) ([]QueueState, error) {
+	q := s.statement(`SELECT m.name, m.paused, m.paused_by, m.paused_at, ` + queueSettingsColumns() + `
+FROM {queues} m WHERE m.paused = 1 OR m.managed = 1 ORDER BY m.name`)
+	return queryAll(ctx, s, "list paused and limited queues", q, nil, func(r rowScanner) (QueueState, error) {
+		var qs QueueState
+		var paused int
+		var by sql.NullString
+		var at dbTime
+		var set queueSettingsScan
+		err := r.Scan(append([]any{&qs.Name, &paused, &by, &at}, set.dest(&qs)...)...)
+		qs.Paused, qs.PausedBy, qs.PausedAt = paused == 1, by.String, at.ptr()
+		set.set(&qs)
 		return qs, err
 	})
 }

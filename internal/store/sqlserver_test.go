@@ -333,6 +333,14 @@ func sqlServerOps() []op {
 			_, err := s.QueuesPaused(ctx)
 			return err
 		}},
+		{name: "QueuesHeld", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.QueuesHeld(ctx)
+			return err
+		}},
+		{name: "QueueStartDelays", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.QueueStartDelays(ctx, 5*time.Minute, 1000)
+			return err
+		}},
 	}
 }
 

@@ -565,7 +565,9 @@ SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, ti
 
 -- Queues
 SELECT COALESCE(w.queue, m.name),
-  COALESCE(m.paused, 0), m.paused_by, m.paused_at, COALESCE(w.waiting, 0), COALESCE(w.running, 0)
+  COALESCE(m.paused, 0), m.paused_by, m.paused_at, COALESCE(w.waiting, 0), COALESCE(w.running, 0),
+  COALESCE(m.priority, 0), m.max_running, m.max_per_node, m.rate_limit, m.rate_period_ms,
+  CASE WHEN m.rate_limit IS NOT NULL AND m.rate_window = CASE WHEN m.rate_period_ms > 0 THEN DATEDIFF_BIG(millisecond, DATEFROMPARTS(1970, 1, 1), SYSUTCDATETIME()) / m.rate_period_ms ELSE 0 END THEN m.rate_used ELSE 0 END
 FROM (SELECT j.queue,
     SUM(CASE WHEN j.state = 'ready' AND j.run_at <= SYSUTCDATETIME() THEN 1 ELSE 0 END) AS waiting,
     SUM(CASE WHEN j.state = 'running' THEN 1 ELSE 0 END) AS running
@@ -589,3 +591,15 @@ WHERE state = 'running' AND queue = @p2 AND cancel_requested_at IS NULL;
 
 -- QueuesPaused
 SELECT name, paused_by, paused_at FROM [sp_unit].[queues] WHERE paused = 1 ORDER BY name;
+
+-- QueuesHeld
+SELECT m.name, m.paused, m.paused_by, m.paused_at, COALESCE(m.priority, 0), m.max_running, m.max_per_node, m.rate_limit, m.rate_period_ms,
+  CASE WHEN m.rate_limit IS NOT NULL AND m.rate_window = CASE WHEN m.rate_period_ms > 0 THEN DATEDIFF_BIG(millisecond, DATEFROMPARTS(1970, 1, 1), SYSUTCDATETIME()) / m.rate_period_ms ELSE 0 END THEN m.rate_used ELSE 0 END
+FROM [sp_unit].[queues] m WHERE m.paused = 1 OR m.managed = 1 ORDER BY m.name;
+
+-- QueueStartDelays
+-- @p1 int, @p2 int64, @p3 int, @p4 int64, @p5 int, @p6 int64, @p7 int
+SELECT queue, delay_ms FROM (SELECT TOP (@p1) queue, DATEDIFF_BIG(millisecond, run_at, started_at) AS delay_ms FROM [sp_unit].[jobs] WHERE state = 'done' AND finished_at IS NOT NULL AND finished_at > DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME())) AND started_at IS NOT NULL ORDER BY finished_at DESC) f0
+UNION ALL SELECT queue, delay_ms FROM (SELECT TOP (@p3) queue, DATEDIFF_BIG(millisecond, run_at, started_at) AS delay_ms FROM [sp_unit].[jobs] WHERE state = 'failed' AND finished_at IS NOT NULL AND finished_at > DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())) AND started_at IS NOT NULL ORDER BY finished_at DESC) f1
+UNION ALL SELECT queue, delay_ms FROM (SELECT TOP (@p5) queue, DATEDIFF_BIG(millisecond, run_at, started_at) AS delay_ms FROM [sp_unit].[jobs] WHERE state = 'dead' AND finished_at IS NOT NULL AND finished_at > DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME())) AND started_at IS NOT NULL ORDER BY finished_at DESC) f2
+UNION ALL SELECT queue, delay_ms FROM (SELECT TOP (@p7) queue, DATEDIFF_BIG(millisecond, run_at, started_at) AS delay_ms FROM [sp_unit].[jobs] WHERE state = 'running' AND started_at IS NOT NULL) r OPTION (RECOMPILE);

@@ -137,7 +137,7 @@ func TestQueueListShowsLimits(t *testing.T) {
 		code, _, errOut = cli(t, "enqueue", "-endpoint", "/jobs/report", "-queue", "reports", "-config", cfg)
 		require.Equal(t, 0, code, errOut)
 	}
-	claims, err := s.JobsClaimManaged(ctx, "inc-a", "node-a", 10, store.Lease(time.Minute))
+	claims, err := s.JobsClaimManaged(ctx, "inc-a", "node-a", 10, store.Lease(time.Minute), true)
 	require.NoError(t, err)
 	require.Len(t, claims, 1, "one per node")
 

@@ -92,14 +92,16 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 			r.opts.Logger.Info("reclaimed jobs whose lease expired", "count", n)
 		}
 	}
+	loadLimit := LoadLimit(turn.FarmCapacity, r.opts.Capacity)
 	load, err := bounded(ctx, r.statementTimeout(), func(ctx context.Context) (store.QueueLoad, error) {
-		return r.store.JobsLoad(ctx, turn.NextPoll, turn.StartWindow, LoadLimit(turn.FarmCapacity, r.opts.Capacity))
+		return r.store.JobsLoad(ctx, turn.NextPoll, turn.StartWindow, loadLimit)
 	})
 	if err != nil {
 		return res, err
 	}
 	res.Due = load.Due
 	r.managed.Store(load.Managed > 0)
+	r.others.Store(load.Due > load.Managed || load.Due >= loadLimit)
 	// One claim at a time: a refill under way would otherwise be counted
 	// neither in what this node runs nor in what it has free.
 	r.claimMu.Lock()
@@ -162,12 +164,12 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 // jobs of managed queues, the claim is the managed one: one transaction
 // that takes them within their limits, and the rest, in priority order.
 func (r *Runner) claim(ctx context.Context, want int) ([]*inflight, error) {
-	claim := r.store.JobsClaim
-	if r.managed.Load() {
-		claim = r.store.JobsClaimManaged
-	}
+	managed, others := r.managed.Load(), r.others.Load()
 	return r.claimWith(ctx, func(ctx context.Context) ([]store.Claim, error) {
-		return claim(ctx, r.opts.Incarnation, r.opts.Node, want, r.hold())
+		if managed {
+			return r.store.JobsClaimManaged(ctx, r.opts.Incarnation, r.opts.Node, want, r.hold(), others)
+		}
+		return r.store.JobsClaim(ctx, r.opts.Incarnation, r.opts.Node, want, r.hold())
 	})
 }
 

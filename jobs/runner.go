@@ -122,6 +122,11 @@ type Runner struct {
 	// then go through the managed claim, which takes them within their
 	// limits, and the rest in priority order.
 	managed atomic.Bool
+	// others is set while that count found due jobs of other queues too,
+	// or could not tell (it reached its limit): only then does a managed
+	// claim look at them, a look that steps over every due job of a
+	// managed queue.
+	others atomic.Bool
 	// heldBack is set (under mu) while the node's last managed claim came
 	// back short with jobs of managed queues due: a limit, not an empty
 	// queue, may have held them back. Room under a limit is made when a

@@ -74,6 +74,7 @@ func (r *Runner) startHeld(ctx context.Context, j store.NewJob) (id int64, taken
 		return id, errors.Is(err, store.ErrDuplicate), err
 	}
 	r.managed.Store(true)
+	r.others.Store(true) // unknown here: look
 	started, err := r.claim(ctx, r.Free())
 	if err != nil {
 		// The job is written and waits for a turn's claim.

@@ -113,18 +113,20 @@ type managedRoom struct {
 }
 
 // JobsClaimManaged claims up to limit due jobs for owner, as JobsClaim
-// does, from every queue: the managed queues within their limits and
-// rates, the others as the plain claim would; all in priority order, then
-// by run time. It is one transaction: lock the managed queues that have
-// due work (rolling their rate windows), count their running jobs, claim,
-// count the starts.
-func (s *Store) JobsClaimManaged(ctx context.Context, owner, ownerNode string, limit int, hold Hold) ([]Claim, error) {
+// does: the managed queues' within their limits and rates, and, with
+// others, the other queues' as the plain claim would; all in priority
+// order, then by run time. It is one transaction: lock the managed
+// queues' rows (rolling their rate windows), count their running jobs,
+// claim, count the starts. Without others it does not look at the other
+// queues' jobs: that look steps over every due job of a managed queue
+// (each one's queue checked), a backlog's worth per claim.
+func (s *Store) JobsClaimManaged(ctx context.Context, owner, ownerNode string, limit int, hold Hold, others bool) ([]Claim, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
 	if f, ok := s.d.(managedClaimer); ok {
 		rows, err := queryAll(ctx, s, "claim jobs of limited queues", s.statement(f.ClaimManaged()),
-			append([]any{owner, ownerNode, limit}, hold.args()...), scanClaimRow)
+			append(append([]any{owner, ownerNode, limit}, hold.args()...), others), scanClaimRow)
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +152,10 @@ ORDER BY q.name`)
 		if err != nil {
 			return err
 		}
-		q, args := s.managedClaimStatement(rooms, owner, ownerNode, limit, hold)
+		q, args := s.managedClaimStatement(rooms, owner, ownerNode, limit, hold, others)
+		if q == "" {
+			return nil
+		}
 		if rows, err = s.txQueryClaims(ctx, tx, q, args); err != nil {
 			return err
 		}
@@ -205,10 +210,11 @@ func roomOf(maxRunning sql.NullInt64, running int64, maxPerNode sql.NullInt64, m
 }
 
 // managedClaimStatement is the claim of one managed claim: a branch per
-// managed queue with room (its due jobs in order, at most its room), one
-// for the jobs of every other queue (the plain claim's candidates), and
-// the first limit of them by priority, then run time.
-func (s *Store) managedClaimStatement(rooms []managedRoom, owner, ownerNode string, limit int, hold Hold) (string, []any) {
+// managed queue with room (its due jobs in order, at most its room), with
+// others one for the jobs of every other queue (the plain claim's
+// candidates), and the first limit of them by priority, then run time;
+// "" when there is no branch.
+func (s *Store) managedClaimStatement(rooms []managedRoom, owner, ownerNode string, limit int, hold Hold, others bool) (string, []any) {
 	hint := ""
 	if h, ok := s.d.(scheduleLocker); ok {
 		hint = h.ScheduleHint()
@@ -229,11 +235,16 @@ func (s *Store) managedClaimStatement(rooms []managedRoom, owner, ownerNode stri
 		branches = append(branches, `SELECT b.id, b.run_at, CAST(? AS INTEGER) AS pr FROM (`+b+`) b`)
 		args = append(append(args, m.priority), bargs...)
 	}
-	b, bargs := rowLimit(s.d, `SELECT c.id, c.run_at FROM {jobs} c
+	if others {
+		b, bargs := rowLimit(s.d, `SELECT c.id, c.run_at FROM {jobs} c
     WHERE c.state = 'ready' AND c.run_at <= {now} AND `+claimable("c", hint)+`
     ORDER BY c.run_at, c.id`, nil, limit)
-	branches = append(branches, `SELECT b.id, b.run_at, 0 AS pr FROM (`+b+`) b`)
-	args = append(args, bargs...)
+		branches = append(branches, `SELECT b.id, b.run_at, 0 AS pr FROM (`+b+`) b`)
+		args = append(args, bargs...)
+	}
+	if len(branches) == 0 {
+		return "", nil // no room, and no other queue to look at
+	}
 	picked, pargs := rowLimit(s.d, `SELECT p.id FROM (`+strings.Join(branches, "\nUNION ALL ")+`) p ORDER BY p.pr DESC, p.run_at, p.id`, args, limit)
 	q := s.statement(`UPDATE {jobs} SET state = 'running', owner = ?, owner_node = ?, token = token + ` + bumpBelow("token", maxToken) + `,
   attempt = attempt + ` + bumpBelow("attempt", maxAttempt) + `, started_at = {now}, start_by = NULL, lease_until = {now+hold}

@@ -29,7 +29,7 @@ func enqueueTo(t *testing.T, s *store.Store, queue string, n int) []int64 {
 
 func claimManaged(t *testing.T, s *store.Store, node string, n int) []store.Claim {
 	t.Helper()
-	cs, err := s.JobsClaimManaged(context.Background(), "inc-"+node, node, n, store.Lease(time.Minute))
+	cs, err := s.JobsClaimManaged(context.Background(), "inc-"+node, node, n, store.Lease(time.Minute), true)
 	require.NoError(t, err)
 	return cs
 }
@@ -145,7 +145,7 @@ func TestManagedClaimConcurrent(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < 15; i++ {
-					cs, err := s.JobsClaimManaged(ctx, "inc-"+node, node, 5, store.Lease(time.Minute))
+					cs, err := s.JobsClaimManaged(ctx, "inc-"+node, node, 5, store.Lease(time.Minute), true)
 					if err != nil {
 						t.Error(err)
 						return
@@ -183,10 +183,12 @@ func TestManagedClaimConcurrent(t *testing.T) {
 }
 
 // A claim that comes while another transaction holds a managed queue's
-// row and has made jobs of it running waits for it, then counts them: it
-// never claims on a count taken before they committed. (Without the lock,
-// the second claim would see none running and take the whole limit.)
-func TestManagedClaimWaitsForTheLock(t *testing.T) {
+// row and has made jobs of it running takes none of that queue: it waits
+// for the lock and then counts them (SQL Server, SQLite), or leaves the
+// queue to the claim that holds it (PostgreSQL skips a locked queue). It
+// never claims on a count taken before they committed: without the lock,
+// it would see none running and take the whole limit.
+func TestManagedClaimRespectsTheLock(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
@@ -210,18 +212,20 @@ func TestManagedClaimWaitsForTheLock(t *testing.T) {
 		}
 		done := make(chan result, 1)
 		go func() {
-			cs, err := s.JobsClaimManaged(ctx, "inc-b", "node-b", 10, store.Lease(time.Minute))
+			cs, err := s.JobsClaimManaged(ctx, "inc-b", "node-b", 10, store.Lease(time.Minute), true)
 			done <- result{cs, err}
 		}()
+		var r result
 		select {
-		case r := <-done:
-			t.Fatalf("the claim did not wait for the queue's lock: %d claimed, err %v", len(r.cs), r.err)
-		case <-time.After(300 * time.Millisecond):
+		case r = <-done: // it left the locked queue alone
+			require.NoError(t, tx.Commit())
+		case <-time.After(300 * time.Millisecond): // it waits for the lock
+			require.NoError(t, tx.Commit())
+			r = <-done
 		}
-		require.NoError(t, tx.Commit())
-		r := <-done
 		require.NoError(t, r.err)
-		require.Empty(t, r.cs, "three run already: the limit is reached")
+		require.Empty(t, r.cs, "three run: the limit is reached, or the queue was another claim's")
+		require.Empty(t, claimManaged(t, s, "node-c", 10), "three run: the limit is reached")
 	})
 }
 
@@ -263,5 +267,30 @@ func TestManagedClaimRateWindowRolls(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		require.Len(t, claimManaged(t, s, "node-b", 10), 2, "a new window, a new budget")
+	})
+}
+
+// Without others, a managed claim takes only the managed queues' jobs;
+// with it, the others' too, in priority order.
+func TestManagedClaimOthers(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "reports", Limit: 1}}))
+		enqueueTo(t, s, "default", 2)
+		enqueueTo(t, s, "reports", 2)
+		cs, err := s.JobsClaimManaged(ctx, "inc-a", "node-a", 10, store.Lease(time.Minute), false)
+		require.NoError(t, err)
+		require.Len(t, cs, 1)
+		require.Equal(t, "reports", cs[0].Queue)
+		cs, err = s.JobsClaimManaged(ctx, "inc-a", "node-a", 10, store.Lease(time.Minute), false)
+		require.NoError(t, err)
+		require.Empty(t, cs, "no room, and no look at the others")
+		cs, err = s.JobsClaimManaged(ctx, "inc-a", "node-a", 10, store.Lease(time.Minute), true)
+		require.NoError(t, err)
+		require.Len(t, cs, 2)
+		for _, c := range cs {
+			require.Equal(t, "default", c.Queue)
+		}
 	})
 }

@@ -109,5 +109,5 @@ func (Postgres) NowMillis() string {
 // statements each take a fresh snapshot, in one round trip instead of a
 // transaction's five.
 func (Postgres) ClaimManaged() string {
-	return "SELECT * FROM slotpoller_claim_managed($1, $2, $3, $4, $5, $6, $7)"
+	return "SELECT * FROM slotpoller_claim_managed($1, $2, $3, $4, $5, $6, $7, $8)"
 }

@@ -314,7 +314,7 @@ func sqlServerOps() []op {
 			}
 			return storetest.Reply{Affected: 1}
 		}, run: func(ctx context.Context, s *store.Store) error {
-			_, err := s.JobsClaimManaged(ctx, "inc-MARK", "node-MARK", 7, store.Lease(15*time.Second))
+			_, err := s.JobsClaimManaged(ctx, "inc-MARK", "node-MARK", 7, store.Lease(15*time.Second), true)
 			return err
 		}},
 		{name: "Queues", sends: 1, run: func(ctx context.Context, s *store.Store) error {

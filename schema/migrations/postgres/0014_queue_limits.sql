@@ -30,22 +30,30 @@ GO
 -- NULL, no limit), its due jobs up to that room, the other queues' due jobs
 -- as the plain claim takes them (at priority 0), the first p_limit by
 -- priority then run time; claim them, and add the starts to the windows.
--- Parameters: the owner, its node, the most rows, the hold (Hold.args).
+-- Parameters: the owner, its node, the most rows, the hold (Hold.args),
+-- and whether to look at the other queues' jobs at all (p_others: the
+-- node's count of due work found some, or could not tell): that look
+-- steps over every due job of a managed queue, a backlog's worth.
 CREATE FUNCTION slotpoller_claim_managed(p_owner text, p_node text, p_limit integer,
-  p_h1 bigint, p_h2 bigint, p_h3 bigint, p_h4 bigint)
+  p_h1 bigint, p_h2 bigint, p_h3 bigint, p_h4 bigint, p_others boolean)
 RETURNS TABLE (id bigint, token bigint, attempt integer, max_attempts integer, endpoint text, method text,
   payload bytea, idem_key text, timeout_ms bigint, run_at timestamptz, scheduled_for timestamptz, queue varchar)
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
 DECLARE
-  v_ms bigint := CAST(TRUNC(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT);
+  v_ms     bigint := CAST(TRUNC(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT);
+  v_locked varchar[];
 BEGIN
-  -- A row lock writes no new row version; in name order, so that two
-  -- claims never wait on each other in a cycle.
-  PERFORM 1 FROM slotpoller_queues q WHERE q.managed = 1 AND q.paused = 0 ORDER BY q.name FOR UPDATE;
+  -- A row lock writes no new row version. A queue whose row another
+  -- claim holds is skipped, not waited for: that claim is taking its
+  -- jobs, and this one takes the other queues' (claims never queue
+  -- behind each other, and never wait in a cycle).
+  SELECT COALESCE(array_agg(l.name), '{}') INTO v_locked FROM (
+    SELECT q.name FROM slotpoller_queues q WHERE q.managed = 1 AND q.paused = 0
+    ORDER BY q.name FOR UPDATE SKIP LOCKED) AS l;
   UPDATE slotpoller_queues AS q SET rate_used = 0, rate_window = v_ms / q.rate_period_ms
-  WHERE q.managed = 1 AND q.paused = 0 AND q.rate_period_ms > 0 AND q.rate_window <> v_ms / q.rate_period_ms;
+  WHERE q.name = ANY (v_locked) AND q.rate_period_ms > 0 AND q.rate_window <> v_ms / q.rate_period_ms;
 
   RETURN QUERY
   WITH room AS (
@@ -55,7 +63,7 @@ BEGIN
         q.max_per_node - (SELECT COUNT(*) FROM slotpoller_jobs r WHERE r.queue = q.name AND r.state = 'running' AND r.owner_node = p_node),
         q.rate_limit - q.rate_used), p_limit), 0) AS n
     FROM slotpoller_queues q
-    WHERE q.managed = 1 AND q.paused = 0
+    WHERE q.name = ANY (v_locked)
   ), picked AS (
     SELECT p.id FROM (
       SELECT x.id, x.run_at, r.priority AS pr FROM room r CROSS JOIN LATERAL (
@@ -71,7 +79,7 @@ BEGIN
       UNION ALL
       SELECT u.id, u.run_at, 0 FROM (
         SELECT c.id, c.run_at FROM slotpoller_jobs c
-        WHERE c.state = 'ready' AND c.run_at <= clock_timestamp()
+        WHERE p_others AND c.state = 'ready' AND c.run_at <= clock_timestamp()
           AND NOT EXISTS (SELECT 1 FROM slotpoller_queues pq WHERE pq.name = c.queue AND (pq.paused = 1 OR pq.managed = 1))
           AND (c.exclusive = 0 OR (
             EXISTS (SELECT 1 FROM slotpoller_schedules AS s WHERE s.name = c.schedule)

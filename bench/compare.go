@@ -33,7 +33,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	logLevel := fs.String("log", "warn", "slotpoller node log level on stderr: debug, info, warn, error or off")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the slotpoller side's run (nodes, endpoint and feeder, one process) to this file, and one of each River round's process to this file with .river<round> appended")
 	memProfile := fs.String("memprofile", "", "write a profile of the slotpoller side's allocations over the whole run (every scenario, nodes, endpoint and feeder's inserts: a wider window than the heap rows') to this file at the end")
-	rounds := fs.Int("rounds", 1, "run the two sides this many times, one after the other (River first in odd rounds), and report each figure's median (a 2-core machine's figures move by 10% from one run to the next)")
+	rounds := fs.Int("rounds", 1, "run the two sides this many times, one after the other (River, or with -queues the queues without settings, first in odd rounds), and report each figure's median (a 2-core machine's figures move by 10% from one run to the next)")
 	queues := fs.Int("queues", 0, "instead of River, compare slotpoller's jobs spread round robin over this many queues without settings with the same queues each limited (a farm-wide and a node limit of twice their share of the calls)")
 	var p benchkit.Params
 	p.Flags(fs)

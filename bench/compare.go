@@ -22,7 +22,9 @@ import (
 // compare runs the same scenarios against River (the separate module in
 // bench/river, run with `go run`) and against slotpoller, one after the
 // other on one PostgreSQL server, and prints one table per scenario with
-// both columns and the ratio.
+// both columns and the ratio. With -queues N it compares slotpoller with
+// itself instead: jobs spread over N queues without settings (the plain
+// claim) against the same N queues with limits (the managed claim).
 func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -31,16 +33,17 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	logLevel := fs.String("log", "warn", "slotpoller node log level on stderr: debug, info, warn, error or off")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the slotpoller side's run (nodes, endpoint and feeder, one process) to this file, and one of each River round's process to this file with .river<round> appended")
 	memProfile := fs.String("memprofile", "", "write a profile of the slotpoller side's allocations over the whole run (every scenario, nodes, endpoint and feeder's inserts: a wider window than the heap rows') to this file at the end")
-	rounds := fs.Int("rounds", 1, "run the two sides this many times, one after the other (River first in odd rounds), and report each figure's median (a 2-core machine's figures move by 10% from one run to the next)")
+	rounds := fs.Int("rounds", 1, "run the two sides this many times, one after the other (River, or with -queues the queues without settings, first in odd rounds), and report each figure's median (a 2-core machine's figures move by 10% from one run to the next)")
+	queues := fs.Int("queues", 0, "instead of River, compare slotpoller's jobs spread round robin over this many queues without settings with the same queues each limited (a farm-wide and a node limit of twice their share of the calls)")
 	var p benchkit.Params
 	p.Flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *rounds < 1 {
-		return fmt.Errorf("-rounds %d: must be at least 1", *rounds)
+	if *rounds < 1 || *queues < 0 {
+		return fmt.Errorf("-rounds %d, -queues %d: must be at least 1 and 0", *rounds, *queues)
 	}
-	if _, err := os.Stat(filepath.Join(*riverDir, "go.mod")); err != nil {
+	if _, err := os.Stat(filepath.Join(*riverDir, "go.mod")); err != nil && *queues == 0 {
 		return fmt.Errorf("no River module at %s (run from the repository root or pass -river-dir): %w", *riverDir, err)
 	}
 	logger, err := nodeLogger(*logLevel, stderr)
@@ -88,15 +91,33 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}()
 	}
 	var results []benchkit.Result
-	riverName := ""
-	for round := 1; round <= *rounds; round++ {
-		if *rounds > 1 {
-			fmt.Fprintf(stderr, "bench: round %d of %d\n", round, *rounds)
+	inProcess := func(side slotSide) func(round int) error {
+		return func(round int) error {
+			emit := benchkit.JSONLines(stderr)
+			return benchkit.Run(ctx, srv, side, p, func(r benchkit.Result) {
+				r.Round = round
+				results = append(results, r)
+				emit(r)
+			}, func(f string, a ...any) { fmt.Fprintf(stderr, "bench: "+f+"\n", a...) })
 		}
-		// River in its own process and module. The sides take turns to go
-		// first (River in odd rounds): what one side leaves on the machine
-		// (sockets in TIME_WAIT, a warm or cold cache) falls on each alike.
-		river := func() error {
+	}
+	// base is the first column, first in odd rounds; the sides take turns
+	// to go first: what one leaves on the machine (sockets in TIME_WAIT, a
+	// warm or cold cache) falls on each alike.
+	var base, other func(round int) error
+	baseName, otherName := "", side.name
+	if *queues > 0 {
+		plain := side
+		plain.queues = *queues
+		plain.name = fmt.Sprintf("%s, %d queues", side.name, *queues)
+		limited := plain
+		limited.limited = true
+		limited.name = fmt.Sprintf("%s, %d limited queues", side.name, *queues)
+		base, other = inProcess(plain), inProcess(limited)
+		baseName, otherName = plain.name, limited.name
+	} else {
+		// River in its own process and module.
+		base = func(round int) error {
 			var extra []string
 			if *cpuProfile != "" {
 				abs, err := filepath.Abs(fmt.Sprintf("%s.river%d", *cpuProfile, round))
@@ -109,39 +130,41 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			if err != nil {
 				return err
 			}
-			riverName = riverResults[0].Side
+			baseName = riverResults[0].Side
 			for _, r := range riverResults {
 				r.Round = round
 				results = append(results, r)
 			}
 			return nil
 		}
-		slot := func() error {
-			emit := benchkit.JSONLines(stderr)
-			return benchkit.Run(ctx, srv, side, p, func(r benchkit.Result) {
-				r.Round = round
-				results = append(results, r)
-				emit(r)
-			}, func(f string, a ...any) { fmt.Fprintf(stderr, "bench: "+f+"\n", a...) })
+		other = inProcess(side)
+	}
+	for round := 1; round <= *rounds; round++ {
+		if *rounds > 1 {
+			fmt.Fprintf(stderr, "bench: round %d of %d\n", round, *rounds)
 		}
-		first, second := river, slot
+		first, second := base, other
 		if round%2 == 0 {
-			first, second = slot, river
+			first, second = other, base
 		}
-		if err := first(); err != nil {
+		if err := first(round); err != nil {
 			return err
 		}
-		if err := second(); err != nil {
+		if err := second(round); err != nil {
 			return err
 		}
 	}
 	var intervals map[[2]string]benchkit.Interval
 	if *rounds >= 3 {
-		intervals = benchkit.RatioIntervals(results, riverName, side.name, 0.9, 10000, 1)
+		intervals = benchkit.RatioIntervals(results, baseName, otherName, 0.9, 10000, 1)
 	}
 	results = benchkit.Medians(results)
 
-	fmt.Fprintf(stdout, "## River side by side\n\n")
+	base1, other1, title := "River", "slotpoller", "River side by side"
+	if *queues > 0 {
+		base1, other1, title = "the queues without settings", "the limited queues", fmt.Sprintf("%d limited queues against the same without settings", *queues)
+	}
+	fmt.Fprintf(stdout, "## %s\n\n", title)
 	fmt.Fprintf(stdout, "- command: `%s`\n", strings.Join(append([]string{"go run ./bench compare"}, args...), " "))
 	fmt.Fprintf(stdout, "- date: %s\n", time.Now().Format(time.RFC3339))
 	fmt.Fprintf(stdout, "- machine: %s, %d CPUs, %s/%s, %s; load average at the start %s\n",
@@ -149,13 +172,14 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "- database: PostgreSQL %s (%s), one fresh database per farm, statements counted by pg_stat_statements\n",
 		srv.Version, map[bool]string{true: "private cluster, fsync off", false: "given by -dsn"}[*dsn == ""])
 	if *rounds > 1 {
-		fmt.Fprintf(stdout, "- rounds: %d, the sides one after the other, River first in odd rounds and slotpoller in even ones; each figure is the median of its %d values\n", *rounds, *rounds)
+		fmt.Fprintf(stdout, "- rounds: %d, the sides one after the other, %s first in odd rounds and %s in even ones; each figure is the median of its %d values (least–greatest)\n",
+			*rounds, base1, other1, *rounds)
 	}
 	if intervals != nil {
-		fmt.Fprintf(stdout, "- 90%% interval: where the ratio of the medians falls in 90%% of 10,000 resamplings of the rounds (each round's pair kept together); an interval above 1× means slotpoller did better beyond the rounds' spread\n")
+		fmt.Fprintf(stdout, "- 90%% interval: where the ratio of the medians falls in 90%% of 10,000 resamplings of the rounds (each round's pair kept together); an interval above 1× means %s did better beyond the rounds' spread\n", other1)
 	}
-	fmt.Fprintf(stdout, "- ratio: better-is-higher (slotpoller ÷ River where higher is better, River ÷ slotpoller where lower is better): above 1× slotpoller does better\n\n")
-	benchkit.Tables(stdout, []string{riverName, side.name}, results, intervals)
+	fmt.Fprintf(stdout, "- ratio: better-is-higher (%[1]s ÷ %[2]s where higher is better, %[2]s ÷ %[1]s where lower is better): above 1× %[1]s did better\n\n", other1, base1)
+	benchkit.Tables(stdout, []string{baseName, otherName}, results, intervals)
 	return nil
 }
 

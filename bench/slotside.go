@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -25,7 +26,28 @@ import (
 type slotSide struct {
 	name   string
 	logger *slog.Logger
+	// queues spreads the jobs round robin over this many queues (q0, q1,
+	// …) instead of the default one; with limited, each gets limits
+	// (queueLimits) that send its jobs through the managed claim.
+	queues  int
+	limited bool
 }
+
+// queueLimits are the settings of the limited side's queues: a farm-wide
+// limit and a node limit of twice their share of the farm's calls, so that
+// the claim counts and holds back under them but the limits leave room
+// for every call the farm can make, and the burn-down measures the claim's
+// cost rather than a queue waiting for room.
+func queueLimits(queues int, spec benchkit.Spec) []store.QueueSettings {
+	share := func(calls int) int { return (2*calls + queues - 1) / queues }
+	out := make([]store.QueueSettings, queues)
+	for i := range out {
+		out[i] = store.QueueSettings{Name: queueName(i), Limit: share(spec.Nodes * spec.Concurrency), NodeLimit: share(spec.Concurrency)}
+	}
+	return out
+}
+
+func queueName(i int) string { return "q" + strconv.Itoa(i) }
 
 func (s slotSide) Name() string  { return s.name }
 func (s slotSide) Slotted() bool { return true }
@@ -48,6 +70,18 @@ type slotFarm struct {
 	// send it, round robin over the nodes.
 	apis []*httptest.Server
 	next atomic.Int64
+	// queues is slotSide.queues; seq numbers the jobs enqueued one by one
+	// to spread them over the queues.
+	queues int
+	seq    atomic.Int64
+}
+
+// queue is the queue of the i-th job: "" (the default) without queues.
+func (f *slotFarm) queue(i int) string {
+	if f.queues == 0 {
+		return ""
+	}
+	return queueName(i % f.queues)
 }
 
 func (s slotSide) Start(ctx context.Context, db *benchkit.Database, spec benchkit.Spec) (benchkit.Farm, error) {
@@ -67,13 +101,21 @@ func (s slotSide) Start(ctx context.Context, db *benchkit.Database, spec benchki
 		feeder.Close()
 		return nil, err
 	}
-	sf := &slotFarm{farm: f, feeder: feeder}
+	sf := &slotFarm{farm: f, feeder: feeder, queues: s.queues}
 	for _, n := range f.nodes {
 		sf.apis = append(sf.apis, httptest.NewServer(admin.Handler(n)))
 	}
 	if err := f.waitLive(ctx, feeder, time.Duration(cfgs[0].Checkin.TTL)); err != nil {
 		_ = sf.Stop(ctx)
 		return nil, err
+	}
+	// Written by the feeder, as a node writes its config's at start (and
+	// after the nodes' start, which may write theirs), so not counted.
+	if s.limited {
+		if err := feeder.QueueSettingsPut(ctx, queueLimits(s.queues, spec)); err != nil {
+			_ = sf.Stop(ctx)
+			return nil, err
+		}
 	}
 	// One heartbeat for every node to see the whole farm.
 	if err := benchkit.Sleep(ctx, spec.Slot); err != nil {
@@ -92,7 +134,7 @@ func (s slotSide) Start(ctx context.Context, db *benchkit.Database, spec benchki
 func (f *slotFarm) PrepareBurst(ctx context.Context, keys []string) (func(context.Context) error, error) {
 	burst := make([]store.NewJob, len(keys))
 	for i, key := range keys {
-		burst[i] = store.NewJob{Endpoint: "/job/" + key, Method: "POST", MaxAttempts: 1}
+		burst[i] = store.NewJob{Endpoint: "/job/" + key, Method: "POST", MaxAttempts: 1, Queue: f.queue(i)}
 		if err := jobs.CheckNewJob(&burst[i]); err != nil {
 			return nil, err
 		}
@@ -116,7 +158,7 @@ func (f *slotFarm) Enqueue(ctx context.Context, keys []string) error {
 
 func (f *slotFarm) enqueueLocal(ctx context.Context, key string) error {
 	api := f.apis[int(f.next.Add(1))%len(f.apis)]
-	body := `{"endpoint":"/job/` + key + `","method":"POST","max_attempts":1}`
+	body := `{"endpoint":"/job/` + key + `","method":"POST","max_attempts":1,"queue":"` + f.queue(int(f.seq.Add(1))) + `"}`
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, api.URL+"/api/v1/jobs", strings.NewReader(body))
 	if err != nil {
 		return err
@@ -135,7 +177,8 @@ func (f *slotFarm) enqueueLocal(ctx context.Context, key string) error {
 }
 
 func (f *slotFarm) enqueue(ctx context.Context, key string, delay time.Duration) error {
-	_, err := jobs.Enqueue(ctx, f.feeder, store.NewJob{Endpoint: "/job/" + key, Method: "POST", Delay: delay, MaxAttempts: 1})
+	j := store.NewJob{Endpoint: "/job/" + key, Method: "POST", Delay: delay, MaxAttempts: 1, Queue: f.queue(int(f.seq.Add(1)))}
+	_, err := jobs.Enqueue(ctx, f.feeder, j)
 	return err
 }
 

@@ -22,3 +22,15 @@ func TestCPUSince(t *testing.T) {
 	_, database = later.Since(earlier)
 	require.Equal(t, 260*time.Millisecond, database)
 }
+
+// A postmaster's id keeps every other process out, those of other
+// PostgreSQL servers on the machine too: no process has parent -1.
+func TestReadCPUOfOneServer(t *testing.T) {
+	all, err := ReadCPU(0)
+	if err != nil {
+		t.Skipf("no PostgreSQL process to count here: %v", err)
+	}
+	require.NotEmpty(t, all.Database)
+	_, err = ReadCPU(-1)
+	require.Error(t, err)
+}

@@ -28,6 +28,9 @@ type Result struct {
 	// Round is the round of a run of several (bench compare -rounds), from
 	// 1; zero when the run has one.
 	Round int `json:"round,omitempty"`
+	// Min and Max are the least and the greatest value over the rounds
+	// that Medians folded into Value; both zero otherwise.
+	Min, Max float64 `json:"-"`
 }
 
 // JSONLines writes each result as one line of JSON.
@@ -54,7 +57,8 @@ func ReadJSONLines(r io.Reader, other func(string)) ([]Result, error) {
 
 // Medians folds the results of several rounds into one result per side,
 // table and row: the median of the round's values (the lower middle one
-// for an even count), in the order each first appeared.
+// for an even count), with their least and greatest, in the order each
+// first appeared.
 func Medians(results []Result) []Result {
 	type key struct{ side, table, row string }
 	var order []key
@@ -73,7 +77,7 @@ func Medians(results []Result) []Result {
 		v := vals[k]
 		sort.Float64s(v)
 		r := first[k]
-		r.Value = v[(len(v)-1)/2]
+		r.Value, r.Min, r.Max = v[(len(v)-1)/2], v[0], v[len(v)-1]
 		out = append(out, r)
 	}
 	return out
@@ -185,8 +189,9 @@ func oriented(better string, a, b float64) (float64, bool) {
 // the order given and, with two sides, the ratio in the better-is-higher
 // orientation: side 2 ÷ side 1 where higher is better, side 1 ÷ side 2
 // where lower is better, so that a ratio above 1 means side 2 did better.
-// With intervals (RatioIntervals) for two sides, a last column gives each
-// ratio's interval.
+// A value folded from rounds that differ (Medians) shows their range after
+// it. With intervals (RatioIntervals) for two sides, a last column gives
+// each ratio's interval.
 func Tables(w io.Writer, sides []string, results []Result, intervals map[[2]string]Interval) {
 	type key struct{ table, row string }
 	var tables []string
@@ -217,7 +222,9 @@ func Tables(w io.Writer, sides []string, results []Result, intervals map[[2]stri
 			v := val[key{t, row}]
 			fmt.Fprintf(w, "| %s |", row)
 			for _, s := range sides {
-				if r, ok := v[s]; ok {
+				if r, ok := v[s]; ok && r.Max > r.Min {
+					fmt.Fprintf(w, " %s (%s–%s) |", num(r.Value), num(r.Min), num(r.Max))
+				} else if ok {
 					fmt.Fprintf(w, " %s |", num(r.Value))
 				} else {
 					fmt.Fprint(w, " — |")

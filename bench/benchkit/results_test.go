@@ -3,6 +3,7 @@ package benchkit
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -70,4 +71,16 @@ func TestRatioIntervals(t *testing.T) {
 		rand.Shuffle(len(noisy), func(i, j int) { noisy[i], noisy[j] = noisy[j], noisy[i] })
 		require.Equal(t, want, RatioIntervals(noisy, "A", "B", 0.9, 2000, 7), "the same seed gives the same intervals")
 	}
+}
+
+// A figure folded from rounds keeps its range, and the table shows it;
+// one that did not move shows alone.
+func TestMediansKeepTheRange(t *testing.T) {
+	rs := rounds("burn", "jobs/s", Higher, []float64{110, 90, 100}, []float64{200, 200, 200})
+	m := Medians(rs)
+	require.Len(t, m, 2)
+	require.Equal(t, []float64{100, 90, 110}, []float64{m[0].Value, m[0].Min, m[0].Max})
+	var b strings.Builder
+	Tables(&b, []string{"A", "B"}, m, nil)
+	require.Contains(t, b.String(), "| jobs/s | 100 (90.0–110) | 200 | 2.00× |")
 }

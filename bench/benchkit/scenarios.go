@@ -302,13 +302,13 @@ func (r *runner) burn(ctx context.Context, b Burn) error {
 		if err := release(ctx); err != nil {
 			return fmt.Errorf("release the jobs: %w", err)
 		}
-		cpu0, cpuErr := ReadCPU()
+		cpu0, cpuErr := ReadCPU(r.srv.Postmaster)
 		heap0 := ReadHeap()
 		calls, repeats, stmts, err := r.drain(ctx, db, f, b.Jobs, 5*time.Minute)
 		if err != nil {
 			return err
 		}
-		cpu1, err := ReadCPU()
+		cpu1, err := ReadCPU(r.srv.Postmaster)
 		heap1 := ReadHeap()
 		first, last := span(calls)
 		r.result(table, "jobs/s, first start to last finish", float64(b.Jobs)/last.Sub(first).Seconds(), Higher)

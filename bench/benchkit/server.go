@@ -33,6 +33,9 @@ const (
 type Server struct {
 	admin   string
 	Version string
+	// Postmaster is the server's main process id when it runs on this
+	// machine (the parent of a backend), else 0: ReadCPU's filter.
+	Postmaster int
 }
 
 // OpenServer checks that the server can count statements and creates the
@@ -44,9 +47,11 @@ func OpenServer(ctx context.Context, adminDSN string) (*Server, error) {
 	}
 	defer c.Close(ctx)
 	s := &Server{admin: adminDSN}
-	if err := c.QueryRow(ctx, "SHOW server_version").Scan(&s.Version); err != nil {
+	var backend int
+	if err := c.QueryRow(ctx, "SELECT current_setting('server_version'), pg_backend_pid()").Scan(&s.Version, &backend); err != nil {
 		return nil, err
 	}
+	s.Postmaster = parentOf(backend)
 	var libs string
 	if err := c.QueryRow(ctx, "SHOW shared_preload_libraries").Scan(&libs); err != nil {
 		return nil, err

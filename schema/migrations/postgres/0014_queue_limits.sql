@@ -45,18 +45,27 @@ DECLARE
   v_ms     bigint := CAST(TRUNC(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT);
   v_locked varchar[];
 BEGIN
-  -- A row lock writes no new row version. A queue whose row another
-  -- claim holds is skipped, not waited for: that claim is taking its
-  -- jobs, and this one takes the other queues' (claims never queue
-  -- behind each other, and never wait in a cycle).
+  -- A row lock writes no new row version. Taken in name order, so that
+  -- two claims never wait for each other in a cycle. A claim waits for
+  -- one that holds the rows (a claim is milliseconds) rather than skip
+  -- their queues: a node that skipped would come back with nothing and
+  -- idle until its next turn.
   SELECT COALESCE(array_agg(l.name), '{}') INTO v_locked FROM (
     SELECT q.name FROM slotpoller_queues q WHERE q.managed = 1 AND q.paused = 0
-    ORDER BY q.name FOR UPDATE SKIP LOCKED) AS l;
+    ORDER BY q.name FOR UPDATE) AS l;
   UPDATE slotpoller_queues AS q SET rate_used = 0, rate_window = v_ms / q.rate_period_ms
   WHERE q.name = ANY (v_locked) AND q.rate_period_ms > 0 AND q.rate_window <> v_ms / q.rate_period_ms;
 
   RETURN QUERY
-  WITH room AS (
+  -- The queues that have ready jobs, one index seek each (a loose scan of
+  -- the index of ready jobs by queue): the other queues' due jobs are read
+  -- queue by queue, never by stepping over a managed queue's backlog.
+  WITH RECURSIVE qs AS (
+    (SELECT c.queue FROM slotpoller_jobs c WHERE p_others AND c.state = 'ready' ORDER BY c.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT c.queue FROM slotpoller_jobs c WHERE c.state = 'ready' AND c.queue > qs.queue ORDER BY c.queue LIMIT 1)
+    FROM qs WHERE qs.queue IS NOT NULL
+  ), room AS (
     SELECT q.name, q.priority, q.rate_limit IS NOT NULL AS rated,
       GREATEST(COALESCE(LEAST(
         q.max_running - (SELECT COUNT(*) FROM slotpoller_jobs r WHERE r.queue = q.name AND r.state = 'running'),
@@ -77,16 +86,17 @@ BEGIN
         ORDER BY c.run_at, c.id LIMIT LEAST(r.n, p_limit)) AS x
       WHERE r.n > 0
       UNION ALL
-      SELECT u.id, u.run_at, 0 FROM (
+      SELECT u.id, u.run_at, 0 FROM qs CROSS JOIN LATERAL (
         SELECT c.id, c.run_at FROM slotpoller_jobs c
-        WHERE p_others AND c.state = 'ready' AND c.run_at <= clock_timestamp()
-          AND NOT EXISTS (SELECT 1 FROM slotpoller_queues pq WHERE pq.name = c.queue AND (pq.paused = 1 OR pq.managed = 1))
+        WHERE c.queue = qs.queue AND c.state = 'ready' AND c.run_at <= clock_timestamp()
           AND (c.exclusive = 0 OR (
             EXISTS (SELECT 1 FROM slotpoller_schedules AS s WHERE s.name = c.schedule)
             AND NOT EXISTS (SELECT 1 FROM slotpoller_jobs r2 WHERE r2.schedule = c.schedule AND r2.state = 'running')
             AND NOT EXISTS (SELECT 1 FROM slotpoller_jobs e WHERE e.schedule = c.schedule AND e.state = 'ready'
               AND e.scheduled_for < c.scheduled_for)))
         ORDER BY c.run_at, c.id LIMIT p_limit FOR UPDATE OF c SKIP LOCKED) AS u
+      WHERE qs.queue IS NOT NULL
+        AND NOT EXISTS (SELECT 1 FROM slotpoller_queues pq WHERE pq.name = qs.queue AND (pq.paused = 1 OR pq.managed = 1))
     ) AS p ORDER BY p.pr DESC, p.run_at, p.id LIMIT p_limit
   ), claimed AS (
     UPDATE slotpoller_jobs AS j SET state = 'running', owner = p_owner, owner_node = p_node,

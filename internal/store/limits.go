@@ -62,11 +62,16 @@ func (q QueueSettings) Managed() bool {
 func (s *Store) QueueSettingsPut(ctx context.Context, settings []QueueSettings) error {
 	clear := s.statement(`UPDATE {queues} SET managed = 0, priority = 0, max_running = NULL, max_per_node = NULL,
   rate_limit = NULL, rate_period_ms = NULL WHERE managed = 1`)
-	set := `managed = ?, priority = ?, max_running = ?, max_per_node = ?, rate_limit = ?, rate_period_ms = ?`
+	// A new period starts its count afresh: window numbers of another
+	// period are not comparable (a longer period's are smaller, and would
+	// never pass the stored one).
+	set := `rate_window = CASE WHEN rate_period_ms = ? THEN rate_window ELSE 0 END,
+  rate_used = CASE WHEN rate_period_ms = ? THEN rate_used ELSE 0 END,
+  managed = ?, priority = ?, max_running = ?, max_per_node = ?, rate_limit = ?, rate_period_ms = ?`
 	upd := s.statement(`UPDATE {queues} SET ` + set + ` WHERE name = ?`)
 	ins := s.statement(`INSERT INTO {queues} (name, paused, managed, priority, max_running, max_per_node, rate_limit, rate_period_ms)
 SELECT ?, 0, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM {queues} WHERE name = ?)`)
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	put := func(tx *sql.Tx) error {
 		if _, err := s.txExec(ctx, tx, clear); err != nil {
 			return err
 		}
@@ -79,7 +84,7 @@ SELECT ?, 0, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM {queues} WHERE nam
 				rate, period = nullInt(q.Rate), nullInt64(millis(q.RatePeriod))
 			}
 			vals := []any{managed, q.Priority, nullInt(q.Limit), nullInt(q.NodeLimit), rate, period}
-			n, err := s.txExec(ctx, tx, upd, append(vals, q.Name)...)
+			n, err := s.txExec(ctx, tx, upd, append(append([]any{period, period}, vals...), q.Name)...)
 			if err != nil {
 				return err
 			}
@@ -90,7 +95,13 @@ SELECT ?, 0, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM {queues} WHERE nam
 			}
 		}
 		return nil
-	})
+	}
+	err := s.inTx(ctx, put)
+	if err != nil && s.drv.UniqueViolation(err) {
+		// Another node starting at the same time wrote a queue's first
+		// row between our UPDATE and INSERT: the row exists now.
+		err = s.inTx(ctx, put)
+	}
 	if err != nil {
 		return fmt.Errorf("write the settings of %d queues: %w", len(settings), err)
 	}
@@ -132,9 +143,14 @@ func (s *Store) JobsClaimManaged(ctx context.Context, owner, ownerNode string, l
 		}
 		return s.setAsideOdd(ctx, owner, rows)
 	}
-	lock := s.statement(`UPDATE {queues} SET rate_used = CASE WHEN rate_window = ` + rateWindow("{queues}") + ` THEN rate_used ELSE 0 END,
-  rate_window = ` + rateWindow("{queues}") + `
-WHERE managed = 1 AND paused = 0`)
+	// The lock reads no clock: a statement's clock is read as it starts,
+	// and this one may wait. The claim's start time is read once the lock
+	// is held, and its starts count in that time's window, which only
+	// ever moves forward.
+	lock := s.statement(`UPDATE {queues} SET rate_used = rate_used WHERE managed = 1 AND paused = 0`)
+	now := s.statement(`SELECT {now}`)
+	roll := s.statement(`UPDATE {queues} SET rate_used = 0, rate_window = ? / rate_period_ms
+WHERE managed = 1 AND paused = 0 AND rate_period_ms > 0 AND rate_window < ? / rate_period_ms`)
 	read := s.statement(`SELECT q.name, q.priority, q.max_running, q.max_per_node, q.rate_limit, q.rate_used,
   (SELECT COUNT(*) FROM {jobs} r WHERE r.queue = q.name AND r.state = 'running'),
   (SELECT COUNT(*) FROM {jobs} r WHERE r.queue = q.name AND r.state = 'running' AND r.owner_node = ?)
@@ -148,11 +164,19 @@ ORDER BY q.name`)
 		if _, err := s.txExec(ctx, tx, lock); err != nil {
 			return err
 		}
+		var at dbTime
+		s.stmts.Add(1)
+		if err := tx.QueryRowContext(ctx, now).Scan(&at); err != nil {
+			return err
+		}
+		if _, err := s.txExec(ctx, tx, roll, at.T.UnixMilli(), at.T.UnixMilli()); err != nil {
+			return err
+		}
 		rooms, err := s.managedRooms(ctx, tx, read, ownerNode)
 		if err != nil {
 			return err
 		}
-		q, args := s.managedClaimStatement(rooms, owner, ownerNode, limit, hold, others)
+		q, args := s.managedClaimStatement(rooms, owner, ownerNode, limit, hold, others, at.T)
 		if q == "" {
 			return nil
 		}
@@ -213,8 +237,9 @@ func roomOf(maxRunning sql.NullInt64, running int64, maxPerNode sql.NullInt64, m
 // managed queue with room (its due jobs in order, at most its room), with
 // others one for the jobs of every other queue (the plain claim's
 // candidates), and the first limit of them by priority, then run time;
-// "" when there is no branch.
-func (s *Store) managedClaimStatement(rooms []managedRoom, owner, ownerNode string, limit int, hold Hold, others bool) (string, []any) {
+// "" when there is no branch. Its jobs start at at, the time read under
+// the lock.
+func (s *Store) managedClaimStatement(rooms []managedRoom, owner, ownerNode string, limit int, hold Hold, others bool, at time.Time) (string, []any) {
 	hint := ""
 	if h, ok := s.d.(scheduleLocker); ok {
 		hint = h.ScheduleHint()
@@ -247,11 +272,11 @@ func (s *Store) managedClaimStatement(rooms []managedRoom, owner, ownerNode stri
 	}
 	picked, pargs := rowLimit(s.d, `SELECT p.id FROM (`+strings.Join(branches, "\nUNION ALL ")+`) p ORDER BY p.pr DESC, p.run_at, p.id`, args, limit)
 	q := s.statement(`UPDATE {jobs} SET state = 'running', owner = ?, owner_node = ?, token = token + ` + bumpBelow("token", maxToken) + `,
-  attempt = attempt + ` + bumpBelow("attempt", maxAttempt) + `, started_at = {now}, start_by = NULL, lease_until = {now+hold}
+  attempt = attempt + ` + bumpBelow("attempt", maxAttempt) + `, started_at = ?, start_by = NULL, lease_until = {now+hold}
 {output ` + claimedColumns + `}
 WHERE state = 'ready' AND id IN (` + picked + `)
 {returning ` + claimedColumns + `}`)
-	return q, append(append([]any{owner, ownerNode}, hold.args()...), pargs...)
+	return q, append(append([]any{owner, ownerNode, s.d.TimeArg(at)}, hold.args()...), pargs...)
 }
 
 // managedClaimer is a dialect that runs the managed claim in one round

@@ -294,3 +294,46 @@ func TestManagedClaimOthers(t *testing.T) {
 		}
 	})
 }
+
+// Two nodes starting at once write the same queues' settings: neither
+// fails on the other's first row.
+func TestQueueSettingsPutConcurrently(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		settings := []store.QueueSettings{{Name: "a", Limit: 1}, {Name: "b", Rate: 5, RatePeriod: time.Second}, {Name: "c", Priority: 3}}
+		for round := 0; round < 5; round++ {
+			var wg sync.WaitGroup
+			errs := make(chan error, 4)
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs <- s.QueueSettingsPut(ctx, settings)
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			_, err := s.DB().ExecContext(ctx, "DELETE FROM "+s.Dialect().Table("queues"))
+			require.NoError(t, err)
+		}
+	})
+}
+
+// A queue whose rate period changes starts its count afresh: a longer
+// period's window numbers are smaller than the shorter one's, and a count
+// kept from before would never roll.
+func TestRatePeriodChangeStartsAfresh(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "pay", Rate: 2, RatePeriod: time.Second}}))
+		enqueueTo(t, s, "pay", 6)
+		require.Len(t, claimManaged(t, s, "node-a", 10), 2)
+		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "pay", Rate: 3, RatePeriod: time.Hour}}))
+		require.Len(t, claimManaged(t, s, "node-a", 10), 3, "a new period, a new count")
+	})
+}

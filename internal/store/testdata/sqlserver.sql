@@ -518,22 +518,28 @@ SELECT @p1, 0, NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] WHE
 -- QueueSettingsPut
 UPDATE [sp_unit].[queues] SET managed = 0, priority = 0, max_running = NULL, max_per_node = NULL,
   rate_limit = NULL, rate_period_ms = NULL WHERE managed = 1;
--- @p1 int, @p2 int, @p3 sql.NullInt64, @p4 sql.NullInt64, @p5 sql.NullInt64, @p6 sql.NullInt64, @p7 mssql.NVarCharMax
-UPDATE [sp_unit].[queues] SET managed = @p1, priority = @p2, max_running = @p3, max_per_node = @p4, rate_limit = @p5, rate_period_ms = @p6 WHERE name = @p7;
+-- @p1 sql.NullInt64, @p2 sql.NullInt64, @p3 int, @p4 int, @p5 sql.NullInt64, @p6 sql.NullInt64, @p7 sql.NullInt64, @p8 sql.NullInt64, @p9 mssql.NVarCharMax
+UPDATE [sp_unit].[queues] SET rate_window = CASE WHEN rate_period_ms = @p1 THEN rate_window ELSE 0 END,
+  rate_used = CASE WHEN rate_period_ms = @p2 THEN rate_used ELSE 0 END,
+  managed = @p3, priority = @p4, max_running = @p5, max_per_node = @p6, rate_limit = @p7, rate_period_ms = @p8 WHERE name = @p9;
 
 -- QueueSettingsPut (new queue)
 UPDATE [sp_unit].[queues] SET managed = 0, priority = 0, max_running = NULL, max_per_node = NULL,
   rate_limit = NULL, rate_period_ms = NULL WHERE managed = 1;
--- @p1 int, @p2 int, @p3 sql.NullInt64, @p4 sql.NullInt64, @p5 sql.NullInt64, @p6 sql.NullInt64, @p7 mssql.NVarCharMax
-UPDATE [sp_unit].[queues] SET managed = @p1, priority = @p2, max_running = @p3, max_per_node = @p4, rate_limit = @p5, rate_period_ms = @p6 WHERE name = @p7;
+-- @p1 sql.NullInt64, @p2 sql.NullInt64, @p3 int, @p4 int, @p5 sql.NullInt64, @p6 sql.NullInt64, @p7 sql.NullInt64, @p8 sql.NullInt64, @p9 mssql.NVarCharMax
+UPDATE [sp_unit].[queues] SET rate_window = CASE WHEN rate_period_ms = @p1 THEN rate_window ELSE 0 END,
+  rate_used = CASE WHEN rate_period_ms = @p2 THEN rate_used ELSE 0 END,
+  managed = @p3, priority = @p4, max_running = @p5, max_per_node = @p6, rate_limit = @p7, rate_period_ms = @p8 WHERE name = @p9;
 -- @p1 mssql.NVarCharMax, @p2 int, @p3 int, @p4 sql.NullInt64, @p5 sql.NullInt64, @p6 sql.NullInt64, @p7 sql.NullInt64, @p8 mssql.NVarCharMax
 INSERT INTO [sp_unit].[queues] (name, paused, managed, priority, max_running, max_per_node, rate_limit, rate_period_ms)
 SELECT @p1, 0, @p2, @p3, @p4, @p5, @p6, @p7 WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] WHERE name = @p8);
 
 -- JobsClaimManaged
-UPDATE [sp_unit].[queues] SET rate_used = CASE WHEN rate_window = CASE WHEN [sp_unit].[queues].rate_period_ms > 0 THEN DATEDIFF_BIG(millisecond, DATEFROMPARTS(1970, 1, 1), SYSUTCDATETIME()) / [sp_unit].[queues].rate_period_ms ELSE 0 END THEN rate_used ELSE 0 END,
-  rate_window = CASE WHEN [sp_unit].[queues].rate_period_ms > 0 THEN DATEDIFF_BIG(millisecond, DATEFROMPARTS(1970, 1, 1), SYSUTCDATETIME()) / [sp_unit].[queues].rate_period_ms ELSE 0 END
-WHERE managed = 1 AND paused = 0;
+UPDATE [sp_unit].[queues] SET rate_used = rate_used WHERE managed = 1 AND paused = 0;
+SELECT SYSUTCDATETIME();
+-- @p1 int64, @p2 int64
+UPDATE [sp_unit].[queues] SET rate_used = 0, rate_window = @p1 / rate_period_ms
+WHERE managed = 1 AND paused = 0 AND rate_period_ms > 0 AND rate_window < @p2 / rate_period_ms;
 -- @p1 mssql.NVarCharMax
 SELECT q.name, q.priority, q.max_running, q.max_per_node, q.rate_limit, q.rate_used,
   (SELECT COUNT(*) FROM [sp_unit].[jobs] r WHERE r.queue = q.name AND r.state = 'running'),
@@ -542,19 +548,19 @@ FROM [sp_unit].[queues] q
 WHERE q.managed = 1 AND q.paused = 0
   AND EXISTS (SELECT 1 FROM [sp_unit].[jobs] d WHERE d.queue = q.name AND d.state = 'ready' AND d.run_at <= SYSUTCDATETIME())
 ORDER BY q.name;
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int64, @p4 int64, @p5 int64, @p6 int64, @p7 int, @p8 int, @p9 int, @p10 mssql.NVarCharMax, @p11 int
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 civil.DateTime, @p4 int64, @p5 int64, @p6 int64, @p7 int64, @p8 int, @p9 int, @p10 int, @p11 mssql.NVarCharMax, @p12 int
 DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7), queue NVARCHAR(100));
 UPDATE [sp_unit].[jobs] SET state = 'running', owner = @p1, owner_node = @p2, token = token + CASE WHEN token < 9223372036854775807 THEN 1 ELSE 0 END,
-  attempt = attempt + CASE WHEN attempt < 2147483647 THEN 1 ELSE 0 END, started_at = SYSUTCDATETIME(), start_by = NULL, lease_until = DATEADD(millisecond, CAST(CASE WHEN timeout_ms <= 0 OR timeout_ms > 86400000 THEN CAST(@p3 AS BIGINT) WHEN timeout_ms > CAST(@p4 AS BIGINT) THEN timeout_ms + CAST(@p5 AS BIGINT) ELSE CAST(@p6 AS BIGINT) END AS int), SYSUTCDATETIME())
+  attempt = attempt + CASE WHEN attempt < 2147483647 THEN 1 ELSE 0 END, started_at = @p3, start_by = NULL, lease_until = DATEADD(millisecond, CAST(CASE WHEN timeout_ms <= 0 OR timeout_ms > 86400000 THEN CAST(@p4 AS BIGINT) WHEN timeout_ms > CAST(@p5 AS BIGINT) THEN timeout_ms + CAST(@p6 AS BIGINT) ELSE CAST(@p7 AS BIGINT) END AS int), SYSUTCDATETIME())
 OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for, inserted.queue INTO @out
-WHERE state = 'ready' AND id IN (SELECT TOP (@p7) p.id FROM (SELECT b.id, b.run_at, CAST(@p8 AS INTEGER) AS pr FROM (SELECT TOP (@p9) c.id, c.run_at FROM [sp_unit].[jobs] c
-    WHERE c.queue = @p10 AND c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND (c.exclusive = 0 OR (
+WHERE state = 'ready' AND id IN (SELECT TOP (@p8) p.id FROM (SELECT b.id, b.run_at, CAST(@p9 AS INTEGER) AS pr FROM (SELECT TOP (@p10) c.id, c.run_at FROM [sp_unit].[jobs] c
+    WHERE c.queue = @p11 AND c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND (c.exclusive = 0 OR (
     EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule)
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = c.schedule AND r.state = 'running')
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = c.schedule AND e.state = 'ready'
       AND e.scheduled_for < c.scheduled_for)))
     ORDER BY c.run_at, c.id) b
-UNION ALL SELECT b.id, b.run_at, 0 AS pr FROM (SELECT TOP (@p11) c.id, c.run_at FROM [sp_unit].[jobs] c
+UNION ALL SELECT b.id, b.run_at, 0 AS pr FROM (SELECT TOP (@p12) c.id, c.run_at FROM [sp_unit].[jobs] c
     WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] pq WHERE pq.name = c.queue AND (pq.paused = 1 OR pq.managed = 1)) AND (c.exclusive = 0 OR (
     EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule)
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = c.schedule AND r.state = 'running')

@@ -42,7 +42,8 @@ LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
 DECLARE
-  v_ms     bigint := CAST(TRUNC(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT);
+  v_now    timestamptz;
+  v_ms     bigint;
   v_locked varchar[];
 BEGIN
   -- A row lock writes no new row version. Taken in name order, so that
@@ -53,8 +54,14 @@ BEGIN
   SELECT COALESCE(array_agg(l.name), '{}') INTO v_locked FROM (
     SELECT q.name FROM slotpoller_queues q WHERE q.managed = 1 AND q.paused = 0
     ORDER BY q.name FOR UPDATE) AS l;
+  -- The claim's one start time, read once the lock is held: its starts are
+  -- counted in the window it falls in, and a claim that waited for the
+  -- lock across a window's end counts in the new window, not the old one
+  -- (a window only ever moves forward).
+  v_now := clock_timestamp();
+  v_ms := CAST(TRUNC(EXTRACT(EPOCH FROM v_now) * 1000) AS BIGINT);
   UPDATE slotpoller_queues AS q SET rate_used = 0, rate_window = v_ms / q.rate_period_ms
-  WHERE q.name = ANY (v_locked) AND q.rate_period_ms > 0 AND q.rate_window <> v_ms / q.rate_period_ms;
+  WHERE q.name = ANY (v_locked) AND q.rate_period_ms > 0 AND q.rate_window < v_ms / q.rate_period_ms;
 
   RETURN QUERY
   -- The queues that have ready jobs, one index seek each (a loose scan of
@@ -102,7 +109,7 @@ BEGIN
     UPDATE slotpoller_jobs AS j SET state = 'running', owner = p_owner, owner_node = p_node,
       token = j.token + CASE WHEN j.token < 9223372036854775807 THEN 1 ELSE 0 END,
       attempt = j.attempt + CASE WHEN j.attempt < 2147483647 THEN 1 ELSE 0 END,
-      started_at = clock_timestamp(), start_by = NULL,
+      started_at = v_now, start_by = NULL,
       lease_until = clock_timestamp() + CAST(CASE WHEN j.timeout_ms <= 0 OR j.timeout_ms > 86400000 THEN p_h1
         WHEN j.timeout_ms > p_h2 THEN j.timeout_ms + p_h3 ELSE p_h4 END AS double precision) * interval '1 millisecond'
     FROM picked WHERE j.id = picked.id AND j.state = 'ready'

@@ -124,10 +124,12 @@ func rateHoldsOverAMinute(t *testing.T, driver string) {
 	}
 
 	// The endpoint's view: every job called once; in any 10 s, at most
-	// two windows' starts arrived. (The calls reach the endpoint a claim's
-	// commit and a request after their start: that delay varies by
-	// milliseconds, far less than a window's first starts are apart from
-	// the next window's.)
+	// two windows' starts arrived. A call reaches the endpoint a commit
+	// and a request after its start, a delay that varies by milliseconds:
+	// 10 s of the endpoint's clock hold the starts of 10 s and those
+	// milliseconds of the database's, which reach into a third window
+	// only if starts come at a window's very end (here each window's
+	// budget is used in its first seconds).
 	spans := rec.snapshot()
 	require.Len(t, spans, total, "one call per job")
 	arrivals := make([]time.Time, 0, len(spans))

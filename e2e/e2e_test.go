@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build slotpoller:", err)
 		os.Exit(1)
 	}
+	raiseParallel()
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

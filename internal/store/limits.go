@@ -120,14 +120,28 @@ type managedRoom struct {
 	name     string
 	priority int
 	room     int // how many of its jobs this claim may start
-	rate     bool
+	// The limits and counts room is made of; the rate's are of the
+	// window rateWindow, until fit moves them to the claim's.
+	maxRunning, maxPerNode, rateLimit sql.NullInt64
+	running, mine, rateUsed           int64
+	rateWindow, ratePeriodMS          int64
+}
+
+// fit computes the room of a claim whose jobs start at at: the starts
+// counted so far belong to its window unless that window has ended (a
+// count of a later window, after a step back of the clock, still counts).
+func (m *managedRoom) fit(at time.Time) {
+	if m.ratePeriodMS > 0 && m.rateWindow < at.UnixMilli()/m.ratePeriodMS {
+		m.rateUsed = 0
+	}
+	m.room = roomOf(m.maxRunning, m.running, m.maxPerNode, m.mine, m.rateLimit, m.rateUsed)
 }
 
 // JobsClaimManaged claims up to limit due jobs for owner, as JobsClaim
 // does: the managed queues' within their limits and rates, and, with
 // others, the other queues' as the plain claim would; all in priority
 // order, then by run time. It is one transaction: lock the managed
-// queues' rows (rolling their rate windows), count their running jobs,
+// queues' rows, count their running jobs and their starts in the window,
 // claim, count the starts. Without others it does not look at the other
 // queues' jobs: that look steps over every due job of a managed queue
 // (each one's queue checked), a backlog's worth per claim.
@@ -144,14 +158,12 @@ func (s *Store) JobsClaimManaged(ctx context.Context, owner, ownerNode string, l
 		return s.setAsideOdd(ctx, owner, rows)
 	}
 	// The lock reads no clock: a statement's clock is read as it starts,
-	// and this one may wait. The claim's start time is read once the lock
-	// is held, and its starts count in that time's window, which only
-	// ever moves forward.
+	// and this one may wait. The claim's start time is read after the
+	// rooms (so a job they see finished ended before it), and its starts
+	// count in that time's window, which only ever moves forward.
 	lock := s.statement(`UPDATE {queues} SET rate_used = rate_used WHERE managed = 1 AND paused = 0`)
 	now := s.statement(`SELECT {now}`)
-	roll := s.statement(`UPDATE {queues} SET rate_used = 0, rate_window = ? / rate_period_ms
-WHERE managed = 1 AND paused = 0 AND rate_period_ms > 0 AND rate_window < ? / rate_period_ms`)
-	read := s.statement(`SELECT q.name, q.priority, q.max_running, q.max_per_node, q.rate_limit, q.rate_used,
+	read := s.statement(`SELECT q.name, q.priority, q.max_running, q.max_per_node, q.rate_limit, q.rate_used, q.rate_window, q.rate_period_ms,
   (SELECT COUNT(*) FROM {jobs} r WHERE r.queue = q.name AND r.state = 'running'),
   (SELECT COUNT(*) FROM {jobs} r WHERE r.queue = q.name AND r.state = 'running' AND r.owner_node = ?)
 FROM {queues} q
@@ -164,17 +176,17 @@ ORDER BY q.name`)
 		if _, err := s.txExec(ctx, tx, lock); err != nil {
 			return err
 		}
+		rooms, err := s.managedRooms(ctx, tx, read, ownerNode)
+		if err != nil {
+			return err
+		}
 		var at dbTime
 		s.stmts.Add(1)
 		if err := tx.QueryRowContext(ctx, now).Scan(&at); err != nil {
 			return err
 		}
-		if _, err := s.txExec(ctx, tx, roll, at.T.UnixMilli(), at.T.UnixMilli()); err != nil {
-			return err
-		}
-		rooms, err := s.managedRooms(ctx, tx, read, ownerNode)
-		if err != nil {
-			return err
+		for i := range rooms {
+			rooms[i].fit(at.T)
 		}
 		q, args := s.managedClaimStatement(rooms, owner, ownerNode, limit, hold, others, at.T)
 		if q == "" {
@@ -183,7 +195,7 @@ ORDER BY q.name`)
 		if rows, err = s.txQueryClaims(ctx, tx, q, args); err != nil {
 			return err
 		}
-		return s.countStarts(ctx, tx, rooms, rows)
+		return s.countStarts(ctx, tx, rooms, rows, at.T)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs of limited queues: %w", err)
@@ -203,12 +215,12 @@ func (s *Store) managedRooms(ctx context.Context, tx *sql.Tx, read, ownerNode st
 	var out []managedRoom
 	for rs.Next() {
 		var m managedRoom
-		var maxRunning, maxPerNode, rateLimit sql.NullInt64
-		var rateUsed, running, mine int64
-		if err := rs.Scan(&m.name, &m.priority, &maxRunning, &maxPerNode, &rateLimit, &rateUsed, &running, &mine); err != nil {
+		var window, period sql.NullInt64
+		if err := rs.Scan(&m.name, &m.priority, &m.maxRunning, &m.maxPerNode, &m.rateLimit, &m.rateUsed, &window, &period,
+			&m.running, &m.mine); err != nil {
 			return nil, err
 		}
-		m.room, m.rate = roomOf(maxRunning, running, maxPerNode, mine, rateLimit, rateUsed), rateLimit.Valid
+		m.rateWindow, m.ratePeriodMS = window.Int64, period.Int64
 		out = append(out, m)
 	}
 	return out, rs.Err()
@@ -313,17 +325,21 @@ func (s *Store) txQueryClaims(ctx context.Context, tx *sql.Tx, q string, args []
 	return out, rs.Err()
 }
 
-// countStarts adds this claim's starts to the rate windows of the queues
-// that have a rate.
-func (s *Store) countStarts(ctx context.Context, tx *sql.Tx, rooms []managedRoom, rows []claimRow) error {
+// countStarts adds this claim's starts, made at at, to the rate windows
+// of the queues that have a rate: to the count of at's window, a count of
+// an ended window starting afresh.
+func (s *Store) countStarts(ctx context.Context, tx *sql.Tx, rooms []managedRoom, rows []claimRow, at time.Time) error {
 	started := map[string]int{}
 	for _, r := range rows {
 		started[r.claim.Queue]++
 	}
-	upd := s.statement(`UPDATE {queues} SET rate_used = rate_used + ? WHERE name = ?`)
+	upd := s.statement(`UPDATE {queues} SET rate_used = CASE WHEN rate_window >= ? THEN rate_used ELSE 0 END + ?,
+  rate_window = CASE WHEN rate_window >= ? THEN rate_window ELSE ? END
+WHERE name = ?`)
 	for _, m := range rooms {
-		if n := started[m.name]; m.rate && n > 0 {
-			if _, err := s.txExec(ctx, tx, upd, n, m.name); err != nil {
+		if n := started[m.name]; m.rateLimit.Valid && m.ratePeriodMS > 0 && n > 0 {
+			k := at.UnixMilli() / m.ratePeriodMS
+			if _, err := s.txExec(ctx, tx, upd, k, n, k, k, m.name); err != nil {
 				return err
 			}
 		}

@@ -70,7 +70,7 @@ func (q QueueState) Limited() bool { return q.Limit > 0 || q.NodeLimit > 0 || q.
 // next managed claim rolls it).
 func queueSettingsColumns() string {
 	return `COALESCE(m.priority, 0), m.max_running, m.max_per_node, m.rate_limit, m.rate_period_ms,
-  CASE WHEN m.rate_limit IS NOT NULL AND m.rate_window = ` + rateWindow("m") + ` THEN m.rate_used ELSE 0 END`
+  CASE WHEN m.rate_limit IS NOT NULL AND m.rate_window >= ` + rateWindow("m") + ` THEN m.rate_used ELSE 0 END`
 }
 
 // queueSettingsScan holds queueSettingsColumns as they are scanned.

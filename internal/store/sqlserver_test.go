@@ -307,13 +307,13 @@ func sqlServerOps() []op {
 		{name: "QueueSettingsPut (new queue)", sends: 3, respond: answer("UPDATE [sp_unit].[queues] SET rate_window", nil, 0), run: func(ctx context.Context, s *store.Store) error {
 			return s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "q-MARK", Limit: 2}})
 		}},
-		{name: "JobsClaimManaged", sends: 5, respond: func(c storetest.Call) storetest.Reply {
+		{name: "JobsClaimManaged", sends: 4, respond: func(c storetest.Call) storetest.Reply {
 			if strings.HasPrefix(strings.TrimSpace(c.Query), "SELECT SYSUTCDATETIME()") {
 				return storetest.Reply{Columns: []string{"now"}, Rows: [][]any{{at}}}
 			}
 			if strings.HasPrefix(strings.TrimSpace(c.Query), "SELECT q.name") {
-				return storetest.Reply{Columns: []string{"name", "priority", "max_running", "max_per_node", "rate_limit", "rate_used", "running", "mine"},
-					Rows: [][]any{{"q-MARK", int64(3), int64(2), nil, int64(50), int64(7), int64(1), int64(0)}}}
+				return storetest.Reply{Columns: []string{"name", "priority", "max_running", "max_per_node", "rate_limit", "rate_used", "rate_window", "rate_period_ms", "running", "mine"},
+					Rows: [][]any{{"q-MARK", int64(3), int64(2), nil, int64(50), int64(7), int64(190000000), int64(10000), int64(1), int64(0)}}}
 			}
 			return storetest.Reply{Affected: 1}
 		}, run: func(ctx context.Context, s *store.Store) error {

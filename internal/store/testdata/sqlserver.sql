@@ -536,18 +536,15 @@ SELECT @p1, 0, @p2, @p3, @p4, @p5, @p6, @p7 WHERE NOT EXISTS (SELECT 1 FROM [sp_
 
 -- JobsClaimManaged
 UPDATE [sp_unit].[queues] SET rate_used = rate_used WHERE managed = 1 AND paused = 0;
-SELECT SYSUTCDATETIME();
--- @p1 int64, @p2 int64
-UPDATE [sp_unit].[queues] SET rate_used = 0, rate_window = @p1 / rate_period_ms
-WHERE managed = 1 AND paused = 0 AND rate_period_ms > 0 AND rate_window < @p2 / rate_period_ms;
 -- @p1 mssql.NVarCharMax
-SELECT q.name, q.priority, q.max_running, q.max_per_node, q.rate_limit, q.rate_used,
+SELECT q.name, q.priority, q.max_running, q.max_per_node, q.rate_limit, q.rate_used, q.rate_window, q.rate_period_ms,
   (SELECT COUNT(*) FROM [sp_unit].[jobs] r WHERE r.queue = q.name AND r.state = 'running'),
   (SELECT COUNT(*) FROM [sp_unit].[jobs] r WHERE r.queue = q.name AND r.state = 'running' AND r.owner_node = @p1)
 FROM [sp_unit].[queues] q
 WHERE q.managed = 1 AND q.paused = 0
   AND EXISTS (SELECT 1 FROM [sp_unit].[jobs] d WHERE d.queue = q.name AND d.state = 'ready' AND d.run_at <= SYSUTCDATETIME())
 ORDER BY q.name;
+SELECT SYSUTCDATETIME();
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 civil.DateTime, @p4 int64, @p5 int64, @p6 int64, @p7 int64, @p8 int, @p9 int, @p10 int, @p11 mssql.NVarCharMax, @p12 int
 DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7), queue NVARCHAR(100));
 UPDATE [sp_unit].[jobs] SET state = 'running', owner = @p1, owner_node = @p2, token = token + CASE WHEN token < 9223372036854775807 THEN 1 ELSE 0 END,
@@ -573,7 +570,7 @@ SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, ti
 SELECT COALESCE(w.queue, m.name),
   COALESCE(m.paused, 0), m.paused_by, m.paused_at, COALESCE(w.waiting, 0), COALESCE(w.running, 0),
   COALESCE(m.priority, 0), m.max_running, m.max_per_node, m.rate_limit, m.rate_period_ms,
-  CASE WHEN m.rate_limit IS NOT NULL AND m.rate_window = CASE WHEN m.rate_period_ms > 0 THEN DATEDIFF_BIG(millisecond, DATEFROMPARTS(1970, 1, 1), SYSUTCDATETIME()) / m.rate_period_ms ELSE 0 END THEN m.rate_used ELSE 0 END
+  CASE WHEN m.rate_limit IS NOT NULL AND m.rate_window >= CASE WHEN m.rate_period_ms > 0 THEN DATEDIFF_BIG(millisecond, DATEFROMPARTS(1970, 1, 1), SYSUTCDATETIME()) / m.rate_period_ms ELSE 0 END THEN m.rate_used ELSE 0 END
 FROM (SELECT j.queue,
     SUM(CASE WHEN j.state = 'ready' AND j.run_at <= SYSUTCDATETIME() THEN 1 ELSE 0 END) AS waiting,
     SUM(CASE WHEN j.state = 'running' THEN 1 ELSE 0 END) AS running
@@ -600,7 +597,7 @@ SELECT name, paused_by, paused_at FROM [sp_unit].[queues] WHERE paused = 1 ORDER
 
 -- QueuesHeld
 SELECT m.name, m.paused, m.paused_by, m.paused_at, COALESCE(m.priority, 0), m.max_running, m.max_per_node, m.rate_limit, m.rate_period_ms,
-  CASE WHEN m.rate_limit IS NOT NULL AND m.rate_window = CASE WHEN m.rate_period_ms > 0 THEN DATEDIFF_BIG(millisecond, DATEFROMPARTS(1970, 1, 1), SYSUTCDATETIME()) / m.rate_period_ms ELSE 0 END THEN m.rate_used ELSE 0 END
+  CASE WHEN m.rate_limit IS NOT NULL AND m.rate_window >= CASE WHEN m.rate_period_ms > 0 THEN DATEDIFF_BIG(millisecond, DATEFROMPARTS(1970, 1, 1), SYSUTCDATETIME()) / m.rate_period_ms ELSE 0 END THEN m.rate_used ELSE 0 END
 FROM [sp_unit].[queues] m WHERE m.paused = 1 OR m.managed = 1 ORDER BY m.name;
 
 -- QueueStartDelays

@@ -42,8 +42,6 @@ LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
 DECLARE
-  v_now    timestamptz;
-  v_ms     bigint;
   v_locked varchar[];
 BEGIN
   -- A row lock writes no new row version. Taken in name order, so that
@@ -54,14 +52,6 @@ BEGIN
   SELECT COALESCE(array_agg(l.name), '{}') INTO v_locked FROM (
     SELECT q.name FROM slotpoller_queues q WHERE q.managed = 1 AND q.paused = 0
     ORDER BY q.name FOR UPDATE) AS l;
-  -- The claim's one start time, read once the lock is held: its starts are
-  -- counted in the window it falls in, and a claim that waited for the
-  -- lock across a window's end counts in the new window, not the old one
-  -- (a window only ever moves forward).
-  v_now := clock_timestamp();
-  v_ms := CAST(TRUNC(EXTRACT(EPOCH FROM v_now) * 1000) AS BIGINT);
-  UPDATE slotpoller_queues AS q SET rate_used = 0, rate_window = v_ms / q.rate_period_ms
-  WHERE q.name = ANY (v_locked) AND q.rate_period_ms > 0 AND q.rate_window < v_ms / q.rate_period_ms;
 
   RETURN QUERY
   -- The queues that have ready jobs, one index seek each (a loose scan of
@@ -72,13 +62,22 @@ BEGIN
     UNION ALL
     SELECT (SELECT c.queue FROM slotpoller_jobs c WHERE c.state = 'ready' AND c.queue > qs.queue ORDER BY c.queue LIMIT 1)
     FROM qs WHERE qs.queue IS NOT NULL
+  ),
+  -- The claim's one start time, read after this statement's snapshot was
+  -- taken: a job it sees finished has its finished_at before it, so no two
+  -- attempts overlap past the limit on the database clock either. Its
+  -- starts count in its rate window; claims take the lock in turn, so a
+  -- window only ever moves forward (a claim that waited across a window's
+  -- end counts in the new one).
+  t AS MATERIALIZED (
+    SELECT x.now, CAST(TRUNC(EXTRACT(EPOCH FROM x.now) * 1000) AS BIGINT) AS ms FROM (SELECT clock_timestamp() AS now) AS x
   ), room AS (
     SELECT q.name, q.priority, q.rate_limit IS NOT NULL AS rated,
       GREATEST(COALESCE(LEAST(
         q.max_running - (SELECT COUNT(*) FROM slotpoller_jobs r WHERE r.queue = q.name AND r.state = 'running'),
         q.max_per_node - (SELECT COUNT(*) FROM slotpoller_jobs r WHERE r.queue = q.name AND r.state = 'running' AND r.owner_node = p_node),
-        q.rate_limit - q.rate_used), p_limit), 0) AS n
-    FROM slotpoller_queues q
+        q.rate_limit - CASE WHEN q.rate_window >= t.ms / q.rate_period_ms THEN q.rate_used ELSE 0 END), p_limit), 0) AS n
+    FROM slotpoller_queues q CROSS JOIN t
     WHERE q.name = ANY (v_locked)
   ), picked AS (
     SELECT p.id FROM (
@@ -109,16 +108,18 @@ BEGIN
     UPDATE slotpoller_jobs AS j SET state = 'running', owner = p_owner, owner_node = p_node,
       token = j.token + CASE WHEN j.token < 9223372036854775807 THEN 1 ELSE 0 END,
       attempt = j.attempt + CASE WHEN j.attempt < 2147483647 THEN 1 ELSE 0 END,
-      started_at = v_now, start_by = NULL,
+      started_at = (SELECT t.now FROM t), start_by = NULL,
       lease_until = clock_timestamp() + CAST(CASE WHEN j.timeout_ms <= 0 OR j.timeout_ms > 86400000 THEN p_h1
         WHEN j.timeout_ms > p_h2 THEN j.timeout_ms + p_h3 ELSE p_h4 END AS double precision) * interval '1 millisecond'
     FROM picked WHERE j.id = picked.id AND j.state = 'ready'
     RETURNING j.id, j.token, j.attempt, j.max_attempts, j.endpoint, j.method, j.payload, j.idem_key, j.timeout_ms,
       j.run_at, j.scheduled_for, j.queue
   ), counted AS (
-    UPDATE slotpoller_queues AS q SET rate_used = q.rate_used + s.n
-    FROM (SELECT cl.queue, COUNT(*) AS n FROM claimed cl GROUP BY cl.queue) AS s
-    WHERE q.name = s.queue AND q.rate_limit IS NOT NULL
+    UPDATE slotpoller_queues AS q
+    SET rate_used = CASE WHEN q.rate_window >= t.ms / q.rate_period_ms THEN q.rate_used ELSE 0 END + s.n,
+      rate_window = GREATEST(q.rate_window, t.ms / q.rate_period_ms)
+    FROM (SELECT cl.queue, COUNT(*) AS n FROM claimed cl GROUP BY cl.queue) AS s CROSS JOIN t
+    WHERE q.name = s.queue AND q.rate_limit IS NOT NULL AND q.rate_period_ms > 0
   )
   SELECT cl.id, cl.token, cl.attempt, cl.max_attempts, cl.endpoint, cl.method, cl.payload, cl.idem_key, cl.timeout_ms,
     cl.run_at, cl.scheduled_for, cl.queue FROM claimed cl;

@@ -161,6 +161,11 @@ func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
 VALUES (` + values + `) {returning id}`)
 	var id int64
 	err := s.retry(ctx, func() error {
+		if s.writesBack() {
+			var err error
+			id, err = s.insertedID(ctx, q, args)
+			return err
+		}
 		return s.queryRow(ctx, q, args...).Scan(&id)
 	})
 	if err != nil && s.drv.UniqueViolation(err) {
@@ -209,6 +214,14 @@ WHERE ` + notHeld("rq") + `
 	var c Claim
 	err := s.retry(ctx, func() error {
 		var err error
+		if s.writesBack() {
+			var id int64
+			if id, err = s.insertedID(ctx, q, args); err != nil {
+				return err
+			}
+			c, err = scanClaim(s.queryRow(ctx, s.statement(`SELECT `+claimedColumns+` FROM {jobs} WHERE id = ?`), id))
+			return err
+		}
 		c, err = scanClaim(s.queryRow(ctx, q, args...))
 		return err
 	})
@@ -349,7 +362,13 @@ func (s *Store) JobsClaim(ctx context.Context, owner, ownerNode string, limit in
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := queryAll(ctx, s, "claim jobs", s.statement(s.d.ClaimJobs()), append([]any{owner, ownerNode, limit}, hold.args()...), scanClaimRow)
+	var rows []claimRow
+	var err error
+	if s.writesBack() {
+		rows, err = s.claimPicked(ctx, "claim jobs", s.statement(s.d.ClaimJobs()), []any{limit}, owner, ownerNode, hold)
+	} else {
+		rows, err = queryAll(ctx, s, "claim jobs", s.statement(s.d.ClaimJobs()), append([]any{owner, ownerNode, limit}, hold.args()...), scanClaimRow)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -507,8 +526,14 @@ WHERE owner = ? AND state = 'running' {returning id, token, cancel_requested_by}
 	if r, ok := s.d.(interface{ renewJobLeases() string }); ok {
 		q = r.renewJobLeases()
 	}
-	q = s.statement(q)
-	return queryAll(ctx, s, "renew job leases", q, append(hold.args(), owner), func(r rowScanner) (Held, error) {
+	q, args := s.statement(q), append(hold.args(), owner)
+	if s.writesBack() {
+		if _, err := s.execCount(ctx, "renew job leases", q, args...); err != nil {
+			return nil, err
+		}
+		q, args = s.statement(`SELECT id, token, cancel_requested_by FROM {jobs} WHERE owner = ? AND state = 'running' ORDER BY id`), []any{owner}
+	}
+	return queryAll(ctx, s, "renew job leases", q, args, func(r rowScanner) (Held, error) {
 		var h Held
 		var by sql.NullString
 		err := r.Scan(&h.ID, &h.Token, &by)

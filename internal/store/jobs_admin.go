@@ -414,10 +414,23 @@ VALUES ` + strings.Join(values, ",\n  ") + ` {returning id, idem_key}`)
 		id  int64
 		key string
 	}
-	rows, err := queryAll(ctx, s, fmt.Sprintf("enqueue %d jobs", len(jobs)), q, args, func(r rowScanner) (written, error) {
+	scan := func(r rowScanner) (written, error) {
 		var w written
 		return w, r.Scan(&w.id, &w.key)
-	})
+	}
+	var rows []written
+	var err error
+	if s.writesBack() {
+		// The rows of one INSERT have consecutive ids from the first
+		// (writesBack); this runs in a transaction (JobInsertMany).
+		var first int64
+		if first, err = s.insertedID(ctx, q, args); err == nil {
+			rows, err = queryAll(ctx, s, fmt.Sprintf("enqueue %d jobs", len(jobs)),
+				s.statement(`SELECT id, idem_key FROM {jobs} WHERE id >= ? ORDER BY id LIMIT ?`), []any{first, len(jobs)}, scan)
+		}
+	} else {
+		rows, err = queryAll(ctx, s, fmt.Sprintf("enqueue %d jobs", len(jobs)), q, args, scan)
+	}
 	if err != nil {
 		if s.drv.UniqueViolation(err) {
 			return nil, fmt.Errorf("enqueue: a unique key of the batch %w", ErrDuplicate)

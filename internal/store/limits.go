@@ -150,8 +150,13 @@ ORDER BY q.name`)
 		if err != nil {
 			return err
 		}
-		q, args := s.managedClaimStatement(rooms, owner, ownerNode, limit, hold)
-		if rows, err = s.txQueryClaims(ctx, tx, q, args); err != nil {
+		if s.writesBack() {
+			rows, err = s.managedClaimIDs(ctx, tx, rooms, owner, ownerNode, limit, hold)
+		} else {
+			q, args := s.managedClaimStatement(rooms, owner, ownerNode, limit, hold)
+			rows, err = s.txQueryClaims(ctx, tx, q, args)
+		}
+		if err != nil {
 			return err
 		}
 		return s.countStarts(ctx, tx, rooms, rows)
@@ -209,6 +214,33 @@ func roomOf(maxRunning sql.NullInt64, running int64, maxPerNode sql.NullInt64, m
 // for the jobs of every other queue (the plain claim's candidates), and
 // the first limit of them by priority, then run time.
 func (s *Store) managedClaimStatement(rooms []managedRoom, owner, ownerNode string, limit int, hold Hold) (string, []any) {
+	picked, pargs := s.managedPick(rooms, limit)
+	q := s.statement(`UPDATE {jobs} SET state = 'running', owner = ?, owner_node = ?, token = token + ` + bumpBelow("token", maxToken) + `,
+  attempt = attempt + ` + bumpBelow("attempt", maxAttempt) + `, started_at = {now}, start_by = NULL, lease_until = {now+hold}
+{output ` + claimedColumns + `}
+WHERE state = 'ready' AND id IN (` + picked + `)
+{returning ` + claimedColumns + `}`)
+	return q, append(append([]any{owner, ownerNode}, hold.args()...), pargs...)
+}
+
+// managedClaimIDs is the managed claim where the dialect writes back: the
+// pick, read without locks, then its rows still ready locked in id order
+// (skipping those another claim holds), claimed and read back.
+func (s *Store) managedClaimIDs(ctx context.Context, tx *sql.Tx, rooms []managedRoom, owner, ownerNode string, limit int, hold Hold) ([]claimRow, error) {
+	picked, pargs := s.managedPick(rooms, limit)
+	ids, err := s.txIDs(ctx, tx, s.statement(picked), pargs)
+	if err != nil {
+		return nil, err
+	}
+	if ids, err = s.lockReady(ctx, tx, ids); err != nil {
+		return nil, err
+	}
+	return s.claimIDs(ctx, tx, ids, owner, ownerNode, hold)
+}
+
+// managedPick is the SELECT of the ids a managed claim takes, and its
+// arguments.
+func (s *Store) managedPick(rooms []managedRoom, limit int) (string, []any) {
 	hint := ""
 	if h, ok := s.d.(scheduleLocker); ok {
 		hint = h.ScheduleHint()
@@ -234,13 +266,7 @@ func (s *Store) managedClaimStatement(rooms []managedRoom, owner, ownerNode stri
     ORDER BY c.run_at, c.id`, nil, limit)
 	branches = append(branches, `SELECT b.id, b.run_at, 0 AS pr FROM (`+b+`) b`)
 	args = append(args, bargs...)
-	picked, pargs := rowLimit(s.d, `SELECT p.id FROM (`+strings.Join(branches, "\nUNION ALL ")+`) p ORDER BY p.pr DESC, p.run_at, p.id`, args, limit)
-	q := s.statement(`UPDATE {jobs} SET state = 'running', owner = ?, owner_node = ?, token = token + ` + bumpBelow("token", maxToken) + `,
-  attempt = attempt + ` + bumpBelow("attempt", maxAttempt) + `, started_at = {now}, start_by = NULL, lease_until = {now+hold}
-{output ` + claimedColumns + `}
-WHERE state = 'ready' AND id IN (` + picked + `)
-{returning ` + claimedColumns + `}`)
-	return q, append(append([]any{owner, ownerNode}, hold.args()...), pargs...)
+	return rowLimit(s.d, `SELECT p.id FROM (`+strings.Join(branches, "\nUNION ALL ")+`) p ORDER BY p.pr DESC, p.run_at, p.id`, args, limit)
 }
 
 // managedClaimer is a dialect that runs the managed claim in one round

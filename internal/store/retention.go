@@ -54,6 +54,11 @@ func (s *Store) JobsPrune(ctx context.Context, state string, age time.Duration, 
 		return 0, fmt.Errorf("prune jobs: %q is not a finished state", state)
 	}
 	pick, args := s.firstRows("id", "FROM {jobs} WHERE "+finishedState(state)+" ORDER BY finished_at", []any{-millis(age)}, limit)
+	if s.writesBack() {
+		// MySQL takes no LIMIT in an IN subquery, nor a subquery on the
+		// table a DELETE deletes from: a derived table is read first.
+		pick = `SELECT p.id FROM (` + pick + `) AS p`
+	}
 	q := s.statement(`DELETE FROM {jobs} WHERE ` + finishedState(state) + ` AND id IN (` + pick + `)`)
 	return s.execCount(ctx, "delete "+state+" jobs past their retention", q, append([]any{-millis(age)}, args...)...)
 }

@@ -102,7 +102,15 @@ func (s *Store) TasksRenew(ctx context.Context, owner string, hold Hold) ([]Held
   {output name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures}
 WHERE owner = ? AND state IN ('running', 'deleting')
 {returning name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures}`)
-	return queryAll(ctx, s, "renew task leases", q, append(hold.args(), owner), func(r rowScanner) (HeldTask, error) {
+	args := append(hold.args(), owner)
+	if s.writesBack() {
+		if _, err := s.execCount(ctx, "renew task leases", q, args...); err != nil {
+			return nil, err
+		}
+		q, args = s.statement(`SELECT name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures
+FROM {tasks} WHERE owner = ? AND state IN ('running', 'deleting') ORDER BY name`), []any{owner}
+	}
+	return queryAll(ctx, s, "renew task leases", q, args, func(r rowScanner) (HeldTask, error) {
 		var h HeldTask
 		var everyMS, timeoutMS int64
 		var handoff int

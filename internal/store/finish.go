@@ -61,9 +61,9 @@ func (s *Store) JobsFinish(ctx context.Context, given []Finish) ([]bool, error) 
 	} else {
 		q, args := s.finishStatement(rows)
 		ids, err = queryAll(ctx, s, fmt.Sprintf("record results of %d jobs", len(fs)), q, args, func(r rowScanner) (int64, error) {
-		var id int64
-		return id, r.Scan(&id)
-	})
+			var id int64
+			return id, r.Scan(&id)
+		})
 	}
 	if err != nil {
 		return nil, err

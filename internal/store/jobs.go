@@ -272,16 +272,18 @@ func (s *Store) JobsReclaimExpired(ctx context.Context, notAfter time.Time) (int
 	// A job whose cancel was requested (see cancel.go) ends cancelled,
 	// whatever attempts it has left: it was asked to stop.
 	p := s.d.TextParam()
+	// The state is written last: the other columns read it, and MySQL
+	// gives each assignment the columns as the earlier ones left them.
 	q := s.statement(`UPDATE {jobs} SET
-  state = CASE WHEN state = 'ready' THEN 'missed' WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-    WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
   finished_at = CASE WHEN state = 'ready' OR cancel_requested_at IS NOT NULL OR attempt >= max_attempts THEN {now} ELSE NULL END,
   run_at = CASE WHEN state = 'ready' THEN run_at ELSE {now} END,
   last_error = CASE WHEN state = 'ready' THEN ? WHEN cancel_requested_at IS NOT NULL THEN CONCAT(` + p + `, cancel_requested_by, ` + p + `)
     ELSE ? END,
   history = CASE WHEN state = 'ready' THEN history ELSE ` + historyLine(s.d, "owner_node", "started_at",
 		"CASE WHEN cancel_requested_at IS NOT NULL THEN CONCAT("+p+", cancel_requested_by, "+p+") WHEN attempt >= max_attempts THEN "+p+" ELSE "+p+" END") + ` END,
-  owner = NULL, lease_until = NULL
+  owner = NULL, lease_until = NULL,
+  state = CASE WHEN state = 'ready' THEN 'missed' WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+    WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END
 WHERE ((state = 'running' AND (lease_until < {now} OR lease_until IS NULL OR lease_until > {now+?}))
   OR (state = 'ready' AND start_by < {now}))` + guard)
 	// A missed occurrence was never attempted: only an expired lease adds a

@@ -105,8 +105,11 @@ func (MySQL) ClaimJobs() string {
 ORDER BY c.run_at, c.id LIMIT ? FOR UPDATE SKIP LOCKED`
 }
 
-// writesBack (see the store's returning.go).
-func (MySQL) writesBack() {}
+// writesBack (see the store's returning.go); derivedPick (pickedIDs);
+// noFullJoin (Queues).
+func (MySQL) writesBack()  {}
+func (MySQL) derivedPick() {}
+func (MySQL) noFullJoin()  {}
 
 // Rewrite adapts the few spellings of the statements written once that
 // MySQL reads otherwise (sqlRewriter):

@@ -388,9 +388,9 @@ WHERE name = @p1 AND token = @p2 AND state = 'running';
 -- TasksReleaseAll
 -- @p1 mssql.NVarCharMax
 UPDATE [sp_unit].[tasks] SET
-  state = CASE WHEN state = 'deleting' THEN 'deleted' ELSE 'created' END,
   deleted_at = CASE WHEN state = 'deleting' THEN SYSUTCDATETIME() ELSE deleted_at END,
-  owner = NULL, lease_until = NULL, handoff = 0
+  owner = NULL, lease_until = NULL, handoff = 0,
+  state = CASE WHEN state = 'deleting' THEN 'deleted' ELSE 'created' END
 WHERE owner = @p1 AND state IN ('running', 'deleting');
 
 -- TaskRecordCall
@@ -402,8 +402,8 @@ WHERE name = @p4 AND token = @p5 AND state IN ('running', 'deleting');
 -- TaskRequestDelete
 -- @p1 mssql.NVarCharMax
 UPDATE [sp_unit].[tasks] SET
-  state = CASE WHEN owner IS NULL OR state = 'created' THEN 'deleted' ELSE 'deleting' END,
-  deleted_at = CASE WHEN owner IS NULL OR state = 'created' THEN SYSUTCDATETIME() ELSE NULL END
+  deleted_at = CASE WHEN owner IS NULL OR state = 'created' THEN SYSUTCDATETIME() ELSE NULL END,
+  state = CASE WHEN owner IS NULL OR state = 'created' THEN 'deleted' ELSE 'deleting' END
 WHERE name = @p1 AND state IN ('created', 'running');
 -- @p1 mssql.NVarCharMax
 SELECT name, endpoint, method, every_ms, state, owner, owner_node, token,

@@ -1,7 +1,9 @@
 // Package storetest gives tests real, freshly migrated databases: SQLite in
 // a temporary file always, PostgreSQL when SLOTPOLLER_TEST_POSTGRES_DSN is
-// set and SQL Server when SLOTPOLLER_TEST_SQLSERVER_DSN is set, each test in
-// a schema of its own so packages can run in parallel against one server.
+// set, SQL Server when SLOTPOLLER_TEST_SQLSERVER_DSN is set and MySQL or
+// MariaDB when SLOTPOLLER_TEST_MYSQL_DSN is set, each test in a schema (on
+// MySQL a database) of its own so packages can run in parallel against one
+// server.
 package storetest
 
 import (
@@ -36,7 +38,7 @@ const SQLServerEnv = "SLOTPOLLER_TEST_SQLSERVER_DSN"
 const MySQLEnv = "SLOTPOLLER_TEST_MYSQL_DSN"
 
 // Drivers are the databases every conformance test runs on.
-var Drivers = []string{"sqlite", "postgres", "sqlserver"}
+var Drivers = []string{"sqlite", "postgres", "sqlserver", "mysql"}
 
 // Each runs fn once per database driver as a subtest.
 func Each(t *testing.T, fn func(t *testing.T, driver string)) {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -70,7 +71,22 @@ func (s *Store) JobsPrune(ctx context.Context, state string, age time.Duration, 
 		return 0, fmt.Errorf("prune jobs: %q is not a finished state", state)
 	}
 	pick, args := s.firstRows("id", "FROM {jobs} WHERE "+finishedState(state)+" ORDER BY finished_at", []any{-millis(age)}, limit)
-	q := s.statement(`DELETE FROM {jobs} WHERE ` + finishedState(state) + ` AND id IN (` + pickedIDs(s.d, pick) + `)`)
+	if s.writesBack() {
+		// The ids first, then a delete by primary key in id order (idsOf):
+		// a subquery in the DELETE would share-lock the index it reads.
+		ids, err := queryAll(ctx, s, "delete "+state+" jobs past their retention", s.statement(pick), args, func(r rowScanner) (int64, error) {
+			var id int64
+			return id, r.Scan(&id)
+		})
+		if err != nil || len(ids) == 0 {
+			return 0, err
+		}
+		slices.Sort(ids)
+		// The multiple-table form: a single-table DELETE takes no index hint.
+		q := s.statement(`DELETE j FROM {jobs} AS j` + byID + ` WHERE j.id IN (` + placeholders(len(ids)) + `) AND j.` + finishedState(state))
+		return s.execCount(ctx, "delete "+state+" jobs past their retention", q, append(int64Args(ids), -millis(age))...)
+	}
+	q := s.statement(`DELETE FROM {jobs} WHERE ` + finishedState(state) + ` AND id IN (` + pick + `)`)
 	return s.execCount(ctx, "delete "+state+" jobs past their retention", q, append([]any{-millis(age)}, args...)...)
 }
 

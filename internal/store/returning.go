@@ -107,13 +107,13 @@ func (s *Store) claimIDs(ctx context.Context, tx *sql.Tx, ids []int64, owner, ow
 		return nil, nil
 	}
 	in := placeholders(len(ids))
-	upd := s.statement(`UPDATE {jobs} SET state = 'running', owner = ?, owner_node = ?, token = token + ` + bumpBelow("token", maxToken) + `,
+	upd := s.statement(`UPDATE {jobs}` + byID + ` SET state = 'running', owner = ?, owner_node = ?, token = token + ` + bumpBelow("token", maxToken) + `,
   attempt = attempt + ` + bumpBelow("attempt", maxAttempt) + `, started_at = {now}, start_by = NULL, lease_until = {now+hold}
 WHERE id IN (` + in + `) AND state = 'ready'`)
 	if _, err := s.txExec(ctx, tx, upd, append(append([]any{owner, ownerNode}, hold.args()...), int64Args(ids)...)...); err != nil {
 		return nil, err
 	}
-	read := s.statement(`SELECT ` + claimedColumns + ` FROM {jobs} WHERE id IN (` + in + `) AND state = 'running' AND owner = ? ORDER BY id`)
+	read := s.statement(`SELECT ` + claimedColumns + ` FROM {jobs}` + byID + ` WHERE id IN (` + in + `) AND state = 'running' AND owner = ? ORDER BY id`)
 	return s.txQueryClaims(ctx, tx, read, append(int64Args(ids), owner))
 }
 
@@ -125,10 +125,33 @@ func (s *Store) lockReady(ctx context.Context, tx *sql.Tx, ids []int64) ([]int64
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	q := s.statement(`SELECT id FROM {jobs} WHERE id IN (` + placeholders(len(ids)) + `) AND state = 'ready'
+	q := s.statement(`SELECT id FROM {jobs}` + byID + ` WHERE id IN (` + placeholders(len(ids)) + `) AND state = 'ready'
 ORDER BY id FOR UPDATE SKIP LOCKED`)
 	return s.txIDs(ctx, tx, q, int64Args(ids))
 }
+
+// idsOf reads, without locks, the ids of the jobs where selects (with its
+// arguments), in id order, for a write that then reaches them by primary
+// key: on MySQL a write that finds its rows through a secondary index
+// locks that index's entry first and the row second, the order opposite to
+// a write by id (a batch of results), and the two deadlock on one row; and
+// writes that each lock their rows in ascending id order never wait for
+// each other in a cycle. The write checks where again on each row, under
+// its lock.
+func (s *Store) idsOf(ctx context.Context, what, where string, args []any) ([]int64, error) {
+	return queryAll(ctx, s, what, s.statement(`SELECT id FROM {jobs} WHERE `+where+` ORDER BY id`), args, func(r rowScanner) (int64, error) {
+		var id int64
+		return id, r.Scan(&id)
+	})
+}
+
+// byID is the index hint of a statement, on a dialect that writes back,
+// that reaches jobs by a list of their ids: the primary key, never an
+// index on the state, which the optimizer may take for a few ids on a
+// small table, and through which the statement would lock every running
+// job it passes, waiting on those other writers hold (MySQL and MariaDB
+// both take FORCE INDEX).
+const byID = " FORCE INDEX (PRIMARY)"
 
 // insertedID runs an INSERT of one row and returns its id (the driver's
 // last insert id), or sql.ErrNoRows when it wrote none.
@@ -153,7 +176,7 @@ func (s *Store) finishLocked(ctx context.Context, rows []finishRow) ([]int64, er
 	for i, r := range rows {
 		ids[i] = r.id
 	}
-	lock := s.statement(`SELECT id, token FROM {jobs} WHERE id IN (` + placeholders(len(ids)) + `) AND state = 'running'
+	lock := s.statement(`SELECT id, token FROM {jobs}` + byID + ` WHERE id IN (` + placeholders(len(ids)) + `) AND state = 'running'
 ORDER BY id FOR UPDATE`)
 	var written []int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -186,6 +209,9 @@ ORDER BY id FOR UPDATE`)
 			return nil
 		}
 		q, args := s.finishStatement(keep)
+		for _, r := range keep {
+			args = append(args, r.id) // finishJobs' id list
+		}
 		_, err = s.txExec(ctx, tx, q, args...)
 		return err
 	})
@@ -194,12 +220,15 @@ ORDER BY id FOR UPDATE`)
 
 // MySQL writes a batch of results with a multiple-table UPDATE joined to
 // the rows, a UNION ALL of one SELECT each (the first names the columns):
-// its rows come before its SET list (finishRowsFirst).
+// its rows come before its SET list (finishRowsFirst). The rows' ids are
+// listed again after the SET's parameters, so that the jobs are reached by
+// primary key: joined the other way, the UPDATE walks the jobs table,
+// waiting on rows other batches hold, which wait on this one.
 func (MySQL) finishRow() string { return "SELECT ?, ?, ?, ?, ?, ?, ?" }
 func (d MySQL) finishJobs(rows []string) string {
 	first := "SELECT ? AS v_id, ? AS v_token, ? AS v_state, ? AS v_retry, ? AS v_status, ? AS v_err, ? AS v_suffix"
-	return `UPDATE {jobs} AS j INNER JOIN (` + first + strings.Repeat("\n  UNION ALL SELECT ?, ?, ?, ?, ?, ?, ?", len(rows)-1) + `) AS v
+	return `UPDATE {jobs} AS j` + byID + ` INNER JOIN (` + first + strings.Repeat("\n  UNION ALL SELECT ?, ?, ?, ?, ?, ?, ?", len(rows)-1) + `) AS v
   ON j.id = v.v_id AND j.token = v.v_token
 SET ` + finishSet(d, "j", retryAtOf(d)) + `
-WHERE j.state = 'running'`
+WHERE j.state = 'running' AND j.id IN (` + placeholders(len(rows)) + `)`
 }

@@ -190,3 +190,21 @@ func (driver) ConnectError(err error) error {
 	}
 	return nil
 }
+
+// ListenNotes (store.NotesListener) holds the node lock's connection:
+// MySQL has no notes to listen for, so nothing is ever delivered. The
+// connection waits in DO SLEEP, which the server interrupts (checking every
+// few seconds) when the client is gone, releasing the lock with the
+// connection; and which returns here when the connection breaks (the
+// server restarted, the network failed): the lock is lost. Cancelling ctx
+// closes the connection. It costs one statement for as long as the node
+// runs.
+func (driver) ListenNotes(ctx context.Context, dc any, _ string, ready func(), _ func(string)) error {
+	c, ok := dc.(sqldriver.ExecerContext)
+	if !ok {
+		return fmt.Errorf("unexpected driver connection %T", dc)
+	}
+	ready()
+	_, _ = c.ExecContext(ctx, "DO SLEEP(31536000)", nil)
+	return sqldriver.ErrBadConn // the connection is over either way: never back to the pool
+}

@@ -128,3 +128,26 @@ var mysqlSpellings = strings.NewReplacer(
 	" / ", " DIV ",
 	"CONCAT(", "CONCAT_WS('', ",
 )
+
+// TryLock (sessionLocker) takes the node's named lock without waiting:
+// GET_LOCK answers 1 when taken, 0 when another connection holds it, NULL
+// on an error. The server releases it when the connection ends, however it
+// ends: the lock's connection waits in a statement that notices a dead
+// client within seconds (driver/mysql's ListenNotes).
+func (MySQL) TryLock() string {
+	return "SELECT COALESCE(GET_LOCK(" + mysqlNodeLockName("?") + ", 0), 0) = 1"
+}
+
+// LockHeld (sessionLocker): IS_USED_LOCK, once per row of the registry (a
+// look-up in the server's table of named locks, with no statement of its
+// own); a row without a key heartbeats instead.
+func (MySQL) LockHeld(col string) string {
+	return "(" + col + " IS NULL OR IS_USED_LOCK(" + mysqlNodeLockName(col) + ") IS NOT NULL)"
+}
+
+// mysqlNodeLockName is the name of the lock under a node's key: named
+// from the database, as a lock's name is the whole server's, and at most
+// 64 characters (11 + 32 + 1 + a key of at most 20).
+func mysqlNodeLockName(key string) string {
+	return "CONCAT('slotpoller:', MD5(DATABASE()), ':', " + key + ")"
+}

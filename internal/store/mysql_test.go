@@ -112,3 +112,36 @@ func innodbDeadlocks(t *testing.T, db *sql.DB) int64 {
 	require.NoError(t, db.QueryRow("SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'lock_deadlocks'").Scan(&n))
 	return n
 }
+
+// A node's lock on MySQL is lost when its connection ends on the server's
+// side (a restart, a KILL): the node hears of it (Lost), and its row is no
+// longer live.
+func TestMySQLNodeLockLostWithItsConnection(t *testing.T) {
+	storetest.RequireMySQL(t)
+	s, _ := storetest.Open(t, "mysql")
+	ctx := context.Background()
+	lock, ok, err := s.NodeLockTake(ctx, 77)
+	require.NoError(t, err)
+	require.True(t, ok)
+	defer lock.Release()
+	a := store.NodeState{Name: "node-a", Incarnation: "inc-a", Capacity: 4, LiveFor: time.Hour, LockKey: lock.Key}
+	require.NoError(t, s.NodeCheckIn(ctx, a, time.Second))
+	nodes, _, err := s.Nodes(ctx, time.Second)
+	require.NoError(t, err)
+	require.True(t, nodes[0].Live)
+
+	var id int64
+	require.Eventually(t, func() bool {
+		return s.DB().QueryRowContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND INFO LIKE 'DO SLEEP%'").Scan(&id) == nil
+	}, 5*time.Second, 10*time.Millisecond, "the lock's connection waits in SLEEP")
+	_, err = s.DB().ExecContext(ctx, fmt.Sprint("KILL ", id))
+	require.NoError(t, err)
+	select {
+	case <-lock.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node did not hear that its lock's connection ended")
+	}
+	nodes, _, err = s.Nodes(ctx, time.Second)
+	require.NoError(t, err)
+	require.False(t, nodes[0].Live, "a node whose lock is gone is not live, whatever it promised")
+}

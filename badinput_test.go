@@ -115,7 +115,7 @@ func badInputs(t *testing.T) []badInput {
 		fileCase("base_url ftp", "jobs:\n  base_url: ftp://localhost\n", `jobs.base_url = "ftp://localhost": must be an http or https URL`),
 		fileCase("base_url query", "jobs:\n  base_url: http://localhost/?a=1\n", "must not have a query"),
 		fileCase("base_url empty", "jobs:\n  base_url: ''\n", `jobs.base_url = "": must be set`),
-		fileCase("driver oracle", "database:\n  driver: oracle\n", `database.driver = "oracle": must be one of sqlite, postgres, sqlserver`),
+		fileCase("driver oracle", "database:\n  driver: oracle\n", `database.driver = "oracle": must be one of sqlite, postgres, sqlserver, mysql`),
 		fileCase("driver mssql", "database:\n  driver: mssql\n", `database.driver = "mssql": write sqlserver for SQL Server`),
 		fileCase("postgres without dsn", "database:\n  driver: postgres\n", "the postgres driver has no default DSN"),
 		fileCase("sqlite with postgres dsn", "database:\n  dsn: postgres://u:pw@h/db\n", "is a postgres DSN but database.driver is sqlite"),

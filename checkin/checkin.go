@@ -117,7 +117,7 @@ type Registry struct {
 	opts        Options
 	incarnation string
 	locking     bool // writes only in turns, live by their promise
-	sessionLock bool // and by a session lock (PostgreSQL)
+	sessionLock bool // and by a session lock (PostgreSQL, MySQL)
 
 	mu         sync.Mutex
 	membership Membership

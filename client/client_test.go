@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/driver/mysql"
 	"github.com/slotpoller/slotpoller/driver/postgres"
 	"github.com/slotpoller/slotpoller/driver/sqlite"
 	"github.com/slotpoller/slotpoller/driver/sqlserver"
@@ -78,6 +79,8 @@ func driverOf(t *testing.T, name string) client.Driver {
 		return sqlserver.Driver()
 	case "sqlite":
 		return sqlite.Driver()
+	case "mysql":
+		return mysql.Driver()
 	}
 	t.Fatalf("no driver package for %q", name)
 	return nil

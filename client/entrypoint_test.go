@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 	mssql "github.com/microsoft/go-mssqldb"
 	"github.com/slotpoller/slotpoller/callproto"
@@ -52,6 +53,19 @@ func enqueueSQL(ctx context.Context, q interface {
 	switch driver {
 	case "postgres":
 		err := q.QueryRowContext(ctx, "SELECT slotpoller_enqueue_v1("+strings.Join(params, ", ")+")", values...).Scan(&id)
+		return id, err
+	case "mysql":
+		// A procedure takes every argument, by position: NULL is the
+		// default.
+		byName := map[string]any{}
+		for _, a := range args {
+			byName[a.name] = a.value
+		}
+		var all []any
+		for _, n := range mysqlEnqueueArgs {
+			all = append(all, byName[n])
+		}
+		err := q.QueryRowContext(ctx, "CALL slotpoller_enqueue_v1(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", all...).Scan(&id)
 		return id, err
 	case "sqlserver":
 		err := q.QueryRowContext(ctx, "EXEC ["+schema+"].[enqueue_v1] "+strings.Join(params, ", "), values...).Scan(&id)
@@ -152,6 +166,10 @@ func TestEntryPointTx(t *testing.T) {
 }
 
 // runAtArg is a run time as each database's entry point takes it.
+// mysqlEnqueueArgs are the MySQL procedure's parameters in their order.
+var mysqlEnqueueArgs = []string{"endpoint", "payload", "method", "delay_ms", "run_at", "max_attempts", "timeout_ms",
+	"unique_key", "idempotency_key", "queue"}
+
 func runAtArg(driver string, t time.Time) any {
 	if driver == "sqlite" {
 		return t.UnixMilli()
@@ -228,6 +246,10 @@ func TestEntryPointRefuses(t *testing.T) {
 					var me mssql.Error
 					require.ErrorAs(t, err, &me)
 					require.EqualValues(t, 51000, me.Number)
+				case "mysql":
+					var me *mysqldriver.MySQLError
+					require.ErrorAs(t, err, &me)
+					require.Equal(t, [5]byte{'2', '2', '0', '2', '3'}, me.SQLState)
 				}
 
 				// The Go client's verdict on the same job.
@@ -277,6 +299,11 @@ func TestEntryPointRefuses(t *testing.T) {
 			var me mssql.Error
 			require.ErrorAs(t, err, &me)
 			require.EqualValues(t, 51001, me.Number)
+			require.Contains(t, err.Error(), fmt.Sprintf("(id %d)", taken))
+		case "mysql":
+			var me *mysqldriver.MySQLError
+			require.ErrorAs(t, err, &me)
+			require.EqualValues(t, 1062, me.Number, "a duplicate key, as the driver's UniqueViolation tells it")
 			require.Contains(t, err.Error(), fmt.Sprintf("(id %d)", taken))
 		default:
 			require.Contains(t, err.Error(), "SELECT id FROM slotpoller_jobs WHERE unique_key = ?")

@@ -345,8 +345,8 @@ func TestLoadReportsAllParseErrorsTogether(t *testing.T) {
 }
 
 func TestLoadBadDriver(t *testing.T) {
-	_, err := Load("", false, []string{"SLOTPOLLER_DATABASE_DRIVER=mysql"})
-	require.ErrorContains(t, err, `config: database.driver = "mysql": must be one of sqlite, postgres, sqlserver`)
+	_, err := Load("", false, []string{"SLOTPOLLER_DATABASE_DRIVER=oracle"})
+	require.ErrorContains(t, err, `config: database.driver = "oracle": must be one of sqlite, postgres, sqlserver, mysql`)
 	require.ErrorContains(t, err, "SLOTPOLLER_DATABASE_DRIVER", "names where the value came from")
 
 	_, err = Load(writeConfig(t, "database:\n  driver: mssql\n  dsn: sqlserver://sa:pw@h?database=x\n"), true, nil)

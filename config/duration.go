@@ -4,10 +4,11 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
-	"gopkg.in/yaml.v3"
 	"strconv"
 	"strings"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // Duration is a time.Duration written as a Go duration string ("1s",

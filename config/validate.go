@@ -3,14 +3,15 @@ package config
 import (
 	"errors"
 	"fmt"
-	"github.com/slotpoller/slotpoller/internal/store"
-	"github.com/slotpoller/slotpoller/jobs"
 	"math"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/jobs"
 )
 
 // Validation: every key within its bounds, each problem named with its key,
@@ -148,13 +149,15 @@ func (c Config) problems() []problem {
 
 	// database
 	switch c.Database.Driver {
-	case "sqlite", "postgres", "sqlserver":
+	case "sqlite", "postgres", "sqlserver", "mysql":
 	case "mssql":
 		bad("database.driver", c.Database.Driver, "write sqlserver for SQL Server")
+	case "mariadb":
+		bad("database.driver", c.Database.Driver, "write mysql for MariaDB")
 	case "":
-		bad("database.driver", c.Database.Driver, "must be set to sqlite, postgres or sqlserver")
+		bad("database.driver", c.Database.Driver, "must be set to sqlite, postgres, sqlserver or mysql")
 	default:
-		bad("database.driver", c.Database.Driver, "must be one of sqlite, postgres, sqlserver")
+		bad("database.driver", c.Database.Driver, "must be one of sqlite, postgres, sqlserver, mysql")
 	}
 	dsn := c.Database.DSN
 	masked := MaskDSN(dsn)
@@ -187,6 +190,13 @@ func (c Config) problems() []problem {
 			// go-mssqldb would read every datetime2 as wall time in that
 			// zone, shifting the database clock and every time column.
 			bad(dsnKey, masked, "must not set timezone: slotpoller stores UTC and reads it as UTC")
+		}
+	case "mysql":
+		switch scheme := store.DSNScheme(dsn); {
+		case strings.TrimSpace(dsn) == "":
+			bad(dsnKey, masked, "the mysql driver has no default DSN; set database.dsn or %s explicitly (e.g. user:password@tcp(host:3306)/farm?parseTime=true&loc=UTC)", envName("database", "dsn"))
+		case scheme != "":
+			bad(dsnKey, masked, "must be a go-sql-driver DSN (user:password@tcp(host:3306)/farm?parseTime=true&loc=UTC), not a URL, for the mysql driver")
 		}
 	}
 	if !store.ValidSchemaName(c.Database.Schema) {

@@ -137,7 +137,19 @@ func migrateTo(ctx context.Context, s *store.Store, ms []Migration) ([]int, erro
 	if err != nil {
 		return nil, fmt.Errorf("schema version table for %s: %w", d.Name(), err)
 	}
-	tx, err := s.DB().BeginTx(ctx, nil)
+	// One connection for the lock, the transaction and the unlock: a
+	// dialect whose lock outlives the transaction (migrationUnlocker)
+	// releases it on the connection that took it, once the transaction
+	// has ended (the deferred unlock runs after the deferred rollback).
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: connect: %w", err)
+	}
+	defer conn.Close()
+	if u, ok := d.(migrationUnlocker); ok {
+		defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), u.MigrationUnlock()) }()
+	}
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: begin: %w", err)
 	}
@@ -172,6 +184,13 @@ func migrateTo(ctx context.Context, s *store.Store, ms []Migration) ([]int, erro
 		return nil, fmt.Errorf("migrate: commit: %w", err)
 	}
 	return applied, nil
+}
+
+// migrationUnlocker is a dialect whose migration lock is not released when
+// the transaction ends (MySQL's GET_LOCK: a session's lock, as its DDL
+// commits the transaction implicitly): MigrationUnlock releases it.
+type migrationUnlocker interface {
+	MigrationUnlock() string
 }
 
 // execScript runs the statements of a migration file one by one, each in a

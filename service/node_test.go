@@ -160,7 +160,7 @@ func TestBacklogSpreadIsAsLongAsHearingTakes(t *testing.T) {
 	// The wiring asks the store whether its nodes hear notes.
 	storetest.Each(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
-		require.Equal(t, driver == "postgres", s.SessionLocks())
+		require.Equal(t, driver == "postgres", s.HearsNotes())
 	})
 }
 

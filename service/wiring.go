@@ -63,7 +63,7 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 		Lease: time.Duration(cfg.Jobs.Lease), Timeout: time.Duration(cfg.Jobs.Timeout),
 		Backoff: time.Duration(cfg.Jobs.Backoff), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
 		Clock: n.clock, Logger: log, OnCall: n.metrics.observeCall, OnStart: n.metrics.onStart(est),
-		BacklogSpread: backlogSpread(cfg, s.SessionLocks()),
+		BacklogSpread: backlogSpread(cfg, s.HearsNotes()),
 		FinishWindow:  jobs.DefaultFinishWindow,
 	})
 	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)

@@ -48,7 +48,7 @@ func goTool(t testing.TB) string {
 
 // Drivers are the import paths of the database drivers slotpoller speaks
 // through.
-var Drivers = []string{"github.com/jackc/pgx", "github.com/microsoft/go-mssqldb", "modernc.org/sqlite"}
+var Drivers = []string{"github.com/jackc/pgx", "github.com/microsoft/go-mssqldb", "modernc.org/sqlite", "github.com/go-sql-driver/mysql"}
 
 // NodeOnly are the packages only a node needs: an application's packages
 // must not compile them in.

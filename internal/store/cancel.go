@@ -144,10 +144,10 @@ func (s *Store) releaseSet() string {
 	return `state = CASE WHEN cancel_requested_at IS NULL THEN 'ready' ELSE 'cancelled' END,
   owner = NULL, lease_until = NULL, run_at = {now},
   finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE {now} END,
-  attempt = CASE WHEN cancel_requested_at IS NOT NULL THEN attempt WHEN attempt > 0 THEN attempt - 1 ELSE 0 END,
   last_error = CASE WHEN cancel_requested_at IS NULL THEN ? ELSE ` + cancelledError(s.d, "") + ` END,
   history = ` + historyLine(s.d, "owner_node", "started_at",
-		"CASE WHEN cancel_requested_at IS NULL THEN "+p+" ELSE CONCAT("+p+", cancel_requested_by, "+p+") END")
+		"CASE WHEN cancel_requested_at IS NULL THEN "+p+" ELSE CONCAT("+p+", cancel_requested_by, "+p+") END") + `,
+  attempt = CASE WHEN cancel_requested_at IS NOT NULL THEN attempt WHEN attempt > 0 THEN attempt - 1 ELSE 0 END`
 }
 
 // releaseArgs are the arguments of releaseSet for a release's reason.

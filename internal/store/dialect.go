@@ -135,7 +135,18 @@ func expand(d Dialect, q string) string {
 	r := strings.NewReplacer(append([]string{holdMarker, d.NowPlusMillisOf(holdMillis("timeout_ms", "?", "?", "?", "?")),
 		"{now+?}", d.NowPlusMillis(), "{now_ms}", d.NowMillis(), "{now}", d.Now(),
 		"{seeknow+?}", seekNow, "{endpoint_key}", endpoint}, tableMarkers(d)...)...)
-	return rebind(d, r.Replace(q))
+	q = r.Replace(q)
+	if w, ok := d.(sqlRewriter); ok {
+		q = w.Rewrite(q)
+	}
+	return rebind(d, q)
+}
+
+// sqlRewriter is a dialect that spells a few things the statements write
+// once differently (MySQL: CAST AS SIGNED, DIV, CONCAT_WS): Rewrite
+// adapts a statement after its markers are replaced.
+type sqlRewriter interface {
+	Rewrite(q string) string
 }
 
 // tableMarkers pairs each table marker with the dialect's name for it.

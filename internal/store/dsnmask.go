@@ -2,6 +2,7 @@ package store
 
 import (
 	"net/url"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -74,6 +75,8 @@ func secretSpans(dsn string) [][2]int {
 	var spans [][2]int
 	if sp, ok := urlPasswordSpan(dsn); ok {
 		spans = append(spans, sp)
+	} else if sp, ok := mysqlPasswordSpan(dsn); ok {
+		spans = append(spans, sp)
 	}
 	for _, sp := range keyValuePasswordSpans(dsn) {
 		if len(spans) > 0 && sp[0] < spans[0][1] && sp[1] > spans[0][0] {
@@ -120,6 +123,32 @@ func urlPasswordSpan(s string) ([2]int, bool) {
 	}
 	return [2]int{start + colon + 1, start + at}, true
 }
+
+// mysqlPasswordSpan finds the password of a go-sql-driver/mysql DSN,
+// user:password@protocol(address)/database?params, as that driver reads
+// it: the user info ends at the last '@' before the last '/', and the
+// password is what follows its first ':' (a user name holds no '/', a
+// path does). The part between the '@' and the
+// '/' must read as a protocol and an address (or nothing), so that a path
+// or another form is not taken for one.
+func mysqlPasswordSpan(s string) ([2]int, bool) {
+	slash := strings.LastIndexByte(s, '/')
+	if slash < 0 || strings.Contains(s, "://") {
+		return [2]int{}, false
+	}
+	at := strings.LastIndexByte(s[:slash], '@')
+	if at < 0 || !mysqlAddress.MatchString(s[at+1:slash]) {
+		return [2]int{}, false
+	}
+	colon := strings.IndexByte(s[:at], ':')
+	if colon < 0 || strings.ContainsRune(s[:colon], '/') {
+		return [2]int{}, false // a user name only, or a path
+	}
+	return [2]int{colon + 1, at}, true
+}
+
+// mysqlAddress is the protocol(address) part of a MySQL DSN, or nothing.
+var mysqlAddress = regexp.MustCompile(`^([a-z0-9]+(\([^()]*\))?)?$`)
 
 // validScheme reports whether s is a URL scheme (RFC 3986).
 func validScheme(s string) bool {

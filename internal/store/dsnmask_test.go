@@ -48,6 +48,10 @@ var passwordShapes = []string{
 	"Server=127.0.0.1,1;User ID=sa;Password={Tr0;ub}}4dor};Database=farm",
 	"Server=127.0.0.1,1;User ID=sa;Pwd=Tr0ub4dor",
 	"odbc:server=127.0.0.1;user id=sa;password=Tr0ub4dor",
+	"farm:Tr0ub4dor@tcp(127.0.0.1:3306)/farm?parseTime=true&loc=UTC",
+	"farm:Tr0@ub4dor@tcp(127.0.0.1:3306)/farm?parseTime=true",
+	"farm:Tr0:ub4dor@unix(/run/mysqld/mysqld.sock)/farm",
+	"farm:Tr0ub4dor@/farm",
 }
 
 // leaks reports the pieces of pw that s shows.
@@ -72,6 +76,8 @@ func TestMaskDSNHidesEveryShapeOfPassword(t *testing.T) {
 		"postgres://user@host/db",
 		"/var/lib/slotpoller/slotpoller.db",
 		"file:slotpoller.db?_pragma=busy_timeout(5000)",
+		"root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC",
+		"/srv/a:b@c/slotpoller.db",
 	} {
 		require.Equal(t, keep, MaskDSN(keep))
 	}

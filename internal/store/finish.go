@@ -51,11 +51,20 @@ func (s *Store) JobsFinish(ctx context.Context, given []Finish) ([]bool, error) 
 			rows[i].suffix = historySuffix(OutcomeRetry, o.Status, o.Error)
 		}
 	}
-	q, args := s.finishStatement(rows)
-	ids, err := queryAll(ctx, s, fmt.Sprintf("record results of %d jobs", len(fs)), q, args, func(r rowScanner) (int64, error) {
-		var id int64
-		return id, r.Scan(&id)
-	})
+	var ids []int64
+	var err error
+	if s.writesBack() {
+		ids, err = s.finishLocked(ctx, rows)
+		if err != nil {
+			err = fmt.Errorf("record results of %d jobs: %w", len(fs), err)
+		}
+	} else {
+		q, args := s.finishStatement(rows)
+		ids, err = queryAll(ctx, s, fmt.Sprintf("record results of %d jobs", len(fs)), q, args, func(r rowScanner) (int64, error) {
+			var id int64
+			return id, r.Scan(&id)
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +258,9 @@ var finishValue = regexp.MustCompile(`\bv\.(v_[a-z]+)`)
 // finishRowsFirst reports whether a dialect's finishJobs places its rows
 // before the SET list, so that the row parameters come first.
 func finishRowsFirst(d Dialect) bool {
-	_, ok := d.(SQLServer)
-	return ok
+	switch d.(type) {
+	case SQLServer, MySQL:
+		return true
+	}
+	return false
 }

@@ -161,6 +161,11 @@ func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
 VALUES (` + values + `) {returning id}`)
 	var id int64
 	err := s.retry(ctx, func() error {
+		if s.writesBack() {
+			var err error
+			id, err = s.insertedID(ctx, q, args)
+			return err
+		}
 		return s.queryRow(ctx, q, args...).Scan(&id)
 	})
 	if err != nil && s.drv.UniqueViolation(err) {
@@ -209,6 +214,14 @@ WHERE ` + notHeld("rq") + `
 	var c Claim
 	err := s.retry(ctx, func() error {
 		var err error
+		if s.writesBack() {
+			var id int64
+			if id, err = s.insertedID(ctx, q, args); err != nil {
+				return err
+			}
+			c, err = scanClaim(s.queryRow(ctx, s.statement(`SELECT `+claimedColumns+` FROM {jobs} WHERE id = ?`), id))
+			return err
+		}
 		c, err = scanClaim(s.queryRow(ctx, q, args...))
 		return err
 	})
@@ -252,35 +265,48 @@ func scanClaim(r rowScanner) (Claim, error) {
 // sampled it then reclaims nothing, where every lease renewed before the
 // step would look run out.
 func (s *Store) JobsReclaimExpired(ctx context.Context, notAfter time.Time) (int64, error) {
-	guard := ""
+	where := `((state = 'running' AND (lease_until < {now} OR lease_until IS NULL OR lease_until > {now+?}))
+  OR (state = 'ready' AND start_by < {now}))`
+	whereArgs := []any{millis(MaxHold)}
 	if !notAfter.IsZero() {
-		guard = " AND {now} <= ?"
+		where += " AND {now} <= ?"
+		whereArgs = append(whereArgs, s.d.TimeArg(notAfter))
+	}
+	if s.writesBack() {
+		ids, err := s.idsOf(ctx, "reclaim expired leases", where, whereArgs)
+		if err != nil || len(ids) == 0 {
+			return 0, err
+		}
+		where, whereArgs = `id IN (`+placeholders(len(ids))+`) AND `+where, append(int64Args(ids), whereArgs...)
 	}
 	// A job whose cancel was requested (see cancel.go) ends cancelled,
 	// whatever attempts it has left: it was asked to stop.
 	p := s.d.TextParam()
-	q := s.statement(`UPDATE {jobs} SET
-  state = CASE WHEN state = 'ready' THEN 'missed' WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-    WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
+	// The state is written last: the other columns read it, and MySQL
+	// gives each assignment the columns as the earlier ones left them.
+	hint := ""
+	if s.writesBack() {
+		hint = byID
+	}
+	q := s.statement(`UPDATE {jobs}` + hint + ` SET
   finished_at = CASE WHEN state = 'ready' OR cancel_requested_at IS NOT NULL OR attempt >= max_attempts THEN {now} ELSE NULL END,
   run_at = CASE WHEN state = 'ready' THEN run_at ELSE {now} END,
   last_error = CASE WHEN state = 'ready' THEN ? WHEN cancel_requested_at IS NOT NULL THEN CONCAT(` + p + `, cancel_requested_by, ` + p + `)
     ELSE ? END,
   history = CASE WHEN state = 'ready' THEN history ELSE ` + historyLine(s.d, "owner_node", "started_at",
 		"CASE WHEN cancel_requested_at IS NOT NULL THEN CONCAT("+p+", cancel_requested_by, "+p+") WHEN attempt >= max_attempts THEN "+p+" ELSE "+p+" END") + ` END,
-  owner = NULL, lease_until = NULL
-WHERE ((state = 'running' AND (lease_until < {now} OR lease_until IS NULL OR lease_until > {now+?}))
-  OR (state = 'ready' AND start_by < {now}))` + guard)
+  owner = NULL, lease_until = NULL,
+  state = CASE WHEN state = 'ready' THEN 'missed' WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+    WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END
+WHERE ` + where)
 	// A missed occurrence was never attempted: only an expired lease adds a
 	// line to the history.
 	const lease = "lease expired: the node running it stopped renewing (crashed, froze or lost the database)"
 	cancelBefore, cancelAfter := cancelledErrorParts()
 	args := append([]any{"missed: not started within its tolerance", cancelBefore, cancelAfter, lease}, historySeps()...)
 	args = append(args, cancelledLine(), cancelAfter+"\n",
-		historySuffix(StateDead, 0, lease), historySuffix(OutcomeReclaimed, 0, lease), millis(MaxHold))
-	if guard != "" {
-		args = append(args, s.d.TimeArg(notAfter))
-	}
+		historySuffix(StateDead, 0, lease), historySuffix(OutcomeReclaimed, 0, lease))
+	args = append(args, whereArgs...)
 	return s.execCount(ctx, "reclaim expired leases", q, args...)
 }
 
@@ -349,7 +375,13 @@ func (s *Store) JobsClaim(ctx context.Context, owner, ownerNode string, limit in
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := queryAll(ctx, s, "claim jobs", s.statement(s.d.ClaimJobs()), append([]any{owner, ownerNode, limit}, hold.args()...), scanClaimRow)
+	var rows []claimRow
+	var err error
+	if s.writesBack() {
+		rows, err = s.claimPicked(ctx, "claim jobs", s.statement(s.d.ClaimJobs()), []any{limit}, owner, ownerNode, hold)
+	} else {
+		rows, err = queryAll(ctx, s, "claim jobs", s.statement(s.d.ClaimJobs()), append([]any{owner, ownerNode, limit}, hold.args()...), scanClaimRow)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -507,8 +539,19 @@ WHERE owner = ? AND state = 'running' {returning id, token, cancel_requested_by}
 	if r, ok := s.d.(interface{ renewJobLeases() string }); ok {
 		q = r.renewJobLeases()
 	}
-	q = s.statement(q)
-	return queryAll(ctx, s, "renew job leases", q, append(hold.args(), owner), func(r rowScanner) (Held, error) {
+	q, args := s.statement(q), append(hold.args(), owner)
+	if s.writesBack() {
+		ids, err := s.idsOf(ctx, "renew job leases", "owner = ? AND state = 'running'", []any{owner})
+		if err != nil || len(ids) == 0 {
+			return nil, err
+		}
+		q = s.statement(`UPDATE {jobs}` + byID + ` SET lease_until = {now+hold} WHERE id IN (` + placeholders(len(ids)) + `) AND owner = ? AND state = 'running'`)
+		if _, err := s.execCount(ctx, "renew job leases", q, append(append(hold.args(), int64Args(ids)...), owner)...); err != nil {
+			return nil, err
+		}
+		q, args = s.statement(`SELECT id, token, cancel_requested_by FROM {jobs} WHERE owner = ? AND state = 'running' ORDER BY id`), []any{owner}
+	}
+	return queryAll(ctx, s, "renew job leases", q, args, func(r rowScanner) (Held, error) {
 		var h Held
 		var by sql.NullString
 		err := r.Scan(&h.ID, &h.Token, &by)

@@ -313,10 +313,12 @@ func (s *Store) retryStatement(ctx context.Context, f JobFilter, actor string) (
 		return "", nil, err
 	}
 	// A retry is a fresh run: a cancel requested of an earlier run is void.
-	q := s.statement(`UPDATE {jobs} SET state = 'ready', run_at = {now}, attempt = 0, finished_at = NULL,
-  start_by = NULL, owner = NULL, lease_until = NULL, cancel_requested_by = NULL, cancel_requested_at = NULL,
-  history = ` + historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam()) + `
-WHERE id IN (` + pick + `) AND state IN (?` + strings.Repeat(", ?", len(states)-1) + `)`)
+	// The history first: it reads the attempt this write resets, and
+	// MySQL gives each assignment the columns as the earlier ones left them.
+	q := s.statement(`UPDATE {jobs} SET history = ` + historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam()) + `,
+  state = 'ready', run_at = {now}, attempt = 0, finished_at = NULL,
+  start_by = NULL, owner = NULL, lease_until = NULL, cancel_requested_by = NULL, cancel_requested_at = NULL
+WHERE id IN (` + pickedIDs(s.d, pick) + `) AND state IN (?` + strings.Repeat(", ?", len(states)-1) + `)`)
 	args := append([]any{"\t", cut(actor, maxActor)}, historySeps()[1:]...)
 	args = append(args, historySuffix(OutcomeRetried, 0, ""))
 	args = append(args, wargs...)
@@ -414,10 +416,23 @@ VALUES ` + strings.Join(values, ",\n  ") + ` {returning id, idem_key}`)
 		id  int64
 		key string
 	}
-	rows, err := queryAll(ctx, s, fmt.Sprintf("enqueue %d jobs", len(jobs)), q, args, func(r rowScanner) (written, error) {
+	scan := func(r rowScanner) (written, error) {
 		var w written
 		return w, r.Scan(&w.id, &w.key)
-	})
+	}
+	var rows []written
+	var err error
+	if s.writesBack() {
+		// The rows of one INSERT have consecutive ids from the first
+		// (writesBack); this runs in a transaction (JobInsertMany).
+		var first int64
+		if first, err = s.insertedID(ctx, q, args); err == nil {
+			rows, err = queryAll(ctx, s, fmt.Sprintf("enqueue %d jobs", len(jobs)),
+				s.statement(`SELECT id, idem_key FROM {jobs} WHERE id >= ? ORDER BY id LIMIT ?`), []any{first, len(jobs)}, scan)
+		}
+	} else {
+		rows, err = queryAll(ctx, s, fmt.Sprintf("enqueue %d jobs", len(jobs)), q, args, scan)
+	}
 	if err != nil {
 		if s.drv.UniqueViolation(err) {
 			return nil, fmt.Errorf("enqueue: a unique key of the batch %w", ErrDuplicate)

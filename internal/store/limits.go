@@ -188,11 +188,12 @@ ORDER BY q.name`)
 		for i := range rooms {
 			rooms[i].fit(at.T)
 		}
-		q, args := s.managedClaimStatement(rooms, owner, ownerNode, limit, hold, others, at.T)
-		if q == "" {
-			return nil
+		if s.writesBack() {
+			rows, err = s.managedClaimIDs(ctx, tx, rooms, owner, ownerNode, limit, hold, others, at.T)
+		} else if q, args := s.managedClaimStatement(rooms, owner, ownerNode, limit, hold, others, at.T); q != "" {
+			rows, err = s.txQueryClaims(ctx, tx, q, args)
 		}
-		if rows, err = s.txQueryClaims(ctx, tx, q, args); err != nil {
+		if err != nil {
 			return err
 		}
 		return s.countStarts(ctx, tx, rooms, rows, at.T)
@@ -252,6 +253,40 @@ func roomOf(maxRunning sql.NullInt64, running int64, maxPerNode sql.NullInt64, m
 // "" when there is no branch. Its jobs start at at, the time read under
 // the lock.
 func (s *Store) managedClaimStatement(rooms []managedRoom, owner, ownerNode string, limit int, hold Hold, others bool, at time.Time) (string, []any) {
+	picked, pargs := s.managedPick(rooms, limit, others)
+	if picked == "" {
+		return "", nil
+	}
+	q := s.statement(`UPDATE {jobs} SET state = 'running', owner = ?, owner_node = ?, token = token + ` + bumpBelow("token", maxToken) + `,
+  attempt = attempt + ` + bumpBelow("attempt", maxAttempt) + `, started_at = ?, start_by = NULL, lease_until = {now+hold}
+{output ` + claimedColumns + `}
+WHERE state = 'ready' AND id IN (` + picked + `)
+{returning ` + claimedColumns + `}`)
+	return q, append(append([]any{owner, ownerNode, s.d.TimeArg(at)}, hold.args()...), pargs...)
+}
+
+// managedClaimIDs is the managed claim where the dialect writes back: the
+// pick, read without locks, then its rows still ready locked in id order
+// (skipping those another claim holds), claimed at at and read back.
+func (s *Store) managedClaimIDs(ctx context.Context, tx *sql.Tx, rooms []managedRoom, owner, ownerNode string, limit int, hold Hold, others bool, at time.Time) ([]claimRow, error) {
+	picked, pargs := s.managedPick(rooms, limit, others)
+	if picked == "" {
+		return nil, nil
+	}
+	ids, err := s.txIDs(ctx, tx, s.statement(picked), pargs)
+	if err != nil {
+		return nil, err
+	}
+	if ids, err = s.lockReady(ctx, tx, ids); err != nil {
+		return nil, err
+	}
+	return s.claimIDs(ctx, tx, ids, owner, ownerNode, hold, &at)
+}
+
+// managedPick is the SELECT of the ids a managed claim takes, and its
+// arguments; "" when there is nothing to look at (no room, and not the
+// other queues).
+func (s *Store) managedPick(rooms []managedRoom, limit int, others bool) (string, []any) {
 	hint := ""
 	if h, ok := s.d.(scheduleLocker); ok {
 		hint = h.ScheduleHint()
@@ -280,15 +315,9 @@ func (s *Store) managedClaimStatement(rooms []managedRoom, owner, ownerNode stri
 		args = append(args, bargs...)
 	}
 	if len(branches) == 0 {
-		return "", nil // no room, and no other queue to look at
+		return "", nil
 	}
-	picked, pargs := rowLimit(s.d, `SELECT p.id FROM (`+strings.Join(branches, "\nUNION ALL ")+`) p ORDER BY p.pr DESC, p.run_at, p.id`, args, limit)
-	q := s.statement(`UPDATE {jobs} SET state = 'running', owner = ?, owner_node = ?, token = token + ` + bumpBelow("token", maxToken) + `,
-  attempt = attempt + ` + bumpBelow("attempt", maxAttempt) + `, started_at = ?, start_by = NULL, lease_until = {now+hold}
-{output ` + claimedColumns + `}
-WHERE state = 'ready' AND id IN (` + picked + `)
-{returning ` + claimedColumns + `}`)
-	return q, append(append([]any{owner, ownerNode, s.d.TimeArg(at)}, hold.args()...), pargs...)
+	return rowLimit(s.d, `SELECT p.id FROM (`+strings.Join(branches, "\nUNION ALL ")+`) p ORDER BY p.pr DESC, p.run_at, p.id`, args, limit)
 }
 
 // managedClaimer is a dialect that runs the managed claim in one round

@@ -149,15 +149,34 @@ func (l *NodeLock) listen(ctx context.Context, listener NotesListener, ready cha
 // that farms sharing a database do not wake each other.
 const notesChannel = `'slotpoller:' || current_schema()`
 
+// notifier is a dialect whose nodes hear the farm's notes between their
+// turns (PostgreSQL's NOTIFY, heard on the node lock's connection). A
+// dialect with session locks and no notes (MySQL) holds the lock's
+// connection all the same, and its nodes find out at their turns.
+type notifier interface {
+	// Notify is the statement that sends a note (the ?) to every node.
+	Notify() string
+}
+
+func (Postgres) Notify() string { return `SELECT pg_notify(` + notesChannel + `, ?)` }
+
+// HearsNotes reports whether the farm's notes reach nodes between their
+// turns (NodeNotify, NodeLock.Notes).
+func (s *Store) HearsNotes() bool {
+	_, ok := s.d.(notifier)
+	return ok && s.SessionLocks()
+}
+
 // NodeNotify sends a note to every node of the farm that listens (on
 // PostgreSQL; elsewhere it sends nothing: nodes find out at their turns
 // there).
 func (s *Store) NodeNotify(ctx context.Context, payload string) error {
-	if !s.SessionLocks() {
+	n, ok := s.d.(notifier)
+	if !ok || !s.SessionLocks() {
 		return nil
 	}
 	return s.retry(ctx, func() error {
-		_, err := s.exec(ctx, s.statement(`SELECT pg_notify(`+notesChannel+`, ?)`), payload)
+		_, err := s.exec(ctx, s.statement(n.Notify()), payload)
 		return err
 	})
 }

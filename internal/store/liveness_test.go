@@ -127,12 +127,20 @@ func TestLiveUntilKeepsANodeLiveBetweenItsTurns(t *testing.T) {
 	})
 }
 
-// On PostgreSQL a node is live while the database holds its session lock:
-// when the lock's connection ends (the process died), the node is out at
-// once, its promise notwithstanding; and its name is free at once.
-func TestPostgresSessionLockIsLiveness(t *testing.T) {
-	storetest.RequirePostgres(t)
-	s, _ := storetest.Open(t, "postgres")
+// On PostgreSQL and MySQL a node is live while the database holds its
+// session lock: when the lock's connection ends (the process died), the
+// node is out at once, its promise notwithstanding; and its name is free
+// at once.
+func TestSessionLockIsLiveness(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		if driver == "postgres" || driver == "mysql" {
+			sessionLockIsLiveness(t, driver)
+		}
+	})
+}
+
+func sessionLockIsLiveness(t *testing.T, driver string) {
+	s, _ := storetest.Open(t, driver)
 	ctx := context.Background()
 	require.True(t, s.SessionLocks())
 	lock, ok, err := s.NodeLockTake(ctx, 424242)
@@ -155,10 +163,16 @@ func TestPostgresSessionLockIsLiveness(t *testing.T) {
 	lock.Release() // the process died: its session ended
 	_, _, err = s.Nodes(ctx, time.Second)
 	require.NoError(t, err)
+	// MySQL's lock connection waits in SLEEP, which checks every 5 s that
+	// its client is still there: the lock goes within 5 s of the close.
+	gone := 5 * time.Second
+	if driver == "mysql" {
+		gone = 12 * time.Second
+	}
 	require.Eventually(t, func() bool {
 		nodes, _, err := s.Nodes(ctx, 0)
 		return err == nil && !nodes[0].Live
-	}, 5*time.Second, 10*time.Millisecond, "a node whose lock is gone is not live, whatever it promised")
+	}, gone, 10*time.Millisecond, "a node whose lock is gone is not live, whatever it promised")
 	require.NoError(t, s.NodeCheckIn(ctx, store.NodeState{Name: "node-a", Incarnation: "inc-b", Capacity: 4}, time.Hour),
 		"a restart after a crash takes the name at once, not after the promise")
 
@@ -169,11 +183,13 @@ func TestPostgresSessionLockIsLiveness(t *testing.T) {
 	again.Release()
 }
 
-func TestSessionLocksOnlyWherePostgres(t *testing.T) {
+func TestSessionLocksOnlyWherePostgresOrMySQL(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
-		require.Equal(t, driver == "postgres", s.SessionLocks())
-		if driver != "postgres" {
+		locks := driver == "postgres" || driver == "mysql"
+		require.Equal(t, locks, s.SessionLocks())
+		require.Equal(t, driver == "postgres", s.HearsNotes(), "only PostgreSQL's nodes hear notes")
+		if !locks {
 			_, _, err := s.NodeLockTake(context.Background(), 1)
 			require.ErrorContains(t, err, "no session locks")
 		}

@@ -411,7 +411,7 @@ func (s *Store) JobsSetAsideUnreachable(ctx context.Context, beyond time.Duratio
 	where := "state = 'ready' AND run_at > {now+?}"
 	pick, args := s.firstRows("id", "FROM {jobs} WHERE "+where, []any{millis(beyond)}, limit)
 	q := s.statement(`UPDATE {jobs} SET state = 'dead', finished_at = {now}, last_error = ?
-WHERE ` + where + ` AND id IN (` + pick + `)`)
+WHERE ` + where + ` AND id IN (` + pickedIDs(s.d, pick) + `)`)
 	why := CannotRun + "run_at is more than " + strconv.FormatInt(int64(beyond/(24*time.Hour)), 10) + " days ahead, further than any door accepts; no claim would ever take it"
 	return s.execCount(ctx, "set aside jobs due beyond any door's reach", q, append([]any{why, millis(beyond)}, args...)...)
 }

@@ -204,14 +204,22 @@ SELECT ?, ` + values + ` WHERE NOT EXISTS (SELECT 1 FROM {queues} WHERE name = ?
 // ready jobs is read whole): it is an operator's and a scrape's read,
 // never a turn's.
 func (s *Store) Queues(ctx context.Context) ([]QueueState, error) {
+	work := `(SELECT j.queue,
+    SUM(CASE WHEN j.state = 'ready' AND j.run_at <= {now} THEN 1 ELSE 0 END) AS waiting,
+    SUM(CASE WHEN j.state = 'running' THEN 1 ELSE 0 END) AS running
+  FROM {jobs} j WHERE j.state IN ('ready', 'running') GROUP BY j.queue) AS w`
+	from := work + "\nFULL OUTER JOIN {queues} m ON m.name = w.queue"
+	if _, ok := s.d.(noFullJoin); ok {
+		// Every name first, from both sides, then each side joined to it.
+		from = `(SELECT name AS queue FROM {queues}
+  UNION SELECT j.queue FROM {jobs} j WHERE j.state IN ('ready', 'running')) AS n
+LEFT JOIN ` + work + ` ON w.queue = n.queue
+LEFT JOIN {queues} m ON m.name = n.queue`
+	}
 	q := s.statement(`SELECT COALESCE(w.queue, m.name),
   COALESCE(m.paused, 0), m.paused_by, m.paused_at, COALESCE(w.waiting, 0), COALESCE(w.running, 0),
   ` + queueSettingsColumns() + `
-FROM (SELECT j.queue,
-    SUM(CASE WHEN j.state = 'ready' AND j.run_at <= {now} THEN 1 ELSE 0 END) AS waiting,
-    SUM(CASE WHEN j.state = 'running' THEN 1 ELSE 0 END) AS running
-  FROM {jobs} j WHERE j.state IN ('ready', 'running') GROUP BY j.queue) AS w
-FULL OUTER JOIN {queues} m ON m.name = w.queue
+FROM ` + from + `
 ORDER BY 1`)
 	return queryAll(ctx, s, "list queues", q, nil, func(r rowScanner) (QueueState, error) {
 		var qs QueueState
@@ -225,6 +233,10 @@ ORDER BY 1`)
 		return qs, err
 	})
 }
+
+// noFullJoin is a dialect without FULL OUTER JOIN (MySQL): Queues joins
+// the queues' names from both sides to each side instead.
+type noFullJoin interface{ noFullJoin() }
 
 // QueuesHeld lists the queues that are paused or have settings (a
 // priority, limits or a rate), by name, with their settings and without

@@ -43,6 +43,9 @@ func callEntryPoint(s *store.Store, endpoint, queue string) (int64, error) {
 			q, args = "SELECT slotpoller_enqueue_v1(endpoint => $1, queue => $2)", []any{endpoint, queue}
 		}
 		return id, db.QueryRowContext(ctx, q, args...).Scan(&id)
+	case store.MySQL:
+		return id, db.QueryRowContext(ctx, "CALL slotpoller_enqueue_v1(?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, ?)",
+			endpoint, queue).Scan(&id)
 	case store.SQLServer:
 		q, args := "EXEC ["+d.Schema()+"].[enqueue_v1] @endpoint = @p1", []any{endpoint}
 		if queue != "" {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -34,6 +35,22 @@ func (s *Store) firstRows(cols, rest string, args []any, limit int) (string, []a
 	return rowLimit(s.d, "SELECT "+cols+" "+rest, args, limit)
 }
 
+// pickedIDs is the subquery of an IN list of the ids pick selects, in a
+// write of the table pick reads: pick itself, or where the dialect takes
+// no row limit in an IN subquery nor a read of the table a statement
+// writes (derivedPick), a derived table of it, which the database reads
+// first.
+func pickedIDs(d Dialect, pick string) string {
+	if _, ok := d.(derivedPick); ok {
+		return `SELECT p.id FROM (` + pick + `) AS p`
+	}
+	return pick
+}
+
+// derivedPick is a dialect that takes a write's picked ids from a derived
+// table (pickedIDs): MySQL (errors 1235 and 1093).
+type derivedPick interface{ derivedPick() }
+
 // finishedState is the condition of a retention delete for one state; the
 // state is a literal (it is one of FinishedStates, never user input), so
 // that the statement of each state is its own plan. finished_at IS NOT
@@ -54,6 +71,21 @@ func (s *Store) JobsPrune(ctx context.Context, state string, age time.Duration, 
 		return 0, fmt.Errorf("prune jobs: %q is not a finished state", state)
 	}
 	pick, args := s.firstRows("id", "FROM {jobs} WHERE "+finishedState(state)+" ORDER BY finished_at", []any{-millis(age)}, limit)
+	if s.writesBack() {
+		// The ids first, then a delete by primary key in id order (idsOf):
+		// a subquery in the DELETE would share-lock the index it reads.
+		ids, err := queryAll(ctx, s, "delete "+state+" jobs past their retention", s.statement(pick), args, func(r rowScanner) (int64, error) {
+			var id int64
+			return id, r.Scan(&id)
+		})
+		if err != nil || len(ids) == 0 {
+			return 0, err
+		}
+		slices.Sort(ids)
+		// The multiple-table form: a single-table DELETE takes no index hint.
+		q := s.statement(`DELETE j FROM {jobs} AS j` + byID + ` WHERE j.id IN (` + placeholders(len(ids)) + `) AND j.` + finishedState(state))
+		return s.execCount(ctx, "delete "+state+" jobs past their retention", q, append(int64Args(ids), -millis(age))...)
+	}
 	q := s.statement(`DELETE FROM {jobs} WHERE ` + finishedState(state) + ` AND id IN (` + pick + `)`)
 	return s.execCount(ctx, "delete "+state+" jobs past their retention", q, append([]any{-millis(age)}, args...)...)
 }

@@ -194,7 +194,7 @@ SELECT ` + values + ` WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE unique_key = 
 // inTx runs fn in a transaction, all of it again on a transient conflict.
 func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return s.retry(ctx, func() error {
-		tx, err := s.pool.BeginTx(ctx, nil)
+		tx, err := s.pool.BeginTx(ctx, s.txOptions())
 		if err != nil {
 			return err
 		}

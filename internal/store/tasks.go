@@ -102,7 +102,15 @@ func (s *Store) TasksRenew(ctx context.Context, owner string, hold Hold) ([]Held
   {output name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures}
 WHERE owner = ? AND state IN ('running', 'deleting')
 {returning name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures}`)
-	return queryAll(ctx, s, "renew task leases", q, append(hold.args(), owner), func(r rowScanner) (HeldTask, error) {
+	args := append(hold.args(), owner)
+	if s.writesBack() {
+		if _, err := s.execCount(ctx, "renew task leases", q, args...); err != nil {
+			return nil, err
+		}
+		q, args = s.statement(`SELECT name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures
+FROM {tasks} WHERE owner = ? AND state IN ('running', 'deleting') ORDER BY name`), []any{owner}
+	}
+	return queryAll(ctx, s, "renew task leases", q, args, func(r rowScanner) (HeldTask, error) {
 		var h HeldTask
 		var everyMS, timeoutMS int64
 		var handoff int
@@ -199,10 +207,11 @@ func (s *Store) TasksReleaseAll(ctx context.Context, owner string, keep ...strin
 			args = append(args, n)
 		}
 	}
+	// The state last: deleted_at reads it (MySQL assigns left to right).
 	q := s.statement(`UPDATE {tasks} SET
-  state = CASE WHEN state = 'deleting' THEN 'deleted' ELSE 'created' END,
   deleted_at = CASE WHEN state = 'deleting' THEN {now} ELSE deleted_at END,
-  owner = NULL, lease_until = NULL, handoff = 0
+  owner = NULL, lease_until = NULL, handoff = 0,
+  state = CASE WHEN state = 'deleting' THEN 'deleted' ELSE 'created' END
 WHERE owner = ? AND state IN ('running', 'deleting')` + but)
 	return s.execCount(ctx, "release tasks", q, args...)
 }
@@ -223,9 +232,10 @@ WHERE name = ? AND token = ? AND state IN ('running', 'deleting')`)
 // deleted at once; an owned one goes to deleting and its owner confirms.
 // It returns the state the task is now in.
 func (s *Store) TaskRequestDelete(ctx context.Context, name string) (string, error) {
+	// The state last: deleted_at reads it (MySQL assigns left to right).
 	q := s.statement(`UPDATE {tasks} SET
-  state = CASE WHEN owner IS NULL OR state = 'created' THEN 'deleted' ELSE 'deleting' END,
-  deleted_at = CASE WHEN owner IS NULL OR state = 'created' THEN {now} ELSE NULL END
+  deleted_at = CASE WHEN owner IS NULL OR state = 'created' THEN {now} ELSE NULL END,
+  state = CASE WHEN owner IS NULL OR state = 'created' THEN 'deleted' ELSE 'deleting' END
 WHERE name = ? AND state IN ('created', 'running')`)
 	if _, err := s.fenced(ctx, "delete task "+strconv.Quote(name), q, name); err != nil {
 		return "", fmt.Errorf("delete task %q: %w", name, err)

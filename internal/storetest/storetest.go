@@ -1,7 +1,9 @@
 // Package storetest gives tests real, freshly migrated databases: SQLite in
 // a temporary file always, PostgreSQL when SLOTPOLLER_TEST_POSTGRES_DSN is
-// set and SQL Server when SLOTPOLLER_TEST_SQLSERVER_DSN is set, each test in
-// a schema of its own so packages can run in parallel against one server.
+// set, SQL Server when SLOTPOLLER_TEST_SQLSERVER_DSN is set and MySQL or
+// MariaDB when SLOTPOLLER_TEST_MYSQL_DSN is set, each test in a schema (on
+// MySQL a database) of its own so packages can run in parallel against one
+// server.
 package storetest
 
 import (
@@ -14,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	mysqlconf "github.com/go-sql-driver/mysql"
 
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
@@ -28,8 +32,13 @@ const PostgresEnv = "SLOTPOLLER_TEST_POSTGRES_DSN"
 // go-mssqldb DSN of a database the login may create schemas and tables in.
 const SQLServerEnv = "SLOTPOLLER_TEST_SQLSERVER_DSN"
 
+// MySQLEnv names the variable holding the MySQL (or MariaDB) test DSN, a
+// go-sql-driver DSN of a login that may create databases; each test gets a
+// database of its own, created beside the DSN's.
+const MySQLEnv = "SLOTPOLLER_TEST_MYSQL_DSN"
+
 // Drivers are the databases every conformance test runs on.
-var Drivers = []string{"sqlite", "postgres", "sqlserver"}
+var Drivers = []string{"sqlite", "postgres", "sqlserver", "mysql"}
 
 // Each runs fn once per database driver as a subtest.
 func Each(t *testing.T, fn func(t *testing.T, driver string)) {
@@ -40,6 +49,8 @@ func Each(t *testing.T, fn func(t *testing.T, driver string)) {
 				RequirePostgres(t)
 			case "sqlserver":
 				RequireSQLServer(t)
+			case "mysql":
+				RequireMySQL(t)
 			}
 			fn(t, d)
 		})
@@ -61,6 +72,16 @@ func RequireSQLServer(t testing.TB) string {
 	dsn := os.Getenv(SQLServerEnv)
 	if dsn == "" {
 		t.Skipf("%s is not set: skipping the SQL Server test (set it to e.g. sqlserver://sa:PASSWORD@127.0.0.1:1433?database=test)", SQLServerEnv)
+	}
+	return dsn
+}
+
+// RequireMySQL skips the test, saying why, when no MySQL is configured.
+func RequireMySQL(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv(MySQLEnv)
+	if dsn == "" {
+		t.Skipf("%s is not set: skipping the MySQL test (set it to e.g. root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC)", MySQLEnv)
 	}
 	return dsn
 }
@@ -182,6 +203,8 @@ func DSN(t testing.TB, driver string) string {
 			db.Close()
 		})
 		return store.PostgresWithSchema(base, schema)
+	case "mysql":
+		return mysqlDatabase(t, RequireMySQL(t))
 	}
 	t.Fatalf("unknown driver %q", driver)
 	return ""
@@ -235,4 +258,24 @@ func TakeOver(t testing.TB, s *store.Store, id int64) store.Claim {
 		t.Fatalf("claim job %d for node-b: %v, %v", id, cs, err)
 	}
 	return cs[0]
+}
+
+// mysqlDatabase creates a database sp_test_<random> beside the DSN's and
+// returns the DSN with its name; the database is dropped when the test
+// ends. The name is ours (a prefix and hex): it needs no quoting.
+func mysqlDatabase(t testing.TB, base string) string {
+	t.Helper()
+	cfg, err := mysqlconf.ParseDSN(base)
+	require.NoError(t, err, "parse %s", MySQLEnv)
+	name := "sp_test_" + randomHex(6)
+	db, err := sql.Open("mysql", base)
+	require.NoError(t, err)
+	_, err = db.ExecContext(context.Background(), "CREATE DATABASE "+name+" CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+	require.NoError(t, err, "create test database")
+	t.Cleanup(func() {
+		_, _ = db.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name)
+		db.Close()
+	})
+	cfg.DBName = name
+	return cfg.FormatDSN()
 }

@@ -1,5 +1,5 @@
 // Package open opens a node's database by its database.driver name
-// (sqlite, postgres, sqlserver), with the driver packages of all three:
+// (sqlite, postgres, sqlserver, mysql), with the driver packages of all four:
 // it is the one place that compiles every database driver in, for the
 // node and its commands. Applications import only their database's
 // package under driver/.
@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/slotpoller/slotpoller/driver/mysql"
 	"github.com/slotpoller/slotpoller/driver/postgres"
 	"github.com/slotpoller/slotpoller/driver/sqlite"
 	"github.com/slotpoller/slotpoller/driver/sqlserver"
@@ -24,8 +25,10 @@ func Driver(name string) (store.Driver, error) {
 		return postgres.Driver(), nil
 	case "sqlserver":
 		return sqlserver.Driver(), nil
+	case "mysql":
+		return mysql.Driver(), nil
 	}
-	return nil, fmt.Errorf("database driver %q is not supported (use sqlite, postgres or sqlserver)", name)
+	return nil, fmt.Errorf("database driver %q is not supported (use sqlite, postgres, sqlserver or mysql)", name)
 }
 
 // Store connects to the database of the database.driver name at dsn and
@@ -42,5 +45,5 @@ func Store(ctx context.Context, name, dsn string, opts ...store.Option) (*store.
 // ExplainConnect is store.ExplainConnect with every driver's errors told
 // apart: an error from any of the databases is explained as what it is.
 func ExplainConnect(err error) error {
-	return store.ExplainConnect(err, sqlite.Driver(), postgres.Driver(), sqlserver.Driver())
+	return store.ExplainConnect(err, sqlite.Driver(), postgres.Driver(), sqlserver.Driver(), mysql.Driver())
 }

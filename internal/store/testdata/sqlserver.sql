@@ -122,14 +122,14 @@ SELECT id FROM [sp_unit].[jobs] WHERE unique_key = @p1;
 -- JobsReclaimExpired
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax, @p11 mssql.NVarCharMax, @p12 int64
 UPDATE [sp_unit].[jobs] SET
-  state = CASE WHEN state = 'ready' THEN 'missed' WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-    WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END,
   finished_at = CASE WHEN state = 'ready' OR cancel_requested_at IS NOT NULL OR attempt >= max_attempts THEN SYSUTCDATETIME() ELSE NULL END,
   run_at = CASE WHEN state = 'ready' THEN run_at ELSE SYSUTCDATETIME() END,
   last_error = CASE WHEN state = 'ready' THEN @p1 WHEN cancel_requested_at IS NOT NULL THEN CONCAT(@p2, cancel_requested_by, @p3)
     ELSE @p4 END,
   history = CASE WHEN state = 'ready' THEN history ELSE RIGHT(CONCAT(history, attempt, @p5, owner_node, @p6, CONVERT(nvarchar(27), started_at, 121), @p7, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN cancel_requested_at IS NOT NULL THEN CONCAT(@p8, cancel_requested_by, @p9) WHEN attempt >= max_attempts THEN @p10 ELSE @p11 END), 8000) END,
-  owner = NULL, lease_until = NULL
+  owner = NULL, lease_until = NULL,
+  state = CASE WHEN state = 'ready' THEN 'missed' WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+    WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END
 WHERE ((state = 'running' AND (lease_until < SYSUTCDATETIME() OR lease_until IS NULL OR lease_until > DATEADD(millisecond, CAST(@p12 % 86400000 AS int), DATEADD(day, CAST(@p12 / 86400000 AS int), SYSUTCDATETIME()))))
   OR (state = 'ready' AND start_by < SYSUTCDATETIME()));
 
@@ -223,9 +223,9 @@ SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, ti
 UPDATE [sp_unit].[jobs] SET state = CASE WHEN cancel_requested_at IS NULL THEN 'ready' ELSE 'cancelled' END,
   owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),
   finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE SYSUTCDATETIME() END,
-  attempt = CASE WHEN cancel_requested_at IS NOT NULL THEN attempt WHEN attempt > 0 THEN attempt - 1 ELSE 0 END,
   last_error = CASE WHEN cancel_requested_at IS NULL THEN @p1 ELSE CONCAT(@p2, cancel_requested_by, @p3) END,
-  history = RIGHT(CONCAT(history, attempt, @p4, owner_node, @p5, CONVERT(nvarchar(27), started_at, 121), @p6, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN cancel_requested_at IS NULL THEN @p7 ELSE CONCAT(@p8, cancel_requested_by, @p9) END), 8000)
+  history = RIGHT(CONCAT(history, attempt, @p4, owner_node, @p5, CONVERT(nvarchar(27), started_at, 121), @p6, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN cancel_requested_at IS NULL THEN @p7 ELSE CONCAT(@p8, cancel_requested_by, @p9) END), 8000),
+  attempt = CASE WHEN cancel_requested_at IS NOT NULL THEN attempt WHEN attempt > 0 THEN attempt - 1 ELSE 0 END
 WHERE id = @p10 AND token = @p11 AND state = 'running';
 
 -- JobsReleaseOwned
@@ -233,9 +233,9 @@ WHERE id = @p10 AND token = @p11 AND state = 'running';
 UPDATE [sp_unit].[jobs] SET state = CASE WHEN cancel_requested_at IS NULL THEN 'ready' ELSE 'cancelled' END,
   owner = NULL, lease_until = NULL, run_at = SYSUTCDATETIME(),
   finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE SYSUTCDATETIME() END,
-  attempt = CASE WHEN cancel_requested_at IS NOT NULL THEN attempt WHEN attempt > 0 THEN attempt - 1 ELSE 0 END,
   last_error = CASE WHEN cancel_requested_at IS NULL THEN @p1 ELSE CONCAT(@p2, cancel_requested_by, @p3) END,
-  history = RIGHT(CONCAT(history, attempt, @p4, owner_node, @p5, CONVERT(nvarchar(27), started_at, 121), @p6, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN cancel_requested_at IS NULL THEN @p7 ELSE CONCAT(@p8, cancel_requested_by, @p9) END), 8000)
+  history = RIGHT(CONCAT(history, attempt, @p4, owner_node, @p5, CONVERT(nvarchar(27), started_at, 121), @p6, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), CASE WHEN cancel_requested_at IS NULL THEN @p7 ELSE CONCAT(@p8, cancel_requested_by, @p9) END), 8000),
+  attempt = CASE WHEN cancel_requested_at IS NOT NULL THEN attempt WHEN attempt > 0 THEN attempt - 1 ELSE 0 END
 WHERE owner = @p10 AND state = 'running';
 
 -- JobGet
@@ -273,9 +273,9 @@ SELECT state FROM [sp_unit].[jobs] WHERE id = @p1;
 
 -- JobsRetry
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 int64, @p10 mssql.NVarCharMax, @p11 mssql.NVarCharMax
-UPDATE [sp_unit].[jobs] SET state = 'ready', run_at = SYSUTCDATETIME(), attempt = 0, finished_at = NULL,
-  start_by = NULL, owner = NULL, lease_until = NULL, cancel_requested_by = NULL, cancel_requested_at = NULL,
-  history = RIGHT(CONCAT(history, attempt, @p1, @p2, @p3, CONVERT(nvarchar(27), NULLIF(started_at, started_at), 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000)
+UPDATE [sp_unit].[jobs] SET history = RIGHT(CONCAT(history, attempt, @p1, @p2, @p3, CONVERT(nvarchar(27), NULLIF(started_at, started_at), 121), @p4, CONVERT(nvarchar(27), SYSUTCDATETIME(), 121), @p5), 8000),
+  state = 'ready', run_at = SYSUTCDATETIME(), attempt = 0, finished_at = NULL,
+  start_by = NULL, owner = NULL, lease_until = NULL, cancel_requested_by = NULL, cancel_requested_at = NULL
 WHERE id IN (SELECT TOP (@p6) id FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN (@p7, @p8) AND created_at >= DATEADD(millisecond, CAST(@p9 % 86400000 AS int), DATEADD(day, CAST(@p9 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY id DESC) AND state IN (@p10, @p11) OPTION (RECOMPILE);
 
 -- JobsByUniqueKey
@@ -388,9 +388,9 @@ WHERE name = @p1 AND token = @p2 AND state = 'running';
 -- TasksReleaseAll
 -- @p1 mssql.NVarCharMax
 UPDATE [sp_unit].[tasks] SET
-  state = CASE WHEN state = 'deleting' THEN 'deleted' ELSE 'created' END,
   deleted_at = CASE WHEN state = 'deleting' THEN SYSUTCDATETIME() ELSE deleted_at END,
-  owner = NULL, lease_until = NULL, handoff = 0
+  owner = NULL, lease_until = NULL, handoff = 0,
+  state = CASE WHEN state = 'deleting' THEN 'deleted' ELSE 'created' END
 WHERE owner = @p1 AND state IN ('running', 'deleting');
 
 -- TaskRecordCall
@@ -402,8 +402,8 @@ WHERE name = @p4 AND token = @p5 AND state IN ('running', 'deleting');
 -- TaskRequestDelete
 -- @p1 mssql.NVarCharMax
 UPDATE [sp_unit].[tasks] SET
-  state = CASE WHEN owner IS NULL OR state = 'created' THEN 'deleted' ELSE 'deleting' END,
-  deleted_at = CASE WHEN owner IS NULL OR state = 'created' THEN SYSUTCDATETIME() ELSE NULL END
+  deleted_at = CASE WHEN owner IS NULL OR state = 'created' THEN SYSUTCDATETIME() ELSE NULL END,
+  state = CASE WHEN owner IS NULL OR state = 'created' THEN 'deleted' ELSE 'deleting' END
 WHERE name = @p1 AND state IN ('created', 'running');
 -- @p1 mssql.NVarCharMax
 SELECT name, endpoint, method, every_ms, state, owner, owner_node, token,

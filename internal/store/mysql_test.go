@@ -1,0 +1,147 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+)
+
+// On MySQL the claims, renewals, results, reclaims and retention of six
+// nodes at once take no lock InnoDB must break: the claim locks its rows
+// with SKIP LOCKED and writes them by primary key, a batch of results locks
+// its rows in id order, and every transaction runs at READ COMMITTED (no
+// gap locks). The server's deadlock counter does not move, where a
+// transient conflict would be retried out of sight; and every job is
+// claimed once.
+func TestMySQLConcurrentWorkTakesNoDeadlock(t *testing.T) {
+	storetest.RequireMySQL(t)
+	s, db := storetest.OpenDB(t, "mysql")
+	ctx := context.Background()
+	const total = 1200
+	batch := make([]store.NewJob, total)
+	for i := range batch {
+		batch[i] = store.NewJob{Endpoint: "/m", Method: "POST", MaxAttempts: 3, IdempotencyKey: fmt.Sprint("k", i)}
+	}
+	_, err := s.JobInsertMany(ctx, batch)
+	require.NoError(t, err)
+	before := innodbDeadlocks(t, s.DB())
+
+	var mu sync.Mutex
+	seen := map[int64]string{}
+	done := make(chan struct{})
+	var side sync.WaitGroup
+	side.Add(1)
+	go func() { // retention and reclaims, as the nodes' turns run them
+		defer side.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := s.JobsPrune(ctx, store.StateDone, 0, 50); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := s.JobsReclaimExpired(ctx, time.Time{}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	asNodes(t, db, 6, func(other *store.Store, p int) {
+		owner := fmt.Sprint("node-", p)
+		for {
+			cs, err := other.JobsClaim(ctx, owner, owner, 9, store.Lease(time.Minute))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if len(cs) == 0 {
+				return
+			}
+			if _, err := other.JobsRenewLeases(ctx, owner, store.Lease(time.Minute)); err != nil {
+				t.Error(err)
+				return
+			}
+			fs := make([]store.Finish, len(cs))
+			mu.Lock()
+			for i, c := range cs {
+				if prev, ok := seen[c.ID]; ok {
+					t.Errorf("job %d claimed by %s and %s", c.ID, prev, owner)
+				}
+				seen[c.ID] = owner
+				fs[i] = store.Finish{ID: c.ID, Token: c.Token, Outcome: store.Outcome{State: store.StateDone, Status: 200}}
+			}
+			mu.Unlock()
+			written, err := other.JobsFinish(ctx, fs)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i, w := range written {
+				if !w {
+					t.Errorf("the result of job %d, held under its token, was not written", fs[i].ID)
+				}
+			}
+		}
+	})
+	close(done)
+	side.Wait()
+	require.Len(t, seen, total)
+	require.Equal(t, before, innodbDeadlocks(t, s.DB()), "deadlocks InnoDB broke during the run")
+}
+
+// innodbDeadlocks is the server's count of deadlocks since it started:
+// MariaDB's status variable, or MySQL's InnoDB metric.
+func innodbDeadlocks(t *testing.T, db *sql.DB) int64 {
+	t.Helper()
+	var name string
+	var n int64
+	if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'").Scan(&name, &n); err == nil {
+		return n
+	}
+	require.NoError(t, db.QueryRow("SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'lock_deadlocks'").Scan(&n))
+	return n
+}
+
+// A node's lock on MySQL is lost when its connection ends on the server's
+// side (a restart, a KILL): the node hears of it (Lost), and its row is no
+// longer live.
+func TestMySQLNodeLockLostWithItsConnection(t *testing.T) {
+	storetest.RequireMySQL(t)
+	s, _ := storetest.Open(t, "mysql")
+	ctx := context.Background()
+	lock, ok, err := s.NodeLockTake(ctx, 77)
+	require.NoError(t, err)
+	require.True(t, ok)
+	defer lock.Release()
+	a := store.NodeState{Name: "node-a", Incarnation: "inc-a", Capacity: 4, LiveFor: time.Hour, LockKey: lock.Key}
+	require.NoError(t, s.NodeCheckIn(ctx, a, time.Second))
+	nodes, _, err := s.Nodes(ctx, time.Second)
+	require.NoError(t, err)
+	require.True(t, nodes[0].Live)
+
+	var id int64
+	require.Eventually(t, func() bool {
+		return s.DB().QueryRowContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND INFO LIKE 'DO SLEEP%'").Scan(&id) == nil
+	}, 5*time.Second, 10*time.Millisecond, "the lock's connection waits in SLEEP")
+	_, err = s.DB().ExecContext(ctx, fmt.Sprint("KILL ", id))
+	require.NoError(t, err)
+	select {
+	case <-lock.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node did not hear that its lock's connection ended")
+	}
+	nodes, _, err = s.Nodes(ctx, time.Second)
+	require.NoError(t, err)
+	require.False(t, nodes[0].Live, "a node whose lock is gone is not live, whatever it promised")
+}

@@ -1,0 +1,3 @@
+-- MySQL starts at version 14: version 1 creates the whole schema, and this
+-- version is recorded with nothing to do, so that every database counts
+-- the same versions.

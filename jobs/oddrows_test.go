@@ -33,8 +33,8 @@ type oddRow struct {
 // Text with control characters, in each driver's SQL.
 var (
 	crlf = map[string]string{"postgres": `'a' || chr(13) || chr(10) || 'b'`, "sqlite": `'a' || char(13) || char(10) || 'b'`,
-		"sqlserver": `N'a' + NCHAR(13) + NCHAR(10) + N'b'`}
-	ctrl1 = map[string]string{"postgres": `'a' || chr(1)`, "sqlite": `'a' || char(1)`, "sqlserver": `N'a' + NCHAR(1)`}
+		"sqlserver": `N'a' + NCHAR(13) + NCHAR(10) + N'b'`, "mysql": `CONCAT('a', CHAR(13), CHAR(10), 'b')`}
+	ctrl1 = map[string]string{"postgres": `'a' || chr(1)`, "sqlite": `'a' || char(1)`, "sqlserver": `N'a' + NCHAR(1)`, "mysql": `CONCAT('a', CHAR(1))`}
 )
 
 func each(set string) map[string]string { return map[string]string{"*": set} }
@@ -48,32 +48,34 @@ func oddRows() []oddRow {
 		{name: "run_at before year 1", set: map[string]string{"postgres": `run_at = '4713-01-01 00:00:00+00 BC'`, "sqlite": `run_at = -99999999999999`},
 			state: store.StateDead, err: cannot + "run_at "},
 		{name: "run_at year 1", set: map[string]string{"postgres": `run_at = '0001-01-01 00:00:00+00'`, "sqlite": `run_at = -62135596800000`,
-			"sqlserver": `run_at = '0001-01-01'`}, state: store.StateDone, called: true},
+			"sqlserver": `run_at = '0001-01-01'`, "mysql": `run_at = '0001-01-01'`}, state: store.StateDone, called: true},
 		{name: "run_at as a real", set: map[string]string{"sqlite": `run_at = 1000.5`}, state: store.StateDone, called: true},
 		{name: "scheduled_for infinity", set: map[string]string{"postgres": `scheduled_for = 'infinity'`, "sqlite": `scheduled_for = 9223372036854775807`},
 			state: store.StateDead, err: cannot + "scheduled_for "},
 		{name: "scheduled_for -infinity", set: map[string]string{"postgres": `scheduled_for = '-infinity'`, "sqlite": `scheduled_for = -9223372036854775808`},
 			state: store.StateDead, err: cannot + "scheduled_for "},
 		{name: "scheduled_for as text", set: map[string]string{"sqlite": `scheduled_for = 'tomorrow'`}, state: store.StateDead, err: cannot + `scheduled_for "tomorrow" is not a time`},
-		{name: "scheduled_for year 9999", set: map[string]string{"sqlserver": `scheduled_for = '9999-12-31 23:59:59.9999999'`, "postgres": `scheduled_for = '9999-12-31 23:59:59.999+00'`},
+		{name: "scheduled_for year 9999", set: map[string]string{"sqlserver": `scheduled_for = '9999-12-31 23:59:59.9999999'`, "mysql": `scheduled_for = '9999-12-31 23:59:59.999999'`, "postgres": `scheduled_for = '9999-12-31 23:59:59.999+00'`},
 			state: store.StateDone, called: true},
 		{name: "created_at infinity", set: map[string]string{"postgres": `created_at = 'infinity'`, "sqlite": `created_at = 9223372036854775807`},
 			state: store.StateDone, called: true},
-		{name: "start_by -infinity", set: map[string]string{"postgres": `start_by = '-infinity'`, "sqlite": `start_by = -9223372036854775808`, "sqlserver": `start_by = '0001-01-01'`},
+		{name: "start_by -infinity", set: map[string]string{"postgres": `start_by = '-infinity'`, "sqlite": `start_by = -9223372036854775808`, "sqlserver": `start_by = '0001-01-01'`, "mysql": `start_by = '0001-01-01'`},
 			state: store.StateMissed, err: "missed"},
-		{name: "start_by infinity", set: map[string]string{"postgres": `start_by = 'infinity'`, "sqlite": `start_by = 9223372036854775807`, "sqlserver": `start_by = '9999-12-31'`},
+		{name: "start_by infinity", set: map[string]string{"postgres": `start_by = 'infinity'`, "sqlite": `start_by = 9223372036854775807`, "sqlserver": `start_by = '9999-12-31'`, "mysql": `start_by = '9999-12-31'`},
 			state: store.StateDone, called: true},
 		{name: "running with lease_until NULL", set: each(`state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = NULL, started_at = {now}, attempt = 1, token = 1`),
 			state: store.StateDone, called: true},
 		{name: "running with lease_until infinity", set: map[string]string{
 			"postgres":  `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = 'infinity', started_at = {now}, attempt = 1, token = 1`,
 			"sqlite":    `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = 9223372036854775807, started_at = {now}, attempt = 1, token = 1`,
-			"sqlserver": `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = '9999-12-31', started_at = {now}, attempt = 1, token = 1`},
+			"sqlserver": `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = '9999-12-31', started_at = {now}, attempt = 1, token = 1`,
+			"mysql":     `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = '9999-12-31', started_at = {now}, attempt = 1, token = 1`},
 			state: store.StateDone, called: true},
 		{name: "running with a lease a year ahead", set: map[string]string{
 			"postgres":  `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = clock_timestamp() + interval '365 days', started_at = {now}, attempt = 1, token = 1`,
 			"sqlite":    `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = {now} + 31536000000, started_at = {now}, attempt = 1, token = 1`,
-			"sqlserver": `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = DATEADD(day, 365, SYSUTCDATETIME()), started_at = {now}, attempt = 1, token = 1`},
+			"sqlserver": `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = DATEADD(day, 365, SYSUTCDATETIME()), started_at = {now}, attempt = 1, token = 1`,
+			"mysql":     `state = 'running', owner = 'inc-gone', owner_node = 'node-gone', lease_until = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL 365 DAY), started_at = {now}, attempt = 1, token = 1`},
 			state: store.StateDone, called: true},
 		// States.
 		{name: "unknown state", set: each(`state = 'zombie'`), state: "zombie"},
@@ -93,15 +95,15 @@ func oddRows() []oddRow {
 		{name: "timeout at bigint max", set: each(`timeout_ms = 9223372036854775807`), state: store.StateDead, err: cannot + "timeout_ms 9223372036854775807 is above 24 hours"},
 		// Keys.
 		{name: "idempotency key with CR/LF", set: map[string]string{"postgres": "idem_key = " + crlf["postgres"], "sqlite": "idem_key = " + crlf["sqlite"],
-			"sqlserver": "idem_key = " + crlf["sqlserver"]}, state: store.StateFailed, err: "Idempotency-Key"},
+			"sqlserver": "idem_key = " + crlf["sqlserver"], "mysql": "idem_key = " + crlf["mysql"]}, state: store.StateFailed, err: "Idempotency-Key"},
 		{name: "idempotency key with a control character", set: map[string]string{"postgres": "idem_key = " + ctrl1["postgres"], "sqlite": "idem_key = " + ctrl1["sqlite"],
-			"sqlserver": "idem_key = " + ctrl1["sqlserver"]}, state: store.StateFailed, err: "control character"},
+			"sqlserver": "idem_key = " + ctrl1["sqlserver"], "mysql": "idem_key = " + ctrl1["mysql"]}, state: store.StateFailed, err: "control character"},
 		{name: "idempotency key empty", set: each(`idem_key = ''`), state: store.StateDone, called: true},
 		{name: "idempotency key as a number", set: map[string]string{"sqlite": `idem_key = 42`}, state: store.StateDone, called: true},
 		// Endpoints and methods.
 		{name: "endpoint absolute", set: each(`endpoint = 'http://elsewhere.example/x'`), state: store.StateFailed, err: "absolute"},
 		{name: "endpoint with CR/LF", set: map[string]string{"postgres": "endpoint = " + crlf["postgres"], "sqlite": "endpoint = " + crlf["sqlite"],
-			"sqlserver": "endpoint = " + crlf["sqlserver"]}, state: store.StateFailed, err: "control character"},
+			"sqlserver": "endpoint = " + crlf["sqlserver"], "mysql": "endpoint = " + crlf["mysql"]}, state: store.StateFailed, err: "control character"},
 		{name: "endpoint empty", set: each(`endpoint = ''`), state: store.StateFailed, err: "empty"},
 		{name: "endpoint scheme-relative", set: each(`endpoint = '//elsewhere.example/x'`), state: store.StateFailed, err: "elsewhere.example"},
 		{name: "endpoint with a dot segment", set: each(`endpoint = '/a/../b'`), state: store.StateFailed, err: ".."},

@@ -337,3 +337,55 @@ func TestRatePeriodChangeStartsAfresh(t *testing.T) {
 		require.Len(t, claimManaged(t, s, "node-a", 10), 3, "a new period, a new count")
 	})
 }
+
+// On PostgreSQL a managed claim skips a queue another claim holds and
+// takes the other queues of the same priority at once; but it takes
+// nothing of a lower priority while a higher queue is held: it waits for
+// it instead.
+func TestManagedClaimSkipsAHeldQueueOnlyWithinItsPriority(t *testing.T) {
+	storetest.RequirePostgres(t)
+	s, _ := storetest.Open(t, "postgres")
+	ctx := context.Background()
+	require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{
+		{Name: "a", Limit: 10}, {Name: "b", Limit: 10}, {Name: "high", Limit: 10, Priority: 5}}))
+	enqueueTo(t, s, "a", 3)
+	enqueueTo(t, s, "b", 3)
+	hold := func(queue string) func() {
+		tx, err := s.DB().BeginTx(ctx, nil)
+		require.NoError(t, err)
+		_, err = tx.ExecContext(ctx, "SELECT 1 FROM slotpoller_queues WHERE name = $1 FOR UPDATE", queue)
+		require.NoError(t, err)
+		return func() { require.NoError(t, tx.Commit()) }
+	}
+
+	release := hold("a")
+	cs := claimManaged(t, s, "node-b", 10) // returns without waiting for a
+	release()
+	require.Len(t, cs, 3)
+	for _, c := range cs {
+		require.Equal(t, "b", c.Queue, "a is held: b, of the same priority, is taken")
+	}
+
+	enqueueTo(t, s, "high", 2)
+	release = hold("high")
+	done := make(chan []store.Claim, 1)
+	go func() {
+		cs, err := s.JobsClaimManaged(ctx, "inc-c", "node-c", 10, store.Lease(time.Minute), true)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- cs
+	}()
+	select {
+	case cs := <-done:
+		t.Fatalf("the claim took %d jobs while the higher queue was held", len(cs))
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	cs = <-done
+	require.Len(t, cs, 2, "a claim that waited takes from the queue it waited for")
+	for _, c := range cs {
+		require.Equal(t, "high", c.Queue)
+	}
+	require.Len(t, claimManaged(t, s, "node-c", 10), 3, "the next claim takes a's")
+}

@@ -211,10 +211,17 @@ func newOutage(t *testing.T, db storetest.DB) outage {
 		}
 		return o
 	}
-	u, err := url.Parse(db.DSN)
-	if err != nil || u.Host == "" {
-		t.Skipf("the %s DSN is not a URL with a host: cannot put a proxy in front of it", db.Driver)
+	if db.Driver == "mysql" {
+		// user@tcp(host:port)/db?...: the address between the parentheses.
+		head, rest, ok := strings.Cut(db.DSN, "tcp(")
+		addr, tail, ok2 := strings.Cut(rest, ")")
+		require.True(t, ok && ok2, "a MySQL DSN over TCP: %s", db.DSN)
+		p := storetest.NewProxy(t, addr)
+		return outage{dsn: head + "tcp(" + p.Addr + ")" + tail, begin: p.Cut, end: p.Restore, reason: "database: "}
 	}
+	u, err := url.Parse(db.DSN)
+	require.NoError(t, err)
+	require.NotEmpty(t, u.Host, "the %s DSN names a host", db.Driver)
 	p := storetest.NewProxy(t, u.Host)
 	u.Host = p.Addr
 	return outage{dsn: u.String(), begin: p.Cut, end: p.Restore, reason: "database: "}

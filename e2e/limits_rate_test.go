@@ -85,12 +85,14 @@ func rateHoldsOverAMinute(t *testing.T, driver string) {
 			}
 		}
 	}()
+	var starts []time.Time
 	for _, id := range ids {
 		j, err := s.JobGet(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, store.StateDone, j.State, "job %d", id)
 		require.Equal(t, 1, j.Attempt, "job %d ran once", id)
 		require.NotNil(t, j.Started, "job %d", id)
+		starts = append(starts, *j.Started)
 		k := j.Started.UnixMilli() / period.Milliseconds()
 		windows[k]++
 		if claims[k] == nil {
@@ -123,13 +125,18 @@ func rateHoldsOverAMinute(t *testing.T, driver string) {
 		require.GreaterOrEqual(t, n, rate*4/5, "window %d's budget was used: %v", full+i, counts)
 	}
 
-	// The endpoint's view: every job called once; in any 10 s, at most
-	// two windows' starts arrived. A call reaches the endpoint a commit
-	// and a request after its start, a delay that varies by milliseconds:
-	// 10 s of the endpoint's clock hold the starts of 10 s and those
-	// milliseconds of the database's, which reach into a third window
-	// only if starts come at a window's very end (here each window's
-	// budget is used in its first seconds).
+	// Fixed windows let two windows' budgets fall within one period that
+	// straddles their boundary, never more: on the database clock, any
+	// 10 s hold at most 2 × 50 starts.
+	slices.SortFunc(starts, time.Time.Compare)
+	require.LessOrEqual(t, mostWithin(starts, period), 2*rate, "starts in any %v of the database clock", period)
+
+	// The endpoint's view: every job called once, and in any 10 s of its
+	// clock about two windows' starts. A call reaches the endpoint a
+	// commit and a request after its start; on the T-SQL test server a
+	// claim statement it has not compiled yet takes seconds, so a claim's
+	// calls may arrive late beside the next claims': the endpoint's count
+	// is allowed one claim of each node beyond the two windows.
 	spans := rec.snapshot()
 	require.Len(t, spans, total, "one call per job")
 	arrivals := make([]time.Time, 0, len(spans))
@@ -140,13 +147,19 @@ func rateHoldsOverAMinute(t *testing.T, driver string) {
 		arrivals = append(arrivals, sp.start)
 	}
 	slices.SortFunc(arrivals, time.Time.Compare)
+	most := mostWithin(arrivals, period)
+	t.Logf("%s: at most %d calls arrived in any %v; TestRateHoldsOverAMinute took %v", driver, most, period, time.Since(began).Round(100*time.Millisecond))
+	require.LessOrEqual(t, most, 2*rate+len(nodes)*8, "calls in any %v at the endpoint", period)
+}
+
+// mostWithin is the most of sorted times that fall within one span.
+func mostWithin(sorted []time.Time, span time.Duration) int {
 	most, from := 0, 0
-	for to, at := range arrivals {
-		for at.Sub(arrivals[from]) >= period {
+	for to, at := range sorted {
+		for at.Sub(sorted[from]) >= span {
 			from++
 		}
 		most = max(most, to-from+1)
 	}
-	t.Logf("%s: at most %d calls arrived in any %v; TestRateHoldsOverAMinute took %v", driver, most, period, time.Since(began).Round(100*time.Millisecond))
-	require.LessOrEqual(t, most, 2*rate, "calls in any %v", period)
+	return most
 }

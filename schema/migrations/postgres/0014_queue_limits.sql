@@ -22,9 +22,10 @@ GO
 -- The managed claim in one round trip (the store's JobsClaimManaged: its
 -- other databases run the same steps as statements of a transaction).
 -- Each statement of a PL/pgSQL function takes a fresh snapshot under READ
--- COMMITTED: the claim, after the locks, sees every claim committed before
--- they were granted. First, lock the managed queues it takes from (below).
--- Then, in one statement: each locked queue's room (the least of its
+-- COMMITTED: the claim, after the lock, sees every claim committed before
+-- the lock was granted. First, lock the managed queues' rows (skipping
+-- none: claims of one managed queue take turns) and roll their rate
+-- windows. Then, in one statement: each queue's room (the least of its
 -- limits less what runs or what started in the window; LEAST ignores a
 -- NULL, no limit), its due jobs up to that room, the other queues' due jobs
 -- as the plain claim takes them (at priority 0), the first p_limit by
@@ -41,63 +42,23 @@ LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
 DECLARE
-  v_locked varchar[] := '{}';
-  v_first  varchar;
-  v_floor  integer;
-  v_others boolean;
-  v_q      record;
-  v_room   bigint;
-  v_enough bigint := 0;
+  v_locked varchar[];
 BEGIN
-  -- Lock the managed queues a claim takes from: by priority, then the
-  -- oldest due job first, until those locked can fill it. A queue another
-  -- claim holds is skipped (a row lock writes no new row version, and
-  -- SKIP LOCKED never waits, so claims never wait for each other in a
-  -- cycle): concurrent claims take different queues at once. A skipped
-  -- queue's priority is a floor: nothing below it is taken (not the
-  -- other queues' jobs either, at 0, if it is above 0), so a claim never
-  -- takes lower work while higher work waits for another claim. When it
-  -- has locked nothing, the claim waits for the first queue, holding
-  -- none: a node must not come back empty-handed and idle until its next
-  -- turn while work is due.
-  FOR v_q IN
-    SELECT q.name, q.priority FROM slotpoller_queues q
-    CROSS JOIN LATERAL (SELECT MIN(d.run_at) AS oldest FROM slotpoller_jobs d WHERE d.queue = q.name AND d.state = 'ready') AS o
-    WHERE q.managed = 1 AND q.paused = 0 AND o.oldest <= clock_timestamp()
-    ORDER BY q.priority DESC, o.oldest, q.name
-  LOOP
-    EXIT WHEN v_q.priority < v_floor;
-    v_first := COALESCE(v_first, v_q.name);
-    PERFORM 1 FROM slotpoller_queues q WHERE q.name = v_q.name FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-      v_floor := COALESCE(v_floor, v_q.priority);
-      CONTINUE;
-    END IF;
-    v_locked := v_locked || v_q.name;
-  -- What it can give, read under its lock (the claim counts it again).
-    SELECT LEAST(GREATEST(COALESCE(LEAST(
-        q.max_running - (SELECT COUNT(*) FROM slotpoller_jobs r WHERE r.queue = q.name AND r.state = 'running'),
-        q.max_per_node - (SELECT COUNT(*) FROM slotpoller_jobs r WHERE r.queue = q.name AND r.state = 'running' AND r.owner_node = p_node),
-        q.rate_limit - CASE WHEN q.rate_window >= CAST(TRUNC(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT) / q.rate_period_ms
-          THEN q.rate_used ELSE 0 END), p_limit), 0),
-      (SELECT COUNT(*) FROM (SELECT 1 FROM slotpoller_jobs d WHERE d.queue = q.name AND d.state = 'ready'
-        AND d.run_at <= clock_timestamp() LIMIT p_limit) AS due))
-    INTO v_room FROM slotpoller_queues q WHERE q.name = v_q.name;
-    v_enough := v_enough + v_room;
-    EXIT WHEN v_enough >= p_limit;
-  END LOOP;
-  IF cardinality(v_locked) = 0 AND v_first IS NOT NULL THEN
-    PERFORM 1 FROM slotpoller_queues q WHERE q.name = v_first FOR UPDATE;
-    v_locked := ARRAY[v_first];
-  END IF;
-  v_others := p_others AND (v_floor IS NULL OR v_floor <= 0);
+  -- A row lock writes no new row version. Taken in name order, so that
+  -- two claims never wait for each other in a cycle. A claim waits for
+  -- one that holds the rows (a claim is milliseconds) rather than skip
+  -- their queues: a node that skipped would come back with nothing and
+  -- idle until its next turn.
+  SELECT COALESCE(array_agg(l.name), '{}') INTO v_locked FROM (
+    SELECT q.name FROM slotpoller_queues q WHERE q.managed = 1 AND q.paused = 0
+    ORDER BY q.name FOR UPDATE) AS l;
 
   RETURN QUERY
   -- The queues that have ready jobs, one index seek each (a loose scan of
   -- the index of ready jobs by queue): the other queues' due jobs are read
   -- queue by queue, never by stepping over a managed queue's backlog.
   WITH RECURSIVE qs AS (
-    (SELECT c.queue FROM slotpoller_jobs c WHERE v_others AND c.state = 'ready' ORDER BY c.queue LIMIT 1)
+    (SELECT c.queue FROM slotpoller_jobs c WHERE p_others AND c.state = 'ready' ORDER BY c.queue LIMIT 1)
     UNION ALL
     SELECT (SELECT c.queue FROM slotpoller_jobs c WHERE c.state = 'ready' AND c.queue > qs.queue ORDER BY c.queue LIMIT 1)
     FROM qs WHERE qs.queue IS NOT NULL

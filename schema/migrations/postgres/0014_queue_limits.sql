@@ -74,10 +74,15 @@ BEGIN
   ), room AS (
     SELECT q.name, q.priority, q.rate_limit IS NOT NULL AS rated,
       GREATEST(COALESCE(LEAST(
-        q.max_running - (SELECT COUNT(*) FROM slotpoller_jobs r WHERE r.queue = q.name AND r.state = 'running'),
-        q.max_per_node - (SELECT COUNT(*) FROM slotpoller_jobs r WHERE r.queue = q.name AND r.state = 'running' AND r.owner_node = p_node),
+        q.max_running - rc.running,
+        q.max_per_node - rc.mine,
         q.rate_limit - CASE WHEN q.rate_window >= t.ms / q.rate_period_ms THEN q.rate_used ELSE 0 END), p_limit), 0) AS n
     FROM slotpoller_queues q CROSS JOIN t
+    -- A queue's running jobs, all and this node's, in one pass of its
+    -- index of running jobs; none read for a queue with no such limit.
+    CROSS JOIN LATERAL (SELECT COUNT(*) AS running, COUNT(*) FILTER (WHERE r.owner_node = p_node) AS mine
+      FROM slotpoller_jobs r WHERE r.queue = q.name AND r.state = 'running'
+        AND (q.max_running IS NOT NULL OR q.max_per_node IS NOT NULL)) AS rc
     WHERE q.name = ANY (v_locked)
   ), picked AS (
     SELECT p.id FROM (

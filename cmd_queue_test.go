@@ -160,6 +160,6 @@ func TestQueueListShowsLimits(t *testing.T) {
 	require.Contains(t, out, `"rate_period_ns": 3600000000000`)
 
 	code, out, errOut = cli(t, "status", "-config", cfg)
-	require.Contains(t, out, "queue mail: priority -5\n", "exit %d: %s", code, errOut)
-	require.Contains(t, out, "queue reports: limit 2, 1 per node, rate 50/1h (1 used in this window), priority 3\n")
+	require.Contains(t, out, "queue mail: priority -5; 0 running, 0 waiting\n", "exit %d: %s", code, errOut)
+	require.Regexp(t, `(?m)^queue reports: limit 2, 1 per node, rate 50/1h \(1 used in this window\), priority 3; 1 running, 1 waiting, start delay p50 \d+(ms|s) p99 \d+(ms|s)$`, out)
 }

@@ -60,11 +60,20 @@ func writeStatus(w io.Writer, r service.StatusReport) error {
 		}
 	}
 	for _, q := range r.ManagedQueues {
-		if _, err := fmt.Fprintf(w, "queue %s: %s\n", q.Name, managedText(q)); err != nil {
+		work := fmt.Sprintf("%d running, %d waiting", q.Running, q.Waiting)
+		if q.StartDelayJobs > 0 {
+			work += fmt.Sprintf(", start delay p50 %s p99 %s", msText(q.StartDelayP50MS), msText(q.StartDelayP99MS))
+		}
+		if _, err := fmt.Fprintf(w, "queue %s: %s; %s\n", q.Name, managedText(q), work); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// msText is milliseconds for a person: "12ms", "1.5s".
+func msText(ms float64) string {
+	return time.Duration(ms * float64(time.Millisecond)).Round(time.Millisecond).String()
 }
 
 // managedText is a managed queue's settings in one line: "limit 4, 1 per

@@ -57,7 +57,18 @@ type ManagedQueue struct {
 	Rate         int    `json:"rate,omitempty"`
 	RatePeriodMS int64  `json:"rate_period_ms,omitempty"`
 	RateUsed     int    `json:"rate_used,omitempty"`
+	// Running and Waiting (ready and due) count at most JobCountCap.
+	Running int `json:"running"`
+	Waiting int `json:"waiting"`
+	// StartDelayP50MS and P99 are of the jobs that started within the
+	// last StartDelayWindow (finished since, or running); 0 when none.
+	StartDelayJobs  int     `json:"start_delay_jobs"`
+	StartDelayP50MS float64 `json:"start_delay_p50_ms"`
+	StartDelayP99MS float64 `json:"start_delay_p99_ms"`
 }
+
+// StartDelayWindow is how far back status reads start delays.
+const StartDelayWindow = 5 * time.Minute
 
 // PausedQueue is a paused queue: who paused it and when (database time).
 type PausedQueue struct {
@@ -100,13 +111,26 @@ func Status(ctx context.Context, s *store.Store, ttl time.Duration) (StatusRepor
 	if err != nil {
 		return rep, err
 	}
+	var delays map[string]store.StartDelays
 	for _, q := range held {
 		if q.Paused {
 			rep.PausedQueues = append(rep.PausedQueues, PausedQueue{Name: q.Name, PausedBy: q.PausedBy, PausedAt: q.PausedAt})
 		}
 		if q.Priority != 0 || q.Limited() {
-			rep.ManagedQueues = append(rep.ManagedQueues, ManagedQueue{Name: q.Name, Priority: q.Priority, Limit: q.Limit,
-				NodeLimit: q.NodeLimit, Rate: q.Rate, RatePeriodMS: q.RatePeriod.Milliseconds(), RateUsed: q.RateUsed})
+			if delays == nil {
+				// One bounded read for every queue (see QueueStartDelays).
+				if delays, err = s.QueueStartDelays(ctx, StartDelayWindow, 1000); err != nil {
+					return rep, err
+				}
+			}
+			m := ManagedQueue{Name: q.Name, Priority: q.Priority, Limit: q.Limit,
+				NodeLimit: q.NodeLimit, Rate: q.Rate, RatePeriodMS: q.RatePeriod.Milliseconds(), RateUsed: q.RateUsed}
+			if m.Running, m.Waiting, err = s.QueueWork(ctx, q.Name, JobCountCap); err != nil {
+				return rep, err
+			}
+			d := delays[q.Name]
+			m.StartDelayJobs, m.StartDelayP50MS, m.StartDelayP99MS = d.Jobs, ms(d.P50), ms(d.P99)
+			rep.ManagedQueues = append(rep.ManagedQueues, m)
 		}
 	}
 	return rep, nil

@@ -337,3 +337,23 @@ func TestRatePeriodChangeStartsAfresh(t *testing.T) {
 		require.Len(t, claimManaged(t, s, "node-a", 10), 3, "a new period, a new count")
 	})
 }
+
+// QueueWork counts one queue's running and waiting jobs, each capped.
+func TestQueueWork(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "reports", Limit: 2}}))
+		enqueueTo(t, s, "reports", 5)
+		enqueueTo(t, s, "other", 3)
+		require.Len(t, claimManaged(t, s, "node-a", 10), 5, "two of reports, three of the other queue")
+		running, waiting, err := s.QueueWork(ctx, "reports", 100)
+		require.NoError(t, err)
+		require.Equal(t, 2, running)
+		require.Equal(t, 3, waiting)
+		running, waiting, err = s.QueueWork(ctx, "reports", 1)
+		require.NoError(t, err)
+		require.Equal(t, 1, running, "capped")
+		require.Equal(t, 1, waiting, "capped")
+	})
+}

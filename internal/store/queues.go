@@ -271,3 +271,19 @@ func (s *Store) QueuesPaused(ctx context.Context) ([]QueueState, error) {
 		return qs, err
 	})
 }
+
+// QueueWork counts one queue's running jobs and its waiting ones (ready
+// and due), each at most cap: two seeks on the queue's indexes, for the
+// farm's status, whatever the table's size.
+func (s *Store) QueueWork(ctx context.Context, name string, cap int) (running, waiting int, err error) {
+	run, runArgs := rowLimit(s.d, `SELECT 1 FROM {jobs} WHERE queue = ? AND state = 'running'`, []any{name}, cap)
+	wait, waitArgs := rowLimit(s.d, `SELECT 1 FROM {jobs} WHERE queue = ? AND state = 'ready' AND run_at <= {now}`, []any{name}, cap)
+	q := s.statement(`SELECT (SELECT COUNT(*) FROM (` + run + `) r), (SELECT COUNT(*) FROM (` + wait + `) w)`)
+	err = s.retry(ctx, func() error {
+		return s.queryRow(ctx, q, append(runArgs, waitArgs...)...).Scan(&running, &waiting)
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("count the work of queue %q: %w", name, err)
+	}
+	return running, waiting, nil
+}

@@ -320,6 +320,10 @@ func sqlServerOps() []op {
 			_, err := s.JobsClaimManaged(ctx, "inc-MARK", "node-MARK", 7, store.Lease(15*time.Second), true)
 			return err
 		}},
+		{name: "QueueWork", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, _, err := s.QueueWork(ctx, "q-MARK", 7)
+			return err
+		}},
 		{name: "Queues", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			_, err := s.Queues(ctx)
 			return err

@@ -566,6 +566,10 @@ UNION ALL SELECT b.id, b.run_at, 0 AS pr FROM (SELECT TOP (@p12) c.id, c.run_at 
     ORDER BY c.run_at, c.id) b) p ORDER BY p.pr DESC, p.run_at, p.id);
 SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue FROM @out ORDER BY id;
 
+-- QueueWork
+-- @p1 int, @p2 mssql.NVarCharMax, @p3 int, @p4 mssql.NVarCharMax
+SELECT (SELECT COUNT(*) FROM (SELECT TOP (@p1) 1 FROM [sp_unit].[jobs] WHERE queue = @p2 AND state = 'running') r), (SELECT COUNT(*) FROM (SELECT TOP (@p3) 1 FROM [sp_unit].[jobs] WHERE queue = @p4 AND state = 'ready' AND run_at <= SYSUTCDATETIME()) w);
+
 -- Queues
 SELECT COALESCE(w.queue, m.name),
   COALESCE(m.paused, 0), m.paused_by, m.paused_at, COALESCE(w.waiting, 0), COALESCE(w.running, 0),

@@ -3,10 +3,12 @@ package jobs_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -42,7 +44,15 @@ func TestStartNowStartsALimitedQueuesJobWithinItsLimit(t *testing.T) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		g, base := newGate(t)
-		r := newRunner(t, s, base, clock.NewFake(t0), 4)
+		opts := jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: 4, Lease: 3 * time.Second, Timeout: 5 * time.Second,
+			Clock: clock.NewFake(t0), Rand: func() float64 { return 0 }}
+		if driver == "sqlserver" {
+			// The T-SQL test server compiles each statement afresh on each
+			// new connection, seconds apiece on a busy machine, and the
+			// managed claim's transaction is five of them under one deadline.
+			opts.StatementTimeout = time.Minute
+		}
+		r := jobs.NewRunner(s, &jobs.Invoker{Base: base}, opts)
 		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "reports", Limit: 1}}))
 
 		first, taken, err := r.StartNow(ctx, store.NewJob{Endpoint: "/gate", MaxAttempts: 3, Queue: "reports"})

@@ -143,8 +143,9 @@ func (m *managedRoom) fit(at time.Time) {
 // order, then by run time. It is one transaction: lock the managed
 // queues' rows, count their running jobs and their starts in the window,
 // claim, count the starts. Without others it does not look at the other
-// queues' jobs: that look steps over every due job of a managed queue
-// (each one's queue checked), a backlog's worth per claim.
+// queues' jobs: in the transaction of SQL Server and SQLite that look
+// steps over every due job of a managed queue (each one's queue checked),
+// a backlog's worth per claim.
 func (s *Store) JobsClaimManaged(ctx context.Context, owner, ownerNode string, limit int, hold Hold, others bool) ([]Claim, error) {
 	if limit <= 0 {
 		return nil, nil

@@ -24,16 +24,15 @@ GO
 -- Each statement of a PL/pgSQL function takes a fresh snapshot under READ
 -- COMMITTED: the claim, after the lock, sees every claim committed before
 -- the lock was granted. First, lock the managed queues' rows (skipping
--- none: claims of one managed queue take turns) and roll their rate
--- windows. Then, in one statement: each queue's room (the least of its
--- limits less what runs or what started in the window; LEAST ignores a
--- NULL, no limit), its due jobs up to that room, the other queues' due jobs
--- as the plain claim takes them (at priority 0), the first p_limit by
+-- none: claims of one managed queue take turns). Then, in one statement,
+-- with one start time read after its snapshot: each queue's room (the
+-- least of its limits less what runs or what started in the start time's
+-- rate window; LEAST ignores a NULL, no limit), its due jobs up to that
+-- room, the other queues' due jobs (at priority 0), the first p_limit by
 -- priority then run time; claim them, and add the starts to the windows.
 -- Parameters: the owner, its node, the most rows, the hold (Hold.args),
 -- and whether to look at the other queues' jobs at all (p_others: the
--- node's count of due work found some, or could not tell): that look
--- steps over every due job of a managed queue, a backlog's worth.
+-- node's count of due work found some, or could not tell).
 CREATE FUNCTION slotpoller_claim_managed(p_owner text, p_node text, p_limit integer,
   p_h1 bigint, p_h2 bigint, p_h3 bigint, p_h4 bigint, p_others boolean)
 RETURNS TABLE (id bigint, token bigint, attempt integer, max_attempts integer, endpoint text, method text,

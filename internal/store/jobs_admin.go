@@ -423,12 +423,16 @@ VALUES ` + strings.Join(values, ",\n  ") + ` {returning id, idem_key}`)
 	var rows []written
 	var err error
 	if s.writesBack() {
-		// The rows of one INSERT have consecutive ids from the first
-		// (writesBack); this runs in a transaction (JobInsertMany).
+		// InnoDB gives the rows of one INSERT with a known row count
+		// consecutive ids from the first, in every autoinc lock mode
+		// (writesBack); this runs in a transaction (JobInsertMany). The
+		// range is read by its bounds, not "from the first": a concurrent
+		// enqueue's committed rows past it are not this batch's, and a
+		// range that held any would fail the key check below, undone.
 		var first int64
 		if first, err = s.insertedID(ctx, q, args); err == nil {
 			rows, err = queryAll(ctx, s, fmt.Sprintf("enqueue %d jobs", len(jobs)),
-				s.statement(`SELECT id, idem_key FROM {jobs} WHERE id >= ? ORDER BY id LIMIT ?`), []any{first, len(jobs)}, scan)
+				s.statement(`SELECT id, idem_key FROM {jobs} WHERE id BETWEEN ? AND ?`), []any{first, first + int64(len(jobs)) - 1}, scan)
 		}
 	} else {
 		rows, err = queryAll(ctx, s, fmt.Sprintf("enqueue %d jobs", len(jobs)), q, args, scan)

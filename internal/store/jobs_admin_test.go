@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -234,6 +236,68 @@ func TestJobInsertManyInTx(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, batch[i].Endpoint, j.Endpoint, "id %d", i)
 		}
+	})
+}
+
+// Each batch's ids name its own jobs while other batches and single
+// enqueues write at the same time: on MySQL, where the ids of a batch are
+// read back after the insert, a concurrent writer's committed rows must
+// never be taken for the batch's.
+func TestJobInsertManyIDsUnderConcurrentEnqueues(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		const writers, batches, size = 3, 5, 30
+		got := make([]map[int64]string, writers+1)
+		var wg sync.WaitGroup
+		for w := range writers + 1 {
+			got[w] = map[int64]string{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for b := range batches {
+					if w == writers { // single enqueues, between the batches
+						for i := range size / 3 {
+							endpoint := fmt.Sprintf("/single/%d/%d", b, i)
+							id, err := s.JobInsert(ctx, store.NewJob{Endpoint: endpoint, Method: "POST", MaxAttempts: 1})
+							if !assert.NoError(t, err) {
+								return
+							}
+							got[w][id] = endpoint
+						}
+						continue
+					}
+					batch := make([]store.NewJob, size)
+					for i := range batch {
+						batch[i] = store.NewJob{Endpoint: fmt.Sprintf("/w%d/b%d/%d", w, b, i), Method: "POST", MaxAttempts: 1,
+							IdempotencyKey: fmt.Sprint("k", i%4)} // keys shared within and across batches
+					}
+					ids, err := s.JobInsertMany(ctx, batch)
+					if !assert.NoError(t, err) || !assert.Len(t, ids, size) {
+						return
+					}
+					for i, id := range ids {
+						got[w][id] = batch[i].Endpoint
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		all, err := s.JobsList(ctx, store.JobFilter{Limit: 10000})
+		require.NoError(t, err)
+		endpoints := map[int64]string{}
+		for _, j := range all {
+			endpoints[j.ID] = j.Endpoint
+		}
+		n := 0
+		for _, m := range got {
+			for id, endpoint := range m {
+				require.Equal(t, endpoint, endpoints[id], "job %d", id)
+				n++
+			}
+		}
+		require.Equal(t, writers*batches*size+batches*(size/3), n, "every enqueue's id is its own")
+		require.Len(t, all, n)
 	})
 }
 

@@ -65,7 +65,7 @@ try {
 } catch (PDOException $e) {
     $db->rollBack();
     // The entry point's refusals carry SQLSTATE 22023 and "field: problem".
-    fail(2, sprintf('enqueue refused, order and job rolled back: %s', $e->getMessage()));
+    fail(2, sprintf('order and job rolled back: %s', $e->getMessage()));
 }
 
 if ($outcome === 'commit') {

@@ -68,33 +68,20 @@ func requirePHP(t *testing.T, extension, debian string) {
 	require.NoError(t, err, "ask php for its %s extension: %s", extension, out)
 }
 
-// phpCall is what the job endpoint saw of one request.
-type phpCall struct {
-	method, path, job string
-	body              []byte
-}
+// requestsSeen records each call's method, path and body by its job's id,
+// beside what the recorder keeps of its headers.
+type requestsSeen struct{ byJob sync.Map }
 
-type phpEndpoint struct {
-	mu    sync.Mutex
-	calls []phpCall
-}
-
-func (e *phpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		w.WriteHeader(http.StatusBadRequest)
-		return
+func (q *requestsSeen) wrap(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		q.byJob.Store(r.Header.Get("X-Slotpoller-Job"), r.Method+" "+r.URL.Path+" "+string(body))
+		next(w, r)
 	}
-	e.mu.Lock()
-	e.calls = append(e.calls, phpCall{method: r.Method, path: r.URL.Path, job: r.Header.Get("X-Slotpoller-Job"), body: body})
-	e.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (e *phpEndpoint) snapshot() []phpCall {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]phpCall(nil), e.calls...)
 }
 
 // produced is the line producer.php prints.
@@ -108,8 +95,8 @@ type produced struct {
 func phpExample(t *testing.T, driver string) {
 	s, db := storetest.OpenDB(t, driver)
 	ctx := context.Background()
-	endpoint := &phpEndpoint{}
-	srv := httptest.NewServer(endpoint)
+	rec, seen := &recorder{}, &requestsSeen{}
+	srv := httptest.NewServer(seen.wrap(rec.handler))
 	defer srv.Close()
 	n := startNode(t, env(driver, db.DSN, "php-node", srv.URL, db.ExtraEnv()...), "php-node")
 	waitSettled(t, s, 1)
@@ -148,7 +135,7 @@ func phpExample(t *testing.T, driver string) {
 	// A job the rollback or the refusal had let through would have been
 	// called within the node's next slots.
 	heardFor(t, s, 1500*time.Millisecond)
-	require.Empty(t, endpoint.snapshot(), "calls after a rollback and a refused enqueue")
+	require.Empty(t, rec.snapshot(), "calls after a rollback and a refused enqueue")
 
 	// Committed: the order is there and its job is called once, with the
 	// payload PHP sent.
@@ -156,7 +143,7 @@ func phpExample(t *testing.T, driver string) {
 	require.Equal(t, "committed", out.Outcome)
 	require.Equal(t, 1, orders(), "orders after the commit")
 	var item string
-	require.NoError(t, s.DB().QueryRowContext(ctx, "SELECT item FROM example_orders WHERE id = "+strconv.FormatInt(out.Order, 10)).Scan(&item),
+	require.NoError(t, s.DB().QueryRowContext(ctx, store.Expand(s.Dialect(), "SELECT item FROM example_orders WHERE id = ?"), out.Order).Scan(&item),
 		"the committed order %d", out.Order)
 	require.Equal(t, "book", item)
 	waitFor(t, 30*time.Second, "the committed job to be done", func() bool {
@@ -166,15 +153,14 @@ func phpExample(t *testing.T, driver string) {
 	})
 	// A second call would come at one of the node's next slots.
 	heardFor(t, s, time.Second)
-	calls := endpoint.snapshot()
+	calls := rec.snapshot()
 	require.Len(t, calls, 1, "calls after the commit: %+v", calls)
-	c := calls[0]
-	require.Equal(t, strconv.FormatInt(out.Job, 10), c.job, "X-Slotpoller-Job")
-	require.Equal(t, http.MethodPost, c.method)
-	require.Equal(t, "/jobs/send-invoice", c.path)
-	require.Equal(t, out.Payload, string(c.body), "the call's body is the payload PHP sent")
+	job := strconv.FormatInt(out.Job, 10)
+	require.Equal(t, job, calls[0].job, "X-Slotpoller-Job")
+	request, _ := seen.byJob.Load(job)
+	require.Equal(t, "POST /jobs/send-invoice "+out.Payload, request, "the call's method, path and body: the payload PHP sent")
 	var sent struct{ Order int64 }
-	require.NoError(t, json.Unmarshal(c.body, &sent))
+	require.NoError(t, json.Unmarshal([]byte(out.Payload), &sent))
 	require.Equal(t, out.Order, sent.Order, "the payload names the committed order")
 	counts, err := s.JobCounts(ctx)
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"database/sql"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/nodetest"
 	"github.com/slotpoller/slotpoller/internal/store"
@@ -45,17 +47,34 @@ func TestNodeGivesUpOnAFileThatIsNotADatabase(t *testing.T) {
 	}
 }
 
-// A PostgreSQL database that does not exist is retried (it may be created
-// after the node starts), and the log says what is wrong, never the
-// password.
+// A database that does not exist on a PostgreSQL or MySQL server is
+// retried (it may be created after the node starts), and the log says what
+// is wrong, never the password.
 func TestNodeSaysWhyItCannotConnect(t *testing.T) {
-	dsn := storetest.RequirePostgres(t)
-	u, err := url.Parse(dsn)
-	require.NoError(t, err)
-	u.Path = "/no_such_database_for_slotpoller"
-	u.User = url.UserPassword(u.User.Username(), "pw-s3cret-x")
+	t.Run("postgres", func(t *testing.T) {
+		u, err := url.Parse(storetest.RequirePostgres(t))
+		require.NoError(t, err)
+		u.Path = "/no_such_database_for_slotpoller"
+		u.User = url.UserPassword(u.User.Username(), "pw-s3cret-x")
+		saysWhyItCannotConnect(t, "postgres", u.String())
+	})
+	t.Run("mysql", func(t *testing.T) {
+		cfg, err := mysqldriver.ParseDSN(storetest.RequireMySQL(t))
+		require.NoError(t, err)
+		cfg.DBName, cfg.Passwd = "no_such_database_for_slotpoller", "pw-s3cret-x"
+		// The local server's root takes no password; a wrong one would
+		// be refused first. The database is the point here.
+		if cfg.User == "root" {
+			cfg.User = "slotpoller_connect_test"
+			createUser(t, storetest.RequireMySQL(t), cfg.User, cfg.Passwd)
+		}
+		saysWhyItCannotConnect(t, "mysql", cfg.FormatDSN())
+	})
+}
+
+func saysWhyItCannotConnect(t *testing.T, driver, dsn string) {
 	logs := &nodetest.Log{}
-	n := NewNode(connectTestConfig(t, "postgres", u.String()), NewLogger(logs, config.LogConfig{Level: "info"}), nil)
+	n := NewNode(connectTestConfig(t, driver, dsn), NewLogger(logs, config.LogConfig{Level: "info"}), nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
@@ -64,6 +83,30 @@ func TestNodeSaysWhyItCannotConnect(t *testing.T) {
 	require.NoError(t, <-done)
 	require.Contains(t, logs.String(), "the database does not exist")
 	require.NotContains(t, logs.String(), "pw-s3cret-x")
+}
+
+// createUser makes a MySQL login with a password and every right on every
+// database, dropped when the test ends.
+func createUser(t *testing.T, adminDSN, user, password string) {
+	t.Helper()
+	db, err := sql.Open("mysql", adminDSN)
+	require.NoError(t, err)
+	defer db.Close()
+	for _, q := range []string{
+		"DROP USER IF EXISTS '" + user + "'@'%'",
+		"CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + password + "'",
+		"GRANT ALL ON *.* TO '" + user + "'@'%'",
+	} {
+		_, err := db.ExecContext(t.Context(), q)
+		require.NoError(t, err, q)
+	}
+	t.Cleanup(func() {
+		db, err := sql.Open("mysql", adminDSN)
+		if err == nil {
+			_, _ = db.Exec("DROP USER IF EXISTS '" + user + "'@'%'")
+			db.Close()
+		}
+	})
 }
 
 // A node whose SQLite file is removed stops with an error that says so,

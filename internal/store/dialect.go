@@ -215,6 +215,16 @@ type timeWindow interface {
 // the index on created_at and sorted (timeWindow).
 const timeWindowRows = 10_000
 
+// byState is a dialect whose planner may walk every job newest first for
+// a list of one state that a filter narrows further (MySQL, for the jobs
+// backing off under a prefix no job has: a million rows), where the
+// state's own rows, newest first through the index on (state, id), are
+// at most that state's and stop at the page.
+type byState interface {
+	// ByState is the table clause that keeps the planner off that walk.
+	ByState() string
+}
+
 // prefixWalk is a dialect whose planner reads an endpoint prefix that many
 // jobs have by the range of its index and a sort of every row in it (SQLite:
 // 50,000 rows at a million jobs for a prefix 5% of them have), where a walk

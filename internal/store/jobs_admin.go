@@ -225,6 +225,9 @@ func (s *Store) newest(ctx context.Context, cols string, f JobFilter, limit int)
 			}
 		}
 	}
+	if b, ok := s.d.(byState); ok && from == "{jobs}" && len(f.States) == 1 && f.ID == 0 {
+		from = b.ByState()
+	}
 	if !walks || f.EndpointPrefix == "" || !ranged {
 		q, args := rowLimit(s.d, `SELECT `+cols+` FROM `+from+` WHERE `+where+` ORDER BY id DESC`, args, limit)
 		return q, args, nil
@@ -292,44 +295,82 @@ func (s *Store) JobsRetry(ctx context.Context, f JobFilter, actor string) (int64
 	if q == "" {
 		return 0, nil
 	}
+	if !s.writesBack() {
+		return s.execCount(ctx, "retry jobs", q, args...)
+	}
+	ids, err := queryAll(ctx, s, "retry jobs: pick the jobs", q, args, func(r rowScanner) (int64, error) {
+		var id int64
+		return id, r.Scan(&id)
+	})
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	slices.Sort(ids)
+	q, args = s.retryWrite(byID, placeholders(len(ids)), int64Args(ids), retryStates(f), actor)
 	return s.execCount(ctx, "retry jobs", q, args...)
 }
 
-// retryStatement is JobsRetry's statement and its arguments, planned for
-// them on every call as a list is; "" when f selects no retryable state.
-func (s *Store) retryStatement(ctx context.Context, f JobFilter, actor string) (string, []any, error) {
+// retryStates are the RetryableStates f selects.
+func retryStates(f JobFilter) []string {
 	var states []string
 	for _, st := range RetryableStates {
 		if len(f.States) == 0 || slices.Contains(f.States, st) {
 			states = append(states, st)
 		}
 	}
-	if len(states) == 0 {
+	return states
+}
+
+// retryStatement is JobsRetry's statement and its arguments, planned for
+// them on every call as a list is; "" when f selects no retryable state.
+// On a dialect that writes back it is the pick alone, the ids newest
+// first: MySQL would walk every job in a retryable state to match them
+// against an IN of a derived table, so JobsRetry reads them first and
+// writes them by primary key.
+func (s *Store) retryStatement(ctx context.Context, f JobFilter, actor string) (string, []any, error) {
+	f.States = retryStates(f)
+	if len(f.States) == 0 {
 		return "", nil, nil
 	}
-	f.States = states
 	pick, wargs, err := s.newest(ctx, "id", f, f.Limit)
 	if err != nil {
 		return "", nil, err
 	}
-	// A retry is a fresh run: a cancel requested of an earlier run is void.
-	// The history first: it reads the attempt this write resets, and
-	// MySQL gives each assignment the columns as the earlier ones left them.
-	q := s.statement(`UPDATE {jobs} SET history = ` + historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam()) + `,
-  state = 'ready', run_at = {now}, attempt = 0, finished_at = NULL,
-  start_by = NULL, owner = NULL, lease_until = NULL, cancel_requested_by = NULL, cancel_requested_at = NULL
-WHERE id IN (` + pickedIDs(s.d, pick) + `) AND state IN (?` + strings.Repeat(", ?", len(states)-1) + `)`)
-	args := append([]any{"\t", cut(actor, maxActor)}, historySeps()[1:]...)
-	args = append(args, historySuffix(OutcomeRetried, 0, ""))
-	args = append(args, wargs...)
-	for _, st := range states {
-		args = append(args, st)
+	var q string
+	var args []any
+	if s.writesBack() {
+		q, args = s.statement(pick), wargs
+	} else {
+		q, args = s.retryWrite("", pickedIDs(s.d, pick), wargs, f.States, actor)
 	}
 	if args, err = s.seekArgs(ctx, args); err != nil {
 		return "", nil, err
 	}
 	q, args = s.planPerCall(q, args)
 	return q, args, nil
+}
+
+// retryWrite is the UPDATE that makes the jobs ids selects (a pick, or a
+// list of parameters, with idArgs) in one of states ready now, and its
+// arguments. A retry is a fresh run: a cancel requested of an earlier run
+// is void. The history first: it reads the attempt this write resets, and
+// MySQL gives each assignment the columns as the earlier ones left them.
+func (s *Store) retryWrite(hint, ids string, idArgs []any, states []string, actor string) (string, []any) {
+	q := s.statement(`UPDATE {jobs}` + hint + ` SET history = ` + historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam()) + `,
+  state = 'ready', run_at = {now}, attempt = 0, finished_at = NULL,
+  start_by = NULL, owner = NULL, lease_until = NULL, cancel_requested_by = NULL, cancel_requested_at = NULL
+WHERE id IN (` + ids + `) AND state IN (?` + strings.Repeat(", ?", len(states)-1) + `)`)
+	args := append([]any{"\t", cut(actor, maxActor)}, historySeps()[1:]...)
+	args = append(append(args, historySuffix(OutcomeRetried, 0, "")), idArgs...)
+	return q, append(args, stateArgs(states)...)
+}
+
+func stateArgs(states []string) []any {
+	out := make([]any, len(states))
+	for i, st := range states {
+		out[i] = st
+	}
+	return out
 }
 
 func cut(s string, n int) string {

@@ -151,3 +151,10 @@ func (MySQL) LockHeld(col string) string {
 func mysqlNodeLockName(key string) string {
 	return "CONCAT('slotpoller:', MD5(DATABASE()), ':', " + key + ")"
 }
+
+// ByState (byState): the primary key may not give the order, so the
+// optimizer weighs the state's own rows (the index on (state, id), in id
+// order) against a seek of another filter's index and a sort; forcing the
+// state's index would read a common state's every row for a window of
+// seconds.
+func (MySQL) ByState() string { return "{jobs} IGNORE INDEX FOR ORDER BY (PRIMARY)" }

@@ -45,16 +45,19 @@ SELECT '/fill', 'POST', ?, {now+?}, CAST(? AS INTEGER), 40, 'fill', {now}, `+fin
 	require.NoError(t, err)
 }
 
-// with100k runs a test of 100,000 rows on SQLite and PostgreSQL (not with
-// -short), each on a new database.
+// with100k runs a test of 100,000 rows on SQLite, PostgreSQL and MySQL
+// (not with -short), each on a new database.
 func with100k(t *testing.T, fn func(t *testing.T, s *store.Store, driver string)) {
 	if testing.Short() {
 		t.Skip("100k rows")
 	}
-	for _, d := range []string{"sqlite", "postgres"} {
+	for _, d := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(d, func(t *testing.T) {
-			if d == "postgres" {
+			switch d {
+			case "postgres":
 				storetest.RequirePostgres(t)
+			case "mysql":
+				storetest.RequireMySQL(t)
 			}
 			s, _ := storetest.Open(t, d)
 			fn(t, s, d)

@@ -124,6 +124,10 @@ func utcZone(tz string) bool {
 // finishes and retention deadlock each other. The statement is the same
 // on MySQL and MariaDB (the variable behind it is not: transaction_isolation
 // or tx_isolation).
+// SessionsReadCommitted says the pools Open returns are at READ COMMITTED
+// (sessionConnector), so the store sets no level per transaction.
+func (driver) SessionsReadCommitted() bool { return true }
+
 type sessionConnector struct {
 	sqldriver.Connector
 }

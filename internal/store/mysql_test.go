@@ -145,3 +145,31 @@ func TestMySQLNodeLockLostWithItsConnection(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, nodes[0].Live, "a node whose lock is gone is not live, whatever it promised")
 }
+
+// A claim on MySQL is one transaction of the statements it needs: the
+// pool's connections are at READ COMMITTED from the start, so no
+// transaction sets its level again (a sixth statement per claim).
+func TestMySQLClaimSetsNoIsolationLevel(t *testing.T) {
+	storetest.RequireMySQL(t)
+	s, _ := storetest.Open(t, "mysql")
+	ctx := context.Background()
+	_, err := s.JobInsertMany(ctx, []store.NewJob{{Endpoint: "/a", Method: "POST", MaxAttempts: 1}, {Endpoint: "/b", Method: "POST", MaxAttempts: 1}})
+	require.NoError(t, err)
+	s.DB().SetMaxOpenConns(1) // one session, whose counters the test reads
+	sets := func() int64 {
+		var name string
+		var n int64
+		require.NoError(t, s.DB().QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Com_set_option'").Scan(&name, &n))
+		return n
+	}
+	before := sets()
+	cs, err := s.JobsClaim(ctx, "inc-a", "node-a", 2, store.Lease(time.Minute))
+	require.NoError(t, err)
+	require.Len(t, cs, 2)
+	require.Equal(t, before, sets(), "SET statements sent by a claim")
+	var level string
+	if s.DB().QueryRowContext(ctx, "SELECT @@session.transaction_isolation").Scan(&level) != nil {
+		require.NoError(t, s.DB().QueryRowContext(ctx, "SELECT @@session.tx_isolation").Scan(&level))
+	}
+	require.Equal(t, "READ-COMMITTED", level)
+}

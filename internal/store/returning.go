@@ -42,9 +42,12 @@ func (s *Store) writesBack() bool {
 // level (an application's pool may be at InnoDB's default, REPEATABLE
 // READ, whose gap and next-key locks on the ranges a claim or a prune
 // reads are where concurrent claims, finishes and retention deadlock).
-// nil elsewhere: the database's default.
+// nil elsewhere: the database's default, and on a pool whose connections
+// are all at READ COMMITTED already (Open's on MySQL): there the option
+// would cost a statement per transaction (SET TRANSACTION ISOLATION
+// LEVEL, a sixth of a claim's).
 func (s *Store) txOptions() *sql.TxOptions {
-	if s.writesBack() {
+	if s.writesBack() && !s.readCommitted {
 		return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
 	return nil

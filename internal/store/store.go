@@ -38,7 +38,15 @@ type Store struct {
 	// windowRows, when set, replaces timeWindowRows (tests read both
 	// ways of a time window on a few rows).
 	windowRows int
+	// readCommitted: the pool is Open's, and its driver sets every
+	// connection to READ COMMITTED (sessionsReadCommitted), so the store's
+	// own transactions need not say so again.
+	readCommitted bool
 }
+
+// sessionsReadCommitted is a driver whose pools set each connection's
+// isolation level to READ COMMITTED when it connects (MySQL's).
+type sessionsReadCommitted interface{ SessionsReadCommitted() bool }
 
 // conn is what a statement is sent through: a *sql.DB or a *sql.Tx.
 type conn interface {
@@ -105,6 +113,9 @@ func Open(ctx context.Context, drv Driver, dsn string, opts ...Option) (*Store, 
 		}
 	}
 	s := newStore(db, d, drv)
+	if rc, ok := drv.(sessionsReadCommitted); ok {
+		s.readCommitted = rc.SessionsReadCommitted()
+	}
 	if _, ok := d.(SQLite); ok {
 		if s.file, err = openedFile(ctx, db); err != nil {
 			db.Close()

@@ -43,6 +43,9 @@ var poisonByDriver = map[string]poisonLiterals{
 	// run_at holds milliseconds; SQLite keeps whatever a column is given.
 	"sqlite":    {`'infinity'`, `-9223372036854775807`, `'poison-5' || char(13) || char(10) || 'X-Injected: 1'`},
 	"sqlserver": {`'9999-12-31T23:59:59.9999999'`, `'0001-01-01T00:00:00'`, `N'poison-5' + CHAR(13) + CHAR(10) + N'X-Injected: 1'`},
+	// DATETIME(6) is documented from year 1000, yet MariaDB and MySQL
+	// store year 1 in strict mode without a warning.
+	"mysql": {`'9999-12-31 23:59:59.999999'`, `'0001-01-01 00:00:00'`, `CONCAT('poison-5', CHAR(13, 10 USING utf8mb4), 'X-Injected: 1')`},
 }
 
 // poisonRows are the rows TestChaosPoisonRows writes on driver; each has
@@ -78,16 +81,21 @@ func poisonRows(driver string) []poisonRow {
 // row, and each poison row must end failed or dead with its reason in
 // last_error (or done, the one whose call can be made).
 //
-// SQLite and PostgreSQL run in the short mode; SQL Server (the T-SQL test
-// server, slow to warm up three nodes) with SLOTPOLLER_CHAOS_DURATION.
+// SQLite, PostgreSQL and MySQL (these two side by side) run in the short
+// mode; SQL Server (the T-SQL test server, slow to warm up three nodes)
+// with SLOTPOLLER_CHAOS_DURATION.
 // SLOTPOLLER_CHAOS_POISON=text writes only the rows whose description
 // holds text (e.g. "token"), to tell which row does what.
 func TestChaosPoisonRows(t *testing.T) {
-	for _, driver := range []string{"sqlite", "postgres", "sqlserver"} {
+	for _, driver := range []string{"sqlite", "postgres", "sqlserver", "mysql"} {
 		t.Run(driver, func(t *testing.T) {
 			switch driver {
 			case "postgres":
 				storetest.RequirePostgres(t)
+				t.Parallel()
+			case "mysql":
+				storetest.RequireMySQL(t)
+				t.Parallel()
 			case "sqlserver":
 				storetest.RequireSQLServer(t)
 				if chaosDuration(t) == 0 {

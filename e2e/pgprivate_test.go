@@ -127,6 +127,9 @@ func (p *privatePostgres) Restart() {
 	}
 }
 
+// Name names the server in a fault's description.
+func (p *privatePostgres) Name() string { return "PostgreSQL" }
+
 // SetClockOffset steps the server's clock to real time + offset, and
 // checks that the server's clock_timestamp() moved there: a step that did
 // not happen must not pass for one the farm rode out.

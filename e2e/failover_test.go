@@ -52,7 +52,9 @@ func (c *taskCalls) first(since time.Time, not string) (taskCall, bool) {
 // PostgreSQL the nodes hold session locks and a note tells a node of a task
 // given to it; on SQLite, where nodes are live by their turns' promise and
 // hear no notes, the slot owner that sees the lease end takes the task
-// itself; MySQL's nodes hold session locks (GET_LOCK) and hear no notes.
+// itself, and so on MySQL, whose nodes hold session locks (GET_LOCK) but
+// hear no notes: a task given to another node there was called at that
+// node's next turn, a second past the TTL.
 // (SQL Server works as SQLite does; its failover is measured by the chaos
 // suite, not bounded, on the slow T-SQL test server.)
 func TestTaskFailoverAtDefaultTiming(t *testing.T) {

@@ -20,16 +20,13 @@ import (
 // suite can restart it, or step its clock, without disturbing the tests
 // of other packages that share the machine's server.
 type privateMariaDB struct {
-	t    *testing.T
-	dir  string
-	port int
-	// clockFile, when set, holds the offset of the server's clock, read
-	// afresh by libfaketime on every clock reading (FAKETIME_NO_CACHE):
-	// writing it steps UTC_TIMESTAMP(6) on every connection at once.
-	clockFile string
-	env       []string // of the server process, besides the test's
-	cmd       *exec.Cmd
-	exited    chan struct{} // closed when cmd has been waited for
+	t      *testing.T
+	dir    string
+	port   int
+	clock  *fakeClock // when set, the server's clock the test steps
+	env    []string   // of the server process, besides the test's
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has been waited for
 }
 
 // mariadbServer and mariadbInstall are where Debian's mariadb-server
@@ -49,9 +46,6 @@ func startPrivateMariaDB(t *testing.T) *privateMariaDB {
 // the test steps (SetClockOffset), or skips the test saying why it cannot.
 // CI installs libfaketime (.ci/run), so the test runs there.
 func startPrivateMariaDBWithFakeClock(t *testing.T) *privateMariaDB {
-	if _, err := os.Stat(libfaketime); err != nil {
-		t.Skipf("no libfaketime (%s: %v): skipping the test that steps the database clock; apt-get install faketime libfaketime", libfaketime, err)
-	}
 	return startPrivateMariaDBWith(t, true)
 }
 
@@ -69,14 +63,8 @@ func startPrivateMariaDBWith(t *testing.T, fakeClock bool) *privateMariaDB {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	m := &privateMariaDB{t: t, dir: dir}
 	if fakeClock {
-		m.clockFile = filepath.Join(dir, "clock-offset")
-		if err := os.WriteFile(m.clockFile, []byte("+0\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		// Only wall-clock readings are offset: the server's timeouts and
-		// sleeps run on its monotonic clock, as a real clock step leaves it.
-		m.env = []string{"LD_PRELOAD=" + libfaketime, "FAKETIME_TIMESTAMP_FILE=" + m.clockFile,
-			"FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1"}
+		m.clock = newFakeClock(t, dir)
+		m.env = m.clock.env()
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -194,26 +182,13 @@ func (m *privateMariaDB) Restart() {
 func (m *privateMariaDB) Name() string { return "MariaDB" }
 
 // SetClockOffset steps the server's clock to real time + offset, and
-// checks that UTC_TIMESTAMP(6) moved there: a step that did not happen
-// must not pass for one the farm rode out.
+// checks that UTC_TIMESTAMP(6) moved there.
 func (m *privateMariaDB) SetClockOffset(offset time.Duration) {
 	m.t.Helper()
-	if m.clockFile == "" {
-		m.t.Fatal("SetClockOffset: the private MariaDB was not started with a fake clock")
-	}
-	if err := os.WriteFile(m.clockFile, []byte(fmt.Sprintf("%+d\n", int64(offset/time.Second))), 0o644); err != nil {
-		m.t.Fatal(err)
-	}
 	db := m.open("")
 	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var now time.Time
-	t0 := time.Now()
-	if err := db.QueryRowContext(ctx, "SELECT UTC_TIMESTAMP(6)").Scan(&now); err != nil {
-		m.t.Fatalf("read the stepped clock: %v", err)
-	}
-	if got := now.Sub(t0); got < offset-5*time.Second || got > offset+5*time.Second {
-		m.t.Fatalf("the database clock did not step: it reads real time %+v, want %+v", got.Round(time.Millisecond), offset)
-	}
+	m.clock.step(m.t, offset, func(ctx context.Context) (now time.Time, err error) {
+		err = db.QueryRowContext(ctx, "SELECT UTC_TIMESTAMP(6)").Scan(&now)
+		return now, err
+	})
 }

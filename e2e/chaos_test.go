@@ -5,12 +5,12 @@ package e2e
 // The chaos suite: real node processes, a recording endpoint, and faults —
 // kill -9, SIGSTOP past the TTL, graceful restarts, skewed local clocks, a
 // node joining and leaving while task calls outlast a heartbeat, its wall
-// clock stepped by an hour each way, and on PostgreSQL and SQL Server a
-// database that stalls (a relay that stops forwarding without closing)
-// under running calls and goes away (PostgreSQL: a server restart; SQL
-// Server: every node's relay cut, as the server is shared with the other
-// packages' tests) — while endless tasks run and one-off jobs are
-// enqueued. It judges the farm only by what the endpoint saw: each call's
+// clock stepped by an hour each way, and on PostgreSQL, SQL Server and
+// MySQL a database that stalls (a relay that stops forwarding without
+// closing) under running calls and goes away (PostgreSQL and MariaDB: a
+// private server restarted; SQL Server: every node's relay cut, as the
+// server is shared with the other packages' tests) — while endless tasks
+// run and one-off jobs are enqueued. It judges the farm only by what the endpoint saw: each call's
 // interval, from its arrival to its answer or to the caller going away;
 // the endpoint honours its X-Slotpoller-Deadline header (it stops there,
 // done or not, and answers 503). Scenarios of their own reuse the farm:
@@ -43,7 +43,6 @@ import (
 	"github.com/slotpoller/slotpoller/config"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
-	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/schema"
@@ -288,31 +287,57 @@ func (f *chaosFarm) start(name string) {
 
 func TestChaos(t *testing.T) {
 	duration := chaosDuration(t)
+	var mu sync.Mutex
 	var reports []string
+	report := func(r string) {
+		mu.Lock()
+		defer mu.Unlock()
+		reports = append(reports, r)
+	}
+	// Cleanups run when every subtest has ended, the parallel ones too.
+	t.Cleanup(func() { appendChaosReport(t, strings.Join(reports, "\n")) })
 	t.Run("sqlite", func(t *testing.T) {
 		s, db := storetest.OpenDB(t, "sqlite")
-		reports = append(reports, runChaos(t, s, db, nil, fastChaos, duration))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		storetest.RequirePostgres(t)
-		pg := startPrivatePostgres(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		s, err := open.Store(ctx, "postgres", pg.DSN())
-		require.NoError(t, err)
-		defer s.Close()
-		_, err = schema.Migrate(ctx, s)
-		require.NoError(t, err)
-		reports = append(reports, runChaos(t, s, storetest.DB{Driver: "postgres", DSN: pg.DSN()}, pg, fastChaos, duration))
+		report(runChaos(t, s, db, nil, fastChaos, duration))
 	})
 	// The T-SQL test server is shared with the other packages' tests: the
 	// suite runs in a schema of its own and never restarts the server.
 	t.Run("sqlserver", func(t *testing.T) {
 		storetest.RequireSQLServer(t)
 		s, db := storetest.OpenDB(t, "sqlserver")
-		reports = append(reports, runChaos(t, s, db, nil, sqlServerChaos, duration))
+		report(runChaos(t, s, db, nil, sqlServerChaos, duration))
 	})
-	appendChaosReport(t, strings.Join(reports, "\n"))
+	// The farms on private servers run side by side, after the others:
+	// each server is the farm's own, and the pair takes about one farm's
+	// time.
+	t.Run("postgres", func(t *testing.T) {
+		storetest.RequirePostgres(t)
+		t.Parallel()
+		pg := startPrivatePostgres(t)
+		db := storetest.DB{Driver: "postgres", DSN: pg.DSN()}
+		report(runChaos(t, openMigrated(t, db), db, pg, fastChaos, duration))
+	})
+	t.Run("mysql", func(t *testing.T) {
+		storetest.RequireMySQL(t)
+		t.Parallel()
+		my := startPrivateMariaDB(t)
+		db := storetest.DB{Driver: "mysql", DSN: my.DSN()}
+		report(runChaos(t, openMigrated(t, db), db, my, fastChaos, duration))
+	})
+}
+
+// openMigrated opens a store on a private server's database and migrates
+// it; the store is closed when the test ends.
+func openMigrated(t *testing.T, db storetest.DB) *store.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := db.Open(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	_, err = schema.Migrate(ctx, s)
+	require.NoError(t, err)
+	return s
 }
 
 // chaosDuration is SLOTPOLLER_CHAOS_DURATION: 0 for the short mode.
@@ -340,10 +365,16 @@ func appendChaosReport(t *testing.T, report string) {
 	require.NoError(t, f.Close())
 }
 
+// restartable is a private database server the suite may restart.
+type restartable interface {
+	Restart()
+	Name() string
+}
+
 // runChaos runs the farm on db, reached by the nodes each through a relay
-// of its own on a networked database; pg is set when the database is a
-// private PostgreSQL server the suite may restart.
-func runChaos(t *testing.T, s *store.Store, db storetest.DB, pg *privatePostgres, profile chaosProfile, duration time.Duration) string {
+// of its own on a networked database; server is set when the database is
+// a private server (PostgreSQL, MariaDB) the suite may restart.
+func runChaos(t *testing.T, s *store.Store, db storetest.DB, server restartable, profile chaosProfile, duration time.Duration) string {
 	ctx := context.Background()
 	rec := &chaosRecorder{slowCall: profile.slowCall, longCall: profile.longCall}
 	srv := httptest.NewServer(http.HandlerFunc(rec.handler))
@@ -356,7 +387,7 @@ func runChaos(t *testing.T, s *store.Store, db storetest.DB, pg *privatePostgres
 	for i, name := range names {
 		nodeDSN := db.DSN
 		if db.Driver != "sqlite" {
-			f.proxies[name], nodeDSN = viaProxy(t, db.DSN)
+			f.proxies[name], nodeDSN = viaProxy(t, db.Driver, db.DSN)
 		}
 		extra := append(db.ExtraEnv(), "SLOTPOLLER_CLOCK_SKEW="+skews[i],
 			"SLOTPOLLER_ROTATION_SLOT="+profile.slot.String(), "SLOTPOLLER_CHECKIN_HEARTBEAT="+profile.heartbeat.String(),
@@ -420,7 +451,7 @@ func runChaos(t *testing.T, s *store.Store, db storetest.DB, pg *privatePostgres
 
 	deadline := time.Now().Add(duration)
 	for cycle := 0; cycle == 0 || time.Now().Before(deadline); cycle++ {
-		f.cycle(cycle, pg)
+		f.cycle(cycle, server)
 	}
 	ids := append(<-enqueued, f.ids...)
 
@@ -474,7 +505,7 @@ func (f *chaosFarm) awaitTasksAfterLastFault() {
 
 // cycle injects one round of faults, each on a different node: the one
 // holding the most tasks at that moment.
-func (f *chaosFarm) cycle(i int, pg *privatePostgres) {
+func (f *chaosFarm) cycle(i int, server restartable) {
 	t := f.t
 	hit := map[string]bool{}
 	victim := func(int) string { v := f.busiest(hit); hit[v] = true; return v }
@@ -520,12 +551,12 @@ func (f *chaosFarm) cycle(i int, pg *privatePostgres) {
 	f.joinAndStep()
 
 	switch {
-	case pg != nil:
+	case server != nil:
 		time.Sleep(2 * time.Second)
 		at := time.Now()
-		pg.Restart()
+		server.Restart()
 		// Measured from the moment the server is back.
-		f.faults = append(f.faults, fault{"PostgreSQL restart", "", at, time.Since(at) + crashBound})
+		f.faults = append(f.faults, fault{server.Name() + " restart", "", at, time.Since(at) + crashBound})
 	case p.cut > 0:
 		// The database goes away from every node at once: connections
 		// closed, new ones refused, for longer than the TTL.

@@ -13,10 +13,8 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/internal/store"
-	"github.com/slotpoller/slotpoller/internal/store/open"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
-	"github.com/slotpoller/slotpoller/schema"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,8 +26,9 @@ type clockStep struct {
 }
 
 // TestChaosDatabaseClockSteps steps the clock of the database an hour
-// forward, back, and an hour back (a private PostgreSQL under libfaketime:
-// clock_timestamp() moves, every node's own clock does not), while 3 nodes
+// forward, back, and an hour back (a private PostgreSQL or MariaDB under
+// libfaketime: clock_timestamp() or UTC_TIMESTAMP(6) moves, every node's
+// own clock does not), while 3 nodes
 // run job calls longer than the lease, endless tasks, and a recurring
 // schedule whose next occurrences wait ready, and one-off jobs trickle in.
 // No node died and no endpoint failed, so a step must not turn into a
@@ -40,17 +39,32 @@ type clockStep struct {
 //
 // SLOTPOLLER_CHAOS_DURATION repeats the steps (back to the real time, an
 // hour forward, back, an hour back) until it has passed.
+//
+// The two servers' farms run side by side: each server is the farm's own.
 func TestChaosDatabaseClockSteps(t *testing.T) {
-	storetest.RequirePostgres(t) // the suite's switch for the PostgreSQL tests
-	pg := startPrivatePostgresWithFakeClock(t)
+	t.Run("postgres", func(t *testing.T) {
+		storetest.RequirePostgres(t) // the suite's switch for the PostgreSQL tests
+		t.Parallel()
+		pg := startPrivatePostgresWithFakeClock(t)
+		databaseClockSteps(t, storetest.DB{Driver: "postgres", DSN: pg.DSN()}, pg)
+	})
+	t.Run("mysql", func(t *testing.T) {
+		storetest.RequireMySQL(t) // the suite's switch for the MySQL tests
+		t.Parallel()
+		my := startPrivateMariaDBWithFakeClock(t)
+		databaseClockSteps(t, storetest.DB{Driver: "mysql", DSN: my.DSN()}, my)
+	})
+}
+
+// steppable is a private database server whose clock the test steps.
+type steppable interface {
+	SetClockOffset(offset time.Duration)
+}
+
+func databaseClockSteps(t *testing.T, db storetest.DB, server steppable) {
 	began := time.Now()
 	ctx := context.Background()
-	s, err := open.Store(ctx, "postgres", pg.DSN())
-	require.NoError(t, err)
-	defer s.Close()
-	_, err = schema.Migrate(ctx, s)
-	require.NoError(t, err)
-	db := storetest.DB{Driver: "postgres", DSN: pg.DSN()}
+	s := openMigrated(t, db)
 
 	const (
 		lease    = 3 * time.Second
@@ -120,7 +134,7 @@ func TestChaosDatabaseClockSteps(t *testing.T) {
 		// written (two 250 ms slots ahead) and waits ready for its fire
 		// time, the whole second.
 		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 750*time.Millisecond)))
-		pg.SetClockOffset(offsets[i])
+		server.SetClockOffset(offsets[i])
 		steps = append(steps, clockStep{offsets[i], time.Now(), n})
 		time.Sleep(settle)
 	}
@@ -214,9 +228,9 @@ func TestChaosDatabaseClockSteps(t *testing.T) {
 		stepList = append(stepList, fmt.Sprintf("%+v (%d long calls in flight)", st.offset, st.inFlight))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "### database clock steps (postgres under libfaketime)\n\n3 nodes, job lease %v, %d long jobs of %v calls per step, %d tasks (%d with %v calls, one ending each call at its deadline), "+
+	fmt.Fprintf(&b, "### database clock steps (%s under libfaketime)\n\n3 nodes, job lease %v, %d long jobs of %v calls per step, %d tasks (%d with %v calls, one ending each call at its deadline), "+
 		"a schedule every 1s (tolerance 5s, misfire skip), a job enqueued every 100 ms; the database clock set to real time %s, %v apart; "+
-		"%d jobs in all. %v in all.\n\n", lease, longJobs, longCall, chaosTasks/2+chaosSlowTasks+1, chaosSlowTasks+1, fastChaos.slowCall,
+		"%d jobs in all. %v in all.\n\n", db.Driver, lease, longJobs, longCall, chaosTasks/2+chaosSlowTasks+1, chaosSlowTasks+1, fastChaos.slowCall,
 		strings.Join(stepList, ", then "), settle, len(ids), time.Since(began).Round(time.Second))
 	fmt.Fprintf(&b, "| overlapping job calls | longest | overlapping task calls | longest | attempts burned by a step | rows reclaimed or missed (node logs) | occurrences missed | schedule's missed count | calls past their deadline | jobs left waiting (long ones) | schedule calls in the %v after the last step |\n", settle)
 	fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n| %d | %v | %d | %v | %d | %d | %d | %d | %d | %d (%d) | %d |\n",

@@ -130,17 +130,30 @@ type frozen struct {
 
 // TestChaosFrozenNodeLongCalls freezes (SIGSTOP) the node running the most
 // job calls that are longer than the lease, for longer than the lease
-// (3 nodes on PostgreSQL, jobs.lease 3s, jobs.timeout 60s or a job's own
+// (3 nodes on PostgreSQL and on MySQL, jobs.lease 3s, jobs.timeout 60s or a job's own
 // 45 s, 12 s calls, a 9 s freeze), then thaws it (SIGCONT). The endpoint
 // honours its deadline header. No job may be called again while the
 // endpoint still works on an earlier call of it, and every job ends done.
 // A lease that ends before the deadline the endpoint was given breaks it:
 // another node re-runs the job while the first call goes on.
 //
-// SLOTPOLLER_CHAOS_DURATION repeats the freeze until it has passed.
+// SLOTPOLLER_CHAOS_DURATION repeats the freeze until it has passed. The
+// two databases' farms run side by side, each in a database of its own.
 func TestChaosFrozenNodeLongCalls(t *testing.T) {
-	storetest.RequirePostgres(t)
-	s, db := storetest.OpenDB(t, "postgres")
+	t.Run("postgres", func(t *testing.T) {
+		storetest.RequirePostgres(t)
+		t.Parallel()
+		frozenNodeLongCalls(t, "postgres")
+	})
+	t.Run("mysql", func(t *testing.T) {
+		storetest.RequireMySQL(t)
+		t.Parallel()
+		frozenNodeLongCalls(t, "mysql")
+	})
+}
+
+func frozenNodeLongCalls(t *testing.T, driver string) {
+	s, db := storetest.OpenDB(t, driver)
 	const (
 		lease      = 3 * time.Second
 		jobTimeout = 45 * time.Second // half the jobs; the rest take jobs.timeout (60 s)
@@ -229,9 +242,9 @@ func TestChaosFrozenNodeLongCalls(t *testing.T) {
 		rows = append(rows, fmt.Sprintf("%s (%d calls)", fr.node, fr.held))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "### frozen node, long job calls (postgres)\n\n3 nodes, job lease %v, jobs.timeout 60s (half the jobs %v), %d jobs of %v calls, "+
+	fmt.Fprintf(&b, "### frozen node, long job calls (%s)\n\n3 nodes, job lease %v, jobs.timeout 60s (half the jobs %v), %d jobs of %v calls, "+
 		"the busiest node frozen %v: %s; %d slow tasks (%v calls) and one whose calls end at their deadline; the endpoint stops at its deadline header and works on when its caller goes away. %v in all.\n\n",
-		lease, jobTimeout, len(ids), call, freeze, strings.Join(rows, ", "), chaosSlowTasks, fastChaos.slowCall, time.Since(began).Round(time.Second))
+		driver, lease, jobTimeout, len(ids), call, freeze, strings.Join(rows, ", "), chaosSlowTasks, fastChaos.slowCall, time.Since(began).Round(time.Second))
 	fmt.Fprintf(&b, "| overlapping job calls | longest | overlapping task calls | longest | calls past their deadline | calls cut at their deadline | jobs called again | jobs not done |\n")
 	fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|---:|---:|\n| %d | %v | %d | %v | %d | %d | %d | %d |\n",
 		o.jobs, o.worstJob.Round(time.Millisecond), o.tasks, o.worstTask.Round(time.Millisecond), o.pastDeadline, o.cutOff, reruns, notDone)

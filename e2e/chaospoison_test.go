@@ -36,13 +36,22 @@ type poisonRow struct {
 type poisonLiterals struct {
 	latest, earliest string // the run times furthest ahead and behind the column holds
 	crlfKey          string // an idempotency key with CR/LF and a header after them
+	// zeroDate is a run time the column holds that is no date ("" where
+	// none): MySQL's zero date, which MariaDB's default SQL mode (without
+	// NO_ZERO_DATE, which MySQL 8's has) stores and Go's driver reads as
+	// time.Time{}.
+	zeroDate string
 }
 
 var poisonByDriver = map[string]poisonLiterals{
-	"postgres": {`'infinity'`, `'-infinity'`, `E'poison-5\r\nX-Injected: 1'`},
+	"postgres": {`'infinity'`, `'-infinity'`, `E'poison-5\r\nX-Injected: 1'`, ""},
 	// run_at holds milliseconds; SQLite keeps whatever a column is given.
-	"sqlite":    {`'infinity'`, `-9223372036854775807`, `'poison-5' || char(13) || char(10) || 'X-Injected: 1'`},
-	"sqlserver": {`'9999-12-31T23:59:59.9999999'`, `'0001-01-01T00:00:00'`, `N'poison-5' + CHAR(13) + CHAR(10) + N'X-Injected: 1'`},
+	"sqlite":    {`'infinity'`, `-9223372036854775807`, `'poison-5' || char(13) || char(10) || 'X-Injected: 1'`, ""},
+	"sqlserver": {`'9999-12-31T23:59:59.9999999'`, `'0001-01-01T00:00:00'`, `N'poison-5' + CHAR(13) + CHAR(10) + N'X-Injected: 1'`, ""},
+	// DATETIME(6) is documented from year 1000, yet MariaDB and MySQL
+	// store year 1 in strict mode without a warning.
+	"mysql": {`'9999-12-31 23:59:59.999999'`, `'0001-01-01 00:00:00'`, `CONCAT('poison-5', CHAR(13, 10 USING utf8mb4), 'X-Injected: 1')`,
+		`'0000-00-00 00:00:00'`},
 }
 
 // poisonRows are the rows TestChaosPoisonRows writes on driver; each has
@@ -55,7 +64,7 @@ func poisonRows(driver string) []poisonRow {
 	ready := func(runAt, attempt, maxAttempts, key, token string) string {
 		return readyAt("'/jobs/poison'", runAt, attempt, maxAttempts, key, token)
 	}
-	return []poisonRow{
+	rows := []poisonRow{
 		{what: "run_at the latest time", values: ready(l.latest, "0", "3", "'poison-1'", "0"), neverDue: true},
 		{what: "run_at the earliest time", values: ready(l.earliest, "0", "3", "'poison-2'", "0"), runnable: true},
 		{what: "token at the largest BIGINT", values: ready("{now}", "0", "3", "'poison-3'", "9223372036854775807")},
@@ -67,6 +76,10 @@ func poisonRows(driver string) []poisonRow {
 			runnable: true},
 		{what: "endpoint on another host", values: readyAt("'http://elsewhere.invalid/jobs/poison'", "{now}", "0", "3", "'poison-7'", "0")},
 	}
+	if l.zeroDate != "" {
+		rows = append(rows, poisonRow{what: "run_at the zero date", values: ready(l.zeroDate, "0", "3", "'poison-8'", "0"), runnable: true})
+	}
+	return rows
 }
 
 // TestChaosPoisonRows writes job rows no node can run (a run time at the
@@ -78,16 +91,21 @@ func poisonRows(driver string) []poisonRow {
 // row, and each poison row must end failed or dead with its reason in
 // last_error (or done, the one whose call can be made).
 //
-// SQLite and PostgreSQL run in the short mode; SQL Server (the T-SQL test
-// server, slow to warm up three nodes) with SLOTPOLLER_CHAOS_DURATION.
+// SQLite, PostgreSQL and MySQL (these two side by side) run in the short
+// mode; SQL Server (the T-SQL test server, slow to warm up three nodes)
+// with SLOTPOLLER_CHAOS_DURATION.
 // SLOTPOLLER_CHAOS_POISON=text writes only the rows whose description
 // holds text (e.g. "token"), to tell which row does what.
 func TestChaosPoisonRows(t *testing.T) {
-	for _, driver := range []string{"sqlite", "postgres", "sqlserver"} {
+	for _, driver := range []string{"sqlite", "postgres", "sqlserver", "mysql"} {
 		t.Run(driver, func(t *testing.T) {
 			switch driver {
 			case "postgres":
 				storetest.RequirePostgres(t)
+				t.Parallel()
+			case "mysql":
+				storetest.RequireMySQL(t)
+				t.Parallel()
 			case "sqlserver":
 				storetest.RequireSQLServer(t)
 				if chaosDuration(t) == 0 {

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	mysqlconf "github.com/go-sql-driver/mysql"
+
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
@@ -192,10 +194,18 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 	}
 }
 
-// viaProxy puts a relay in front of the server of a URL-form DSN and returns
-// it with the DSN that reaches the server through it.
-func viaProxy(t *testing.T, dsn string) (*storetest.Proxy, string) {
+// viaProxy puts a relay in front of the server of a networked database's
+// DSN (a URL, or go-sql-driver's user@tcp(host:port)/db form for MySQL)
+// and returns it with the DSN that reaches the server through it.
+func viaProxy(t *testing.T, driver, dsn string) (*storetest.Proxy, string) {
 	t.Helper()
+	if driver == "mysql" {
+		cfg, err := mysqlconf.ParseDSN(dsn)
+		require.NoError(t, err)
+		p := storetest.NewProxy(t, cfg.Addr)
+		cfg.Addr = p.Addr
+		return p, cfg.FormatDSN()
+	}
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
 	p := storetest.NewProxy(t, u.Host)
@@ -330,13 +340,16 @@ func TestRunKeepsRetryingAnUnreachableDatabase(t *testing.T) {
 	n.stop(t)
 }
 
-// A database outage on a server reached over the network: PostgreSQL and
-// SQL Server (SQLite has no network to cut).
+// A database outage on a server reached over the network: PostgreSQL, SQL
+// Server and MySQL (SQLite has no network to cut).
 func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
-	for _, driver := range []string{"postgres", "sqlserver"} {
+	for _, driver := range []string{"postgres", "sqlserver", "mysql"} {
 		t.Run(driver, func(t *testing.T) {
-			if driver == "postgres" {
+			switch driver {
+			case "postgres":
 				storetest.RequirePostgres(t)
+			case "mysql":
+				storetest.RequireMySQL(t)
 			}
 			databaseGoesAwayAndComesBack(t, driver)
 		})
@@ -346,7 +359,7 @@ func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
 func databaseGoesAwayAndComesBack(t *testing.T, driver string) {
 	s, db := storetest.OpenDB(t, driver)
 	ctx := context.Background()
-	p, dsn := viaProxy(t, db.DSN)
+	p, dsn := viaProxy(t, driver, db.DSN)
 	rec := &recorder{}
 	srv := httptest.NewServer(http.HandlerFunc(rec.handler))
 	defer srv.Close()

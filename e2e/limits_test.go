@@ -59,6 +59,8 @@ func eachDatabaseParallel(t *testing.T, fn func(t *testing.T, driver string)) {
 				storetest.RequirePostgres(t)
 			case "sqlserver":
 				storetest.RequireSQLServer(t)
+			case "mysql":
+				storetest.RequireMySQL(t)
 			}
 			t.Parallel()
 			fn(t, d)

@@ -24,16 +24,9 @@ type privatePostgres struct {
 	dir    string
 	port   int
 	asRoot bool
-	// clockFile, when set, holds the offset of the server's clock: the
-	// server runs under libfaketime, which reads it afresh on every clock
-	// reading (FAKETIME_NO_CACHE), so writing it steps the clock of every
-	// backend at once.
-	clockFile string
-	env       []string // of every server tool, before its arguments (through env)
+	clock  *fakeClock // when set, the server's clock the test steps
+	env    []string   // of every server tool, before its arguments (through env)
 }
-
-// libfaketime is where Debian's libfaketime package puts the library.
-const libfaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 // startPrivatePostgres initialises and starts a throwaway cluster, or skips
 // the test saying why it cannot.
@@ -45,9 +38,6 @@ func startPrivatePostgres(t *testing.T) *privatePostgres {
 // the test steps (SetClockOffset), or skips the test saying why it cannot.
 // CI installs libfaketime (.ci/run), so the test runs there.
 func startPrivatePostgresWithFakeClock(t *testing.T) *privatePostgres {
-	if _, err := os.Stat(libfaketime); err != nil {
-		t.Skipf("no libfaketime (%s: %v): skipping the test that steps the database clock; apt-get install faketime libfaketime", libfaketime, err)
-	}
 	return startPrivatePostgresWith(t, true)
 }
 
@@ -65,14 +55,8 @@ func startPrivatePostgresWith(t *testing.T, fakeClock bool) *privatePostgres {
 	p.dir = dir
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	if fakeClock {
-		p.clockFile = filepath.Join(dir, "clock-offset")
-		if err := os.WriteFile(p.clockFile, []byte("+0\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		// Only wall-clock readings are offset: the server's timeouts and
-		// waits run on its monotonic clock, as a real clock step leaves it.
-		p.env = []string{"LD_PRELOAD=" + libfaketime, "FAKETIME_TIMESTAMP_FILE=" + p.clockFile,
-			"FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1"}
+		p.clock = newFakeClock(t, dir)
+		p.env = p.clock.env()
 	}
 	if p.asRoot {
 		// PostgreSQL refuses to run as root.
@@ -127,30 +111,20 @@ func (p *privatePostgres) Restart() {
 	}
 }
 
+// Name names the server in a fault's description.
+func (p *privatePostgres) Name() string { return "PostgreSQL" }
+
 // SetClockOffset steps the server's clock to real time + offset, and
-// checks that the server's clock_timestamp() moved there: a step that did
-// not happen must not pass for one the farm rode out.
+// checks that the server's clock_timestamp() moved there.
 func (p *privatePostgres) SetClockOffset(offset time.Duration) {
 	p.t.Helper()
-	if p.clockFile == "" {
-		p.t.Fatal("SetClockOffset: the private PostgreSQL was not started with a fake clock")
-	}
-	if err := os.WriteFile(p.clockFile, []byte(fmt.Sprintf("%+d\n", int64(offset/time.Second))), 0o644); err != nil {
-		p.t.Fatal(err)
-	}
 	db, err := sql.Open("pgx", p.DSN())
 	if err != nil {
 		p.t.Fatal(err)
 	}
 	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var now time.Time
-	t0 := time.Now()
-	if err := db.QueryRowContext(ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
-		p.t.Fatalf("read the stepped clock: %v", err)
-	}
-	if got := now.Sub(t0); got < offset-5*time.Second || got > offset+5*time.Second {
-		p.t.Fatalf("the database clock did not step: it reads real time %+v, want %+v", got.Round(time.Millisecond), offset)
-	}
+	p.clock.step(p.t, offset, func(ctx context.Context) (now time.Time, err error) {
+		err = db.QueryRowContext(ctx, "SELECT clock_timestamp()").Scan(&now)
+		return now, err
+	})
 }

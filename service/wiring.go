@@ -76,9 +76,10 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 		Lease: ttl - heartbeat/4, Heartbeat: heartbeat, Margin: heartbeat / 2,
 		Timeout: time.Duration(cfg.Jobs.Timeout), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
 		MinHold: 10 * heartbeat, Clock: n.clock, Logger: log,
-		// Nodes that write only in their turns and hear no notes (SQL
-		// Server, SQLite) would find a task given to them a rotation later.
-		TakeOverOrphans: !s.SessionLocks(),
+		// Nodes that hear no notes between their turns (SQL Server,
+		// SQLite, and MySQL, whose nodes hold session locks but get no
+		// notes) would find a task given to them a rotation later.
+		TakeOverOrphans: !s.HearsNotes(),
 	})
 	w.reg = checkin.New(s, checkin.Options{
 		Name: cfg.Node.Name, Capacity: cfg.Node.Capacity, Incarnation: incarnation,

@@ -24,7 +24,9 @@ import (
 // other on one PostgreSQL server, and prints one table per scenario with
 // both columns and the ratio. With -queues N it compares slotpoller with
 // itself instead: jobs spread over N queues without settings (the plain
-// claim) against the same N queues with limits (the managed claim).
+// claim) against the same N queues with limits (the managed claim). With
+// -mariadb it compares slotpoller on PostgreSQL with slotpoller on
+// MariaDB (driver mysql), each on a private server the bench starts.
 func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -35,6 +37,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	memProfile := fs.String("memprofile", "", "write a profile of the slotpoller side's allocations over the whole run (every scenario, nodes, endpoint and feeder's inserts: a wider window than the heap rows') to this file at the end")
 	rounds := fs.Int("rounds", 1, "run the two sides this many times, one after the other (River, or with -queues the queues without settings, first in odd rounds), and report each figure's median (a 2-core machine's figures move by 10% from one run to the next)")
 	queues := fs.Int("queues", 0, "instead of River, compare slotpoller's jobs spread round robin over this many queues without settings with the same queues each limited (a farm-wide and a node limit of twice their share of the calls)")
+	withMariaDB := fs.Bool("mariadb", false, "instead of River, compare slotpoller on PostgreSQL with slotpoller on a private MariaDB server (mariadbd and mariadb-install-db on this machine) with performance_schema on, which counts the statements")
 	var p benchkit.Params
 	p.Flags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -43,7 +46,10 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *rounds < 1 || *queues < 0 {
 		return fmt.Errorf("-rounds %d, -queues %d: must be at least 1 and 0", *rounds, *queues)
 	}
-	if _, err := os.Stat(filepath.Join(*riverDir, "go.mod")); err != nil && *queues == 0 {
+	if *withMariaDB && *queues > 0 {
+		return errors.New("-mariadb and -queues are two comparisons: pass one")
+	}
+	if _, err := os.Stat(filepath.Join(*riverDir, "go.mod")); err != nil && *queues == 0 && !*withMariaDB {
 		return fmt.Errorf("no River module at %s (run from the repository root or pass -river-dir): %w", *riverDir, err)
 	}
 	logger, err := nodeLogger(*logLevel, stderr)
@@ -63,6 +69,19 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	srv, err := benchkit.OpenServer(ctx, admin)
 	if err != nil {
 		return err
+	}
+	var maria *mariaServer
+	if *withMariaDB {
+		m, err := startPrivateMariaDB(ctx)
+		if err != nil {
+			return err
+		}
+		defer m.stop()
+		fmt.Fprintf(stderr, "bench: private MariaDB at 127.0.0.1:%d (socket %s)\n", m.port, m.socket())
+		if maria, err = openMariaServer(ctx, m); err != nil {
+			return err
+		}
+		defer maria.close()
 	}
 
 	// The machine may be shared: say how busy it was.
@@ -91,7 +110,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}()
 	}
 	var results []benchkit.Result
-	inProcess := func(side slotSide) func(round int) error {
+	inProcess := func(side slotSide, srv benchkit.DBServer) func(round int) error {
 		return func(round int) error {
 			emit := benchkit.JSONLines(stderr)
 			return benchkit.Run(ctx, srv, side, p, func(r benchkit.Result) {
@@ -106,16 +125,25 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// warm or cold cache) falls on each alike.
 	var base, other func(round int) error
 	baseName, otherName := "", side.name
-	if *queues > 0 {
+	switch {
+	case *withMariaDB:
+		onPG, onMaria := side, side
+		// "15.20 (Debian 15.20-0+deb12u1)": the number heads the column.
+		pgVersion, _, _ := strings.Cut(srv.Version, " ")
+		onPG.name = "PostgreSQL " + pgVersion
+		onMaria.name = "MariaDB " + maria.Version
+		base, other = inProcess(onPG, srv), inProcess(onMaria, maria)
+		baseName, otherName = onPG.name, onMaria.name
+	case *queues > 0:
 		plain := side
 		plain.queues = *queues
 		plain.name = fmt.Sprintf("%s, %d queues", side.name, *queues)
 		limited := plain
 		limited.limited = true
 		limited.name = fmt.Sprintf("%s, %d limited queues", side.name, *queues)
-		base, other = inProcess(plain), inProcess(limited)
+		base, other = inProcess(plain, srv), inProcess(limited, srv)
 		baseName, otherName = plain.name, limited.name
-	} else {
+	default:
 		// River in its own process and module.
 		base = func(round int) error {
 			var extra []string
@@ -137,7 +165,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			return nil
 		}
-		other = inProcess(side)
+		other = inProcess(side, srv)
 	}
 	for round := 1; round <= *rounds; round++ {
 		if *rounds > 1 {
@@ -161,7 +189,10 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	results = benchkit.Medians(results)
 
 	base1, other1, title := "River", "slotpoller", "River side by side"
-	if *queues > 0 {
+	switch {
+	case *withMariaDB:
+		base1, other1, title = "PostgreSQL", "MariaDB", "MariaDB beside PostgreSQL ("+side.name+")"
+	case *queues > 0:
 		base1, other1, title = "the queues without settings", "the limited queues", fmt.Sprintf("%d limited queues against the same without settings", *queues)
 	}
 	fmt.Fprintf(stdout, "## %s\n\n", title)
@@ -171,6 +202,11 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), load)
 	fmt.Fprintf(stdout, "- database: PostgreSQL %s (%s), one fresh database per farm, statements counted by pg_stat_statements\n",
 		srv.Version, map[bool]string{true: "private cluster, fsync off", false: "given by -dsn"}[*dsn == ""])
+	if maria != nil {
+		fmt.Fprintf(stdout, "- database: MariaDB %s (private server, log flushed once a second, no binary log, no doublewrite), one fresh database per farm, "+
+			"statements counted by performance_schema (statement events of the farm's login: text statements and executions of prepared ones; "+
+			"the prepares and closes of go-sql-driver/mysql's prepared statements in rows of their own)\n", maria.Version)
+	}
 	if *rounds > 1 {
 		fmt.Fprintf(stdout, "- rounds: %d, the sides one after the other, %s first in odd rounds and %s in even ones; each figure is the median of its %d values (least–greatest)\n",
 			*rounds, base1, other1, *rounds)

@@ -5,7 +5,12 @@
 //	go run ./bench compare
 //
 // runs the comparison with River (compare.go, bench/benchkit, the module in
-// bench/river); without the subcommand it runs scenarios A, B and C below
+// bench/river), and
+//
+//	go run ./bench compare -mariadb
+//
+// the same scenarios on a private PostgreSQL and a private MariaDB
+// (mariadb.go); without the subcommand it runs scenarios A, B and C below
 // (idle.go, burst.go, schedules.go).
 //
 //	go run ./bench -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'

@@ -53,7 +53,7 @@ func (s slotSide) Name() string  { return s.name }
 func (s slotSide) Slotted() bool { return true }
 
 func (s slotSide) Migrate(ctx context.Context, db *benchkit.Database) error {
-	st, err := open.Store(ctx, "postgres", db.FeederDSN)
+	st, err := open.Store(ctx, db.Driver, db.FeederDSN)
 	if err != nil {
 		return err
 	}
@@ -85,13 +85,14 @@ func (f *slotFarm) queue(i int) string {
 }
 
 func (s slotSide) Start(ctx context.Context, db *benchkit.Database, spec benchkit.Spec) (benchkit.Farm, error) {
-	feeder, err := open.Store(ctx, "postgres", db.FeederDSN)
+	feeder, err := open.Store(ctx, db.Driver, db.FeederDSN)
 	if err != nil {
 		return nil, err
 	}
 	var cfgs []config.Config
 	for _, name := range nodeNames(spec.Nodes) {
 		c := nodeConfig(options{slot: spec.Slot}, db.FarmDSN, name)
+		c.Database.Driver = db.Driver
 		c.Node.Capacity = spec.Concurrency
 		c.Jobs.BaseURL = spec.Endpoint
 		cfgs = append(cfgs, c)

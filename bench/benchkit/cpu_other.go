@@ -9,4 +9,9 @@ func ReadCPU(postmaster int) (CPU, error) {
 	return CPU{}, errors.New("CPU times are read on Linux only")
 }
 
+// ReadProcessCPU is Linux's only (getrusage and /proc).
+func ReadProcessCPU(int) (CPU, error) {
+	return CPU{}, errors.New("CPU times are read on Linux only")
+}
+
 func parentOf(int) int { return 0 }

@@ -1,6 +1,8 @@
 package benchkit
 
 import (
+	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -32,5 +34,18 @@ func TestReadCPUOfOneServer(t *testing.T) {
 	}
 	require.NotEmpty(t, all.Database)
 	_, err = ReadCPU(-1)
+	require.Error(t, err)
+}
+
+// A server of one process (MariaDB's) is read by its id, whatever its
+// name; a process that is gone is an error, not a zero.
+func TestReadProcessCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("CPU times are read on Linux only")
+	}
+	c, err := ReadProcessCPU(os.Getpid())
+	require.NoError(t, err)
+	require.Len(t, c.Database, 1)
+	_, err = ReadProcessCPU(-1)
 	require.Error(t, err)
 }

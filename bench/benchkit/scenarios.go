@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -170,7 +171,7 @@ const DefaultCalls = 16
 
 // Run runs the scenarios of p for one side, emitting a result as soon as it
 // is measured.
-func Run(ctx context.Context, srv *Server, side Side, p Params, emit func(Result), logf func(string, ...any)) error {
+func Run(ctx context.Context, srv DBServer, side Side, p Params, emit func(Result), logf func(string, ...any)) error {
 	pp, err := p.parse()
 	if err != nil {
 		return err
@@ -212,7 +213,7 @@ func Run(ctx context.Context, srv *Server, side Side, p Params, emit func(Result
 }
 
 type runner struct {
-	srv  *Server
+	srv  DBServer
 	side Side
 	p    Params
 	ep   *Endpoint
@@ -281,8 +282,9 @@ func (r *runner) idle(ctx context.Context, n int) error {
 		if err != nil {
 			return err
 		}
-		r.result(title, fmt.Sprintf("%d node(s)", n), float64(stmts)/time.Since(t0).Seconds(), Lower)
-		return nil
+		window := time.Since(t0).Seconds()
+		r.result(title, fmt.Sprintf("%d node(s)", n), float64(stmts)/window, Lower)
+		return r.otherCommands(ctx, db, title, func(name string) string { return fmt.Sprintf("%d node(s): %s/s", n, name) }, window)
 	})
 }
 
@@ -302,17 +304,20 @@ func (r *runner) burn(ctx context.Context, b Burn) error {
 		if err := release(ctx); err != nil {
 			return fmt.Errorf("release the jobs: %w", err)
 		}
-		cpu0, cpuErr := ReadCPU(r.srv.Postmaster)
+		cpu0, cpuErr := r.srv.CPU()
 		heap0 := ReadHeap()
 		calls, repeats, stmts, err := r.drain(ctx, db, f, b.Jobs, 5*time.Minute)
 		if err != nil {
 			return err
 		}
-		cpu1, err := ReadCPU(r.srv.Postmaster)
+		cpu1, err := r.srv.CPU()
 		heap1 := ReadHeap()
 		first, last := span(calls)
 		r.result(table, "jobs/s, first start to last finish", float64(b.Jobs)/last.Sub(first).Seconds(), Higher)
 		r.result(table, "statements per job", float64(stmts)/float64(b.Jobs), Lower)
+		if err := r.otherCommands(ctx, db, table, perJob, float64(b.Jobs)); err != nil {
+			return err
+		}
 		r.result(table, "connections opened to the endpoint", float64(r.ep.Connections()-conns0), Lower)
 		// From the release's commit (its inserts are the feeder's, not the
 		// farm's) until the database records every job done: the work of
@@ -321,7 +326,7 @@ func (r *runner) burn(ctx context.Context, b Burn) error {
 			perK := func(d time.Duration) float64 { return ms(d) * 1000 / float64(b.Jobs) }
 			side, database := cpu1.Since(cpu0)
 			r.result(table, "CPU ms per 1,000 jobs: the side's process (nodes, endpoint)", perK(side), Lower)
-			r.result(table, "CPU ms per 1,000 jobs: PostgreSQL", perK(database), Lower)
+			r.result(table, "CPU ms per 1,000 jobs: the database server", perK(database), Lower)
 		} else {
 			r.logf("%s: no CPU times: %v", r.side.Name(), errors.Join(cpuErr, err))
 		}
@@ -427,11 +432,34 @@ func (r *runner) steady(ctx context.Context) error {
 		r.result(table, "jobs/s offered (as the feeder managed)", float64(want)/fed.Seconds(), Higher)
 		r.result(table, "jobs/s done, first enqueue to last finish", float64(want)/last.Sub(t0).Seconds(), Higher)
 		r.result(table, "statements per job", float64(stmts)/float64(want), Lower)
+		if err := r.otherCommands(ctx, db, table, perJob, float64(want)); err != nil {
+			return err
+		}
 		r.result(table, "start delay p50 (ms)", ms(Percentile(delays, 0.50)), Lower)
 		r.result(table, "start delay p99 (ms)", ms(Percentile(delays, 0.99)), Lower)
 		return nil
 	})
 }
+
+// otherCommands reports, on a server that counts them (OtherCommands),
+// the farm's round trips other than statements since the last reset, each
+// divided by per, in the rows row names.
+func (r *runner) otherCommands(ctx context.Context, db *Database, table string, row func(name string) string, per float64) error {
+	oc, ok := r.srv.(OtherCommands)
+	if !ok {
+		return nil
+	}
+	counts, err := oc.FarmOtherCommands(ctx, db)
+	if err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		r.result(table, row(name), float64(counts[name])/per, Lower)
+	}
+	return nil
+}
+
+func perJob(name string) string { return name + " per job (not statements)" }
 
 // drain waits until n jobs have been called and the database records them
 // done, then reads the farm's statement count.

@@ -28,6 +28,32 @@ const (
 	FeederRole = "bench_feeder"
 )
 
+// DBServer is the database server the scenarios run on: it gives each
+// farm a fresh database and counts the statements the farm's login sends
+// there. Server is PostgreSQL's; the bench supplies others (MariaDB's).
+type DBServer interface {
+	// FreshDatabase creates an empty database.
+	FreshDatabase(ctx context.Context) (*Database, error)
+	// DropDatabase removes a database FreshDatabase made, cutting off
+	// anything still connected.
+	DropDatabase(ctx context.Context, name string) error
+	// ResetStatements starts a count.
+	ResetStatements(ctx context.Context) error
+	// FarmStatements is the number of statements the farm's login has
+	// executed in d since the last reset, the bench's own left out.
+	FarmStatements(ctx context.Context, d *Database) (int64, error)
+	// CPU reads this process's CPU time and the database server's.
+	CPU() (CPU, error)
+}
+
+// OtherCommands is what a DBServer that counts more than statements
+// implements: round trips the farm made since the last reset that are not
+// statements, by name (MariaDB's prepares and closes of server-side
+// prepared statements), reported beside the statements.
+type OtherCommands interface {
+	FarmOtherCommands(ctx context.Context, d *Database) (map[string]int64, error)
+}
+
 // Server is a PostgreSQL server with pg_stat_statements loaded, reached
 // through an administrator's DSN.
 type Server struct {
@@ -74,7 +100,10 @@ func OpenServer(ctx context.Context, adminDSN string) (*Server, error) {
 
 // Database is a fresh database for one farm run.
 type Database struct {
-	srv       *Server
+	Server DBServer
+	// Driver is slotpoller's database.driver for the DSNs: "postgres" or
+	// "mysql".
+	Driver    string
 	Name      string
 	FarmDSN   string
 	FeederDSN string
@@ -84,7 +113,7 @@ type Database struct {
 func (s *Server) FreshDatabase(ctx context.Context) (*Database, error) {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	d := &Database{srv: s, Name: "bench_" + hex.EncodeToString(b)}
+	d := &Database{Server: s, Driver: "postgres", Name: "bench_" + hex.EncodeToString(b)}
 	if err := s.exec(ctx, "CREATE DATABASE "+d.Name); err != nil {
 		return nil, fmt.Errorf("create database: %w", err)
 	}
@@ -97,9 +126,17 @@ func (s *Server) FreshDatabase(ctx context.Context) (*Database, error) {
 }
 
 // Drop removes the database, cutting off anything still connected.
-func (d *Database) Drop(ctx context.Context) error {
-	return d.srv.exec(ctx, "DROP DATABASE IF EXISTS "+d.Name+" WITH (FORCE)")
+func (d *Database) Drop(ctx context.Context) error { return d.Server.DropDatabase(ctx, d.Name) }
+
+// DropDatabase removes database name, cutting off anything still
+// connected.
+func (s *Server) DropDatabase(ctx context.Context, name string) error {
+	return s.exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 }
+
+// CPU reads this process's CPU time and that of the server's processes
+// (ReadCPU).
+func (s *Server) CPU() (CPU, error) { return ReadCPU(s.Postmaster) }
 
 // ResetStatements starts a count (pg_stat_statements_reset()).
 func (s *Server) ResetStatements(ctx context.Context) error {

@@ -38,7 +38,7 @@ type TaskOptions struct {
 	// never asked to move.
 	MinHold time.Duration
 	// TakeOverOrphans: the farm cannot wake a node between its turns (no
-	// notes: SQL Server), so the balancer gives a dead owner's task to its
+	// notes: SQL Server, MySQL, SQLite), so the balancer gives a dead owner's task to its
 	// own node, which calls it at once, rather than to one that would find
 	// it only at its next turn.
 	TakeOverOrphans bool

@@ -173,3 +173,45 @@ func TestMySQLClaimSetsNoIsolationLevel(t *testing.T) {
 	}
 	require.Equal(t, "READ-COMMITTED", level)
 }
+
+// The database clock on MySQL is UTC_TIMESTAMP(6): a connection in another
+// time zone (an application's, whose enqueue runs in its own transaction)
+// reads the same now and writes the same due time as the node's.
+func TestMySQLTimeIgnoresTheSessionTimeZone(t *testing.T) {
+	storetest.RequireMySQL(t)
+	s, _ := storetest.Open(t, "mysql")
+	ctx := context.Background()
+	c, err := s.DB().Conn(ctx)
+	require.NoError(t, err)
+	defer func() {
+		_, _ = c.ExecContext(ctx, "SET time_zone = '+00:00'") // back to the pool as it came
+		c.Close()
+	}()
+	for _, zone := range []string{"+09:00", "-07:00"} {
+		_, err = c.ExecContext(ctx, "SET time_zone = '"+zone+"'")
+		require.NoError(t, err)
+		tx, err := c.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		app := s.WithTx(tx)
+		appNow, err := app.Now(ctx)
+		require.NoError(t, err)
+		nodeNow, err := s.Now(ctx)
+		require.NoError(t, err)
+		require.WithinDuration(t, nodeNow, appNow, 2*time.Second, "now in %s", zone)
+		now, err := app.JobInsert(ctx, store.NewJob{Endpoint: "/now", Method: "POST", MaxAttempts: 1})
+		require.NoError(t, err)
+		later, err := app.JobInsert(ctx, store.NewJob{Endpoint: "/later", Method: "POST", MaxAttempts: 1, Delay: time.Hour})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit())
+
+		cs, err := s.JobsClaim(ctx, "inc-a", "node-a", 10, store.Lease(time.Minute))
+		require.NoError(t, err)
+		require.Len(t, cs, 1, "in %s: the job due now is due, the one due in an hour is not", zone)
+		require.Equal(t, now, cs[0].ID)
+		j, err := s.JobGet(ctx, later)
+		require.NoError(t, err)
+		require.WithinDuration(t, nodeNow.Add(time.Hour), j.RunAt, 5*time.Second, "run time written in %s", zone)
+		_, err = s.DB().ExecContext(ctx, "DELETE FROM slotpoller_jobs")
+		require.NoError(t, err)
+	}
+}

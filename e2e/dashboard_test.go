@@ -46,10 +46,13 @@ const screenshotsEnv = "SLOTPOLLER_E2E_SCREENSHOTS"
 // admin.token signs the browser in with its form and takes its writes
 // with the CSRF header.
 func TestDashboardInABrowser(t *testing.T) {
-	for _, driver := range []string{"sqlite", "postgres"} {
+	for _, driver := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(driver, func(t *testing.T) {
-			if driver == "postgres" {
+			switch driver {
+			case "postgres":
 				storetest.RequirePostgres(t)
+			case "mysql":
+				storetest.RequireMySQL(t)
 			}
 			dashboardInABrowser(t, driver)
 		})

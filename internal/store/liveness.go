@@ -146,7 +146,9 @@ func (l *NodeLock) listen(ctx context.Context, listener NotesListener, ready cha
 }
 
 // notesChannel names the farm's notification channel: one per schema, so
-// that farms sharing a database do not wake each other.
+// that farms sharing a database do not wake each other. The jobs table's
+// trigger (NoteDue) names it by the table's schema, which is the nodes'
+// current_schema(): the first schema of their search_path holds the tables.
 const notesChannel = `'slotpoller:' || current_schema()`
 
 // notifier is a dialect whose nodes hear the farm's notes between their

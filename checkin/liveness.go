@@ -3,6 +3,8 @@ package checkin
 import (
 	"context"
 	"errors"
+
+	"github.com/slotpoller/slotpoller/internal/store"
 )
 
 // Run keeps the node live until ctx ends. Heartbeating, it writes the row
@@ -11,7 +13,8 @@ import (
 // and a reading) only when a turn is overdue (the last write's promise is
 // within a TTL of its end), when the lock's session ended, or when another
 // node notes a backlog (at most once a slot): the backlog widens the
-// rotation, and every node must learn of it sooner than its own turn.
+// rotation, and every node must learn of it sooner than its own turn. A
+// note of a job enqueued due now goes to Options.Due, costing nothing here.
 // Database errors are logged and retried at the next beat: a node that
 // cannot reach its database simply stops being live for the others. It
 // returns ErrReplaced if another process took the node's row.
@@ -44,7 +47,10 @@ func (reg *Registry) Run(ctx context.Context) error {
 		case note := <-notes:
 			t.Stop()
 			if note != NoteBacklog {
-				if note == noteTaskGiven+reg.incarnation && reg.opts.TaskGiven != nil {
+				switch {
+				case note == store.NoteDue && reg.opts.Due != nil:
+					reg.opts.Due()
+				case note == noteTaskGiven+reg.incarnation && reg.opts.TaskGiven != nil:
 					reg.opts.TaskGiven()
 				}
 				continue

@@ -1,0 +1,161 @@
+package jobs_test
+
+import (
+	"context"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/clock"
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/stretchr/testify/require"
+)
+
+// pushRunner is a runner of capacity that acts on due notes while owner
+// says it owns the slot, counting the backlog signals it sends.
+func pushRunner(t *testing.T, s *store.Store, base *url.URL, c clock.Clock, capacity int, owner *atomic.Bool, signals *atomic.Int64) *jobs.Runner {
+	r := jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: capacity,
+		Lease: 3 * time.Second, Timeout: 5 * time.Second, Clock: c, Rand: func() float64 { return 0 },
+		BacklogSpread: time.Second,
+		SlotOwner:     owner.Load,
+		PushBacklog:   func(context.Context) error { signals.Add(1); return nil },
+	})
+	t.Cleanup(func() { r.Drain(time.Second) })
+	return r
+}
+
+func TestADueNoteIsOneClaimPerCooldownHoweverManyNotesCome(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	_, base := newGate(t)
+	c := clock.NewFake(t0)
+	var owner atomic.Bool
+	owner.Store(true)
+	var signals atomic.Int64
+	r := pushRunner(t, s, base, c, 8, &owner, &signals)
+	for range 3 {
+		enqueue(t, s, "/gate", 1)
+	}
+	// A burst of notes before Refill looks: one wake-up, one claim.
+	for range 5 {
+		r.Due()
+	}
+	before := s.Statements()
+	refilling(t, r)
+	claimedReaches(t, r, 3)
+	perClaim := s.Statements() - before
+	require.Positive(t, perClaim)
+
+	// More notes within the cooldown of that claim: nothing until it has
+	// passed, then one claim for them all.
+	for range 2 {
+		enqueue(t, s, "/gate", 1)
+	}
+	before = s.Statements()
+	for range 5 {
+		r.Due()
+	}
+	require.Never(t, func() bool { return r.Stats().Claimed > 3 }, 100*time.Millisecond, 5*time.Millisecond,
+		"claimed within the cooldown")
+	c.Advance(jobs.DefaultRefillCooldown)
+	claimedReaches(t, r, 5)
+	require.Never(t, func() bool { return s.Statements()-before > perClaim }, 100*time.Millisecond, 5*time.Millisecond,
+		"one claim for five notes")
+	require.Zero(t, signals.Load(), "room enough: no backlog")
+}
+
+func TestADueNoteHeardDuringAClaimMakesExactlyOneMoreClaim(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	ctx := context.Background()
+	_, base := newGate(t)
+	c := clock.NewFake(t0)
+	var owner atomic.Bool
+	owner.Store(true)
+	var signals atomic.Int64
+	r := pushRunner(t, s, base, c, 8, &owner, &signals)
+	enqueue(t, s, "/gate", 1)
+	refilling(t, r)
+	r.Due()
+	claimedReaches(t, r, 1)
+	c.Advance(jobs.DefaultRefillCooldown)
+
+	// Hold the store's one connection, so that the next claim waits, and
+	// let two notes come while it does, with a job each committed after
+	// the claim's statement was sent.
+	conn, err := s.DB().Conn(ctx)
+	require.NoError(t, err)
+	before := s.Statements()
+	r.Due()
+	require.Eventually(t, func() bool { return s.Statements() > before }, 10*time.Second, time.Millisecond, "the claim was sent")
+	perClaim := s.Statements() - before
+	r.Due()
+	r.Due()
+	require.NoError(t, conn.Close())
+	// The claim found no job: the notes' jobs come only now (as if their
+	// transactions committed while it ran).
+	require.Eventually(t, func() bool { return s.Statements() >= before+perClaim }, 10*time.Second, time.Millisecond)
+	for range 2 {
+		enqueue(t, s, "/gate", 1)
+	}
+	afterEnqueue := s.Statements()
+	c.Advance(jobs.DefaultRefillCooldown)
+	claimedReaches(t, r, 3)
+	require.Never(t, func() bool { return s.Statements()-afterEnqueue > perClaim }, 100*time.Millisecond, 5*time.Millisecond,
+		"exactly one more claim for the notes heard during the claim")
+}
+
+func TestADueNoteIsIgnoredByANodeThatDoesNotOwnTheSlot(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	_, base := newGate(t)
+	c := clock.NewFake(t0)
+	var owner atomic.Bool
+	var signals atomic.Int64
+	r := pushRunner(t, s, base, c, 8, &owner, &signals)
+	enqueue(t, s, "/gate", 1)
+	refilling(t, r)
+	before := s.Statements()
+	r.Due()
+	require.Never(t, func() bool { return s.Statements() != before }, 200*time.Millisecond, 5*time.Millisecond,
+		"a node that does not own the slot sends no statement for a note")
+	owner.Store(true)
+	r.Due()
+	claimedReaches(t, r, 1)
+}
+
+func TestADueNoteWithoutRoomClaimsWhenACallEndsAndSignalsTheBacklog(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	g, base := newGate(t)
+	c := clock.NewFake(t0)
+	var owner atomic.Bool
+	owner.Store(true)
+	var signals atomic.Int64
+	r := pushRunner(t, s, base, c, 2, &owner, &signals)
+	refilling(t, r)
+	enqueue(t, s, "/gate", 1)
+	r.Due()
+	claimedReaches(t, r, 1)
+	c.Advance(jobs.DefaultRefillCooldown)
+	require.Zero(t, signals.Load(), "room left after the claim")
+
+	// A claim that fills the node may have left work: it tells the farm.
+	enqueue(t, s, "/gate", 1)
+	enqueue(t, s, "/gate", 1)
+	r.Due()
+	claimedReaches(t, r, 2)
+	require.Eventually(t, func() bool { return signals.Load() == 1 }, 10*time.Second, time.Millisecond)
+
+	// Full: a note claims nothing, and a second signal within the spread
+	// is not sent.
+	r.Due()
+	require.Never(t, func() bool { return r.Stats().Claimed > 2 }, 100*time.Millisecond, 5*time.Millisecond,
+		"claimed without room")
+	require.Equal(t, int64(1), signals.Load())
+
+	// A call ends: the pending note claims the waiting job.
+	c.Advance(jobs.DefaultRefillCooldown)
+	g.release(1)
+	claimedReaches(t, r, 3)
+	require.Equal(t, 1, countState(t, s, store.StateDone))
+}

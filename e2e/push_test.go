@@ -8,9 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,25 +16,6 @@ import (
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/stretchr/testify/require"
 )
-
-// arrivals records when each job's first call reached the endpoint.
-type arrivals struct {
-	mu    sync.Mutex
-	first map[int64]time.Time
-	calls map[int64]int
-}
-
-func (a *arrivals) handler(w http.ResponseWriter, req *http.Request) {
-	at := time.Now()
-	id, _ := strconv.ParseInt(req.Header.Get("X-Slotpoller-Job"), 10, 64)
-	a.mu.Lock()
-	if _, ok := a.first[id]; !ok {
-		a.first[id] = at
-	}
-	a.calls[id]++
-	a.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
-}
 
 // claimsLogged counts the claims the nodes made between their turns (the
 // refill's debug line), each one an answer to a due note in a trickle.
@@ -57,7 +36,7 @@ func claimsLogged(nodes []*node) int {
 func TestAnEnqueueStartsAtCommitOnPostgres(t *testing.T) {
 	s, db := storetest.OpenDB(t, "postgres")
 	ctx := context.Background()
-	rec := &arrivals{first: map[int64]time.Time{}, calls: map[int64]int{}}
+	rec := &pathRecorder{first: map[string]time.Time{}, calls: map[string]int{}}
 	srv := httptest.NewServer(http.HandlerFunc(rec.handler))
 	defer srv.Close()
 
@@ -69,12 +48,14 @@ func TestAnEnqueueStartsAtCommitOnPostgres(t *testing.T) {
 	}
 	waitSettled(t, s, 3)
 
+	// Each job has a path of its own, by which the endpoint tells them apart.
+	path := func(i int) string { return fmt.Sprintf("/push/%d", i) }
 	enqueue := func(i int, commit bool) (int64, time.Time) {
 		tx, err := s.DB().BeginTx(ctx, nil)
 		require.NoError(t, err)
 		defer tx.Rollback()
 		var id int64
-		require.NoError(t, tx.QueryRowContext(ctx, "SELECT slotpoller_enqueue_v1($1)", fmt.Sprintf("/push?n=%d", i)).Scan(&id))
+		require.NoError(t, tx.QueryRowContext(ctx, "SELECT slotpoller_enqueue_v1($1)", path(i)).Scan(&id))
 		if !commit {
 			return id, time.Time{}
 		}
@@ -82,11 +63,11 @@ func TestAnEnqueueStartsAtCommitOnPostgres(t *testing.T) {
 		return id, time.Now()
 	}
 	const total = 150
-	committed := map[int64]time.Time{}
+	committed := map[string]time.Time{}
 	claimsBefore := claimsLogged(nodes)
 	for i := range total {
-		id, at := enqueue(i, true)
-		committed[id] = at
+		_, at := enqueue(i, true)
+		committed[path(i)] = at
 		time.Sleep(40 * time.Millisecond)
 	}
 	waitFor(t, 30*time.Second, "all jobs done", func() bool {
@@ -98,10 +79,10 @@ func TestAnEnqueueStartsAtCommitOnPostgres(t *testing.T) {
 
 	rec.mu.Lock()
 	var delays []time.Duration
-	for id, at := range committed {
-		first, ok := rec.first[id]
-		require.True(t, ok, "job %d was never called", id)
-		require.Equal(t, 1, rec.calls[id], "job %d called %d times", id, rec.calls[id])
+	for p, at := range committed {
+		first, ok := rec.first[p]
+		require.True(t, ok, "job %s was never called", p)
+		require.Equal(t, 1, rec.calls[p], "job %s called %d times", p, rec.calls[p])
 		delays = append(delays, first.Sub(at))
 	}
 	rec.mu.Unlock()
@@ -130,7 +111,7 @@ func TestAnEnqueueStartsAtCommitOnPostgres(t *testing.T) {
 	require.Error(t, err, "the rolled-back job exists")
 	require.Equal(t, claimsBefore, claimsLogged(nodes), "a claim for a rolled-back enqueue")
 	rec.mu.Lock()
-	require.Zero(t, rec.calls[id])
+	require.Zero(t, rec.calls[path(total)])
 	rec.mu.Unlock()
 
 	for _, n := range nodes {

@@ -14,27 +14,37 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// pushRunner is a runner of capacity that acts on due notes while owner
-// says it owns the slot, counting the backlog signals it sends.
-func pushRunner(t *testing.T, s *store.Store, base *url.URL, c clock.Clock, capacity int, owner *atomic.Bool, signals *atomic.Int64) *jobs.Runner {
-	r := jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: capacity,
-		Lease: 3 * time.Second, Timeout: 5 * time.Second, Clock: c, Rand: func() float64 { return 0 },
+// pushed is a runner of capacity, refilling, that acts on due notes while
+// owner says it owns the slot, on a store of its own with an endpoint that
+// holds its calls at the gate; signals counts the backlogs it flags.
+type pushed struct {
+	s       *store.Store
+	g       *gate
+	c       *clock.Fake
+	r       *jobs.Runner
+	owner   atomic.Bool
+	signals atomic.Int64
+}
+
+func newPushed(t *testing.T, capacity int, owner bool) *pushed {
+	p := &pushed{c: clock.NewFake(t0)}
+	p.s, _ = storetest.Open(t, "sqlite")
+	var base *url.URL
+	p.g, base = newGate(t)
+	p.owner.Store(owner)
+	p.r = jobs.NewRunner(p.s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: capacity,
+		Lease: 3 * time.Second, Timeout: 5 * time.Second, Clock: p.c, Rand: func() float64 { return 0 },
 		BacklogSpread: time.Second,
-		SlotOwner:     owner.Load,
-		PushBacklog:   func(context.Context) error { signals.Add(1); return nil },
+		SlotOwner:     p.owner.Load,
+		PushBacklog:   func(context.Context) error { p.signals.Add(1); return nil },
 	})
-	t.Cleanup(func() { r.Drain(time.Second) })
-	return r
+	t.Cleanup(func() { p.r.Drain(time.Second) })
+	return p
 }
 
 func TestADueNoteIsOneClaimPerCooldownHoweverManyNotesCome(t *testing.T) {
-	s, _ := storetest.Open(t, "sqlite")
-	_, base := newGate(t)
-	c := clock.NewFake(t0)
-	var owner atomic.Bool
-	owner.Store(true)
-	var signals atomic.Int64
-	r := pushRunner(t, s, base, c, 8, &owner, &signals)
+	p := newPushed(t, 8, true)
+	s, c, r := p.s, p.c, p.r
 	for range 3 {
 		enqueue(t, s, "/gate", 1)
 	}
@@ -63,18 +73,13 @@ func TestADueNoteIsOneClaimPerCooldownHoweverManyNotesCome(t *testing.T) {
 	claimedReaches(t, r, 5)
 	require.Never(t, func() bool { return s.Statements()-before > perClaim }, 100*time.Millisecond, 5*time.Millisecond,
 		"one claim for five notes")
-	require.Zero(t, signals.Load(), "room enough: no backlog")
+	require.Zero(t, p.signals.Load(), "room enough: no backlog")
 }
 
 func TestADueNoteHeardDuringAClaimMakesExactlyOneMoreClaim(t *testing.T) {
-	s, _ := storetest.Open(t, "sqlite")
 	ctx := context.Background()
-	_, base := newGate(t)
-	c := clock.NewFake(t0)
-	var owner atomic.Bool
-	owner.Store(true)
-	var signals atomic.Int64
-	r := pushRunner(t, s, base, c, 8, &owner, &signals)
+	p := newPushed(t, 8, true)
+	s, c, r := p.s, p.c, p.r
 	enqueue(t, s, "/gate", 1)
 	refilling(t, r)
 	r.Due()
@@ -107,51 +112,42 @@ func TestADueNoteHeardDuringAClaimMakesExactlyOneMoreClaim(t *testing.T) {
 }
 
 func TestADueNoteIsIgnoredByANodeThatDoesNotOwnTheSlot(t *testing.T) {
-	s, _ := storetest.Open(t, "sqlite")
-	_, base := newGate(t)
-	c := clock.NewFake(t0)
-	var owner atomic.Bool
-	var signals atomic.Int64
-	r := pushRunner(t, s, base, c, 8, &owner, &signals)
+	p := newPushed(t, 8, false)
+	s, r := p.s, p.r
 	enqueue(t, s, "/gate", 1)
 	refilling(t, r)
 	before := s.Statements()
 	r.Due()
 	require.Never(t, func() bool { return s.Statements() != before }, 200*time.Millisecond, 5*time.Millisecond,
 		"a node that does not own the slot sends no statement for a note")
-	owner.Store(true)
+	p.owner.Store(true)
 	r.Due()
 	claimedReaches(t, r, 1)
 }
 
 func TestADueNoteWithoutRoomClaimsWhenACallEndsAndSignalsTheBacklog(t *testing.T) {
-	s, _ := storetest.Open(t, "sqlite")
-	g, base := newGate(t)
-	c := clock.NewFake(t0)
-	var owner atomic.Bool
-	owner.Store(true)
-	var signals atomic.Int64
-	r := pushRunner(t, s, base, c, 2, &owner, &signals)
+	p := newPushed(t, 2, true)
+	s, g, c, r := p.s, p.g, p.c, p.r
 	refilling(t, r)
 	enqueue(t, s, "/gate", 1)
 	r.Due()
 	claimedReaches(t, r, 1)
 	c.Advance(jobs.DefaultRefillCooldown)
-	require.Zero(t, signals.Load(), "room left after the claim")
+	require.Zero(t, p.signals.Load(), "room left after the claim")
 
 	// A claim that fills the node may have left work: it tells the farm.
 	enqueue(t, s, "/gate", 1)
 	enqueue(t, s, "/gate", 1)
 	r.Due()
 	claimedReaches(t, r, 2)
-	require.Eventually(t, func() bool { return signals.Load() == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return p.signals.Load() == 1 }, 10*time.Second, time.Millisecond)
 
 	// Full: a note claims nothing, and a second signal within the spread
 	// is not sent.
 	r.Due()
 	require.Never(t, func() bool { return r.Stats().Claimed > 2 }, 100*time.Millisecond, 5*time.Millisecond,
 		"claimed without room")
-	require.Equal(t, int64(1), signals.Load())
+	require.Equal(t, int64(1), p.signals.Load())
 
 	// A call ends: the pending note claims the waiting job.
 	c.Advance(jobs.DefaultRefillCooldown)

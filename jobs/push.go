@@ -3,6 +3,8 @@ package jobs
 import (
 	"context"
 	"time"
+
+	"github.com/slotpoller/slotpoller/internal/store"
 )
 
 // pushState is what a node heard of jobs enqueued due now (Due), between
@@ -100,4 +102,20 @@ func (r *Runner) pushBacklog(ctx context.Context) {
 	if err := r.opts.PushBacklog(ctx); err != nil && ctx.Err() == nil {
 		r.opts.Logger.Warn("could not signal backlog for jobs enqueued while this node was full; the next turn finds them", "err", err)
 	}
+}
+
+// refillClaim is Refill's claim. A note's claim on a farm with managed
+// queues is the managed claim, looking at the other queues too: the note
+// may be of a managed queue's job, and the node's last count, which picks
+// the claim otherwise, is older than the job.
+func (r *Runner) refillClaim(ctx context.Context, want int) ([]*inflight, error) {
+	r.mu.Lock()
+	push := r.push.claiming
+	r.mu.Unlock()
+	if !push || !r.opts.PushManaged || r.managed.Load() {
+		return r.claim(ctx, want)
+	}
+	return r.claimWith(ctx, func(ctx context.Context) ([]store.Claim, error) {
+		return r.store.JobsClaimManaged(ctx, r.opts.Incarnation, r.opts.Node, want, r.hold(), true)
+	})
 }

@@ -26,18 +26,22 @@ type pushed struct {
 	signals atomic.Int64
 }
 
-func newPushed(t *testing.T, capacity int, owner bool) *pushed {
+func newPushed(t *testing.T, capacity int, owner bool, more ...func(*jobs.Options)) *pushed {
 	p := &pushed{c: clock.NewFake(t0)}
 	p.s, _ = storetest.Open(t, "sqlite")
 	var base *url.URL
 	p.g, base = newGate(t)
 	p.owner.Store(owner)
-	p.r = jobs.NewRunner(p.s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: capacity,
+	opts := jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: capacity,
 		Lease: 3 * time.Second, Timeout: 5 * time.Second, Clock: p.c, Rand: func() float64 { return 0 },
 		BacklogSpread: time.Second,
 		SlotOwner:     p.owner.Load,
 		PushBacklog:   func(context.Context) error { p.signals.Add(1); return nil },
-	})
+	}
+	for _, f := range more {
+		f(&opts)
+	}
+	p.r = jobs.NewRunner(p.s, &jobs.Invoker{Base: base}, opts)
 	t.Cleanup(func() { p.r.Drain(time.Second) })
 	return p
 }
@@ -154,4 +158,40 @@ func TestADueNoteWithoutRoomClaimsWhenACallEndsAndSignalsTheBacklog(t *testing.T
 	g.release(1)
 	claimedReaches(t, r, 3)
 	require.Equal(t, 1, countState(t, s, store.StateDone))
+}
+
+// On a farm with managed queues a note's claim is the managed claim: a
+// limited queue's job starts at its note, never past the queue's limit,
+// and a plain job beside it starts too. (Without PushManaged the first
+// claim takes only the plain job: the node's last count saw no managed
+// job due.)
+func TestADueNoteOfALimitedQueueStartsWithinTheLimit(t *testing.T) {
+	ctx := context.Background()
+	p := newPushed(t, 8, true, func(o *jobs.Options) { o.PushManaged = true })
+	s, g, c, r := p.s, p.g, p.c, p.r
+	require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "one", Limit: 1}}))
+	for range 2 {
+		_, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/gate", MaxAttempts: 1, Queue: "one"})
+		require.NoError(t, err)
+	}
+	enqueue(t, s, "/gate", 1)
+	refilling(t, r)
+	r.Due()
+	claimedReaches(t, r, 2)
+	c.Advance(jobs.DefaultRefillCooldown)
+	r.Due()
+	require.Never(t, func() bool { return r.Stats().Claimed > 2 }, 100*time.Millisecond, 5*time.Millisecond,
+		"claimed past the queue's limit")
+	// Room under the limit is made when the call ends; the job held back
+	// waits for the next note or turn (a short claim on a note does not
+	// claim again as calls end: in a trickle that would double the claims).
+	g.release(2)
+	require.Eventually(t, func() bool { return countState(t, s, store.StateDone) == 2 }, 10*time.Second, time.Millisecond)
+	r.Due()
+	c.Advance(jobs.DefaultRefillCooldown)
+	claimedReaches(t, r, 3)
+	g.release(1)
+	require.Eventually(t, func() bool { return countState(t, s, store.StateDone) == 3 }, 10*time.Second, time.Millisecond)
+	_, most := g.stats()
+	require.LessOrEqual(t, most, 2, "the limited queue's one and the plain one")
 }

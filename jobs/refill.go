@@ -78,7 +78,7 @@ func (r *Runner) Refill(ctx context.Context) error {
 		want, after := r.nextRefill(r.opts.Clock.Now(), &roomSince)
 		if want > 0 {
 			roomSince = time.Time{}
-			started, err := r.claim(ctx, want)
+			started, err := r.refillClaim(ctx, want)
 			r.mu.Lock()
 			full := err == nil && len(started) == want
 			r.budget = max(0, r.budget-len(started))

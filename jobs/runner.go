@@ -69,6 +69,11 @@ type Options struct {
 	// PushBacklog, when set, tells the farm that the owner heard of due
 	// work it has no room for (Due), so that the rotation widens.
 	PushBacklog func(ctx context.Context) error
+	// PushManaged: the farm has managed queues (limits, rates,
+	// priorities), whose jobs the plain claim leaves alone. A note's
+	// claim then goes through the managed claim, so that a managed
+	// queue's job starts at its note too, within its limits.
+	PushManaged bool
 }
 
 // Stats are the runner's counters since start.

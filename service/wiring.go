@@ -70,6 +70,7 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 		// rotation as a poll that left work behind does.
 		SlotOwner:   w.ownsSlot,
 		PushBacklog: func(ctx context.Context) error { return w.reg.SignalBacklog(ctx, w.turner.hold) },
+		PushManaged: managedQueues(cfg),
 	})
 	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)
 	w.keeper = jobs.NewKeeper(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.TaskOptions{
@@ -128,6 +129,17 @@ func (w *wiring) ownsSlot() bool {
 	}
 	k := rotation.Slot(db, time.Duration(w.n.cfg.Rotation.Slot))
 	return rotation.Owner(k, w.reg.Membership().Names()) == w.n.cfg.Node.Name
+}
+
+// managedQueues reports whether the config has queues with limits, rates
+// or priorities (every node is meant to carry the same queues section).
+func managedQueues(cfg config.Config) bool {
+	for _, q := range cfg.QueueSettings() {
+		if q.Managed() {
+			return true
+		}
+	}
+	return false
 }
 
 // backlogSpread is how long after a node hears of a backlog every node

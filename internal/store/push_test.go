@@ -11,7 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// notesIn collects the notes a lock's listener hears within d.
+// notesIn collects the notes a lock's listener hears within d (NoteDue
+// comes apart from the others; notes that come together are one).
 func notesIn(l *store.NodeLock, d time.Duration) []string {
 	var got []string
 	t := time.NewTimer(d)
@@ -20,6 +21,8 @@ func notesIn(l *store.NodeLock, d time.Duration) []string {
 		select {
 		case n := <-l.Notes():
 			got = append(got, n)
+		case <-l.Due():
+			got = append(got, store.NoteDue)
 		case <-t.C:
 			return got
 		}
@@ -91,4 +94,21 @@ func TestOnlyPostgresPushesDueJobs(t *testing.T) {
 		s, _ := storetest.Open(t, driver)
 		require.Equal(t, driver == "postgres", s.PushesDue())
 	})
+}
+
+// Enqueues by the dozen, unread, neither fill the listener's buffer nor
+// crowd out the note that follows them: they are one wake-up.
+func TestEnqueueNotesCrowdOutNoOtherNote(t *testing.T) {
+	s, _ := storetest.Open(t, "postgres")
+	ctx := context.Background()
+	lock, ok, err := s.NodeLockTake(ctx, rand.Int64N(1<<30)+1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	t.Cleanup(lock.Release)
+	for range 40 {
+		_, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/a"})
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.NodeNotify(ctx, "backlog"))
+	require.ElementsMatch(t, []string{store.NoteDue, "backlog"}, notesIn(lock, 500*time.Millisecond))
 }

@@ -7,7 +7,7 @@
 -- transaction is due). NOTIFY is transactional: the note is delivered at
 -- commit, dropped on rollback, and sent once per transaction however many
 -- statements raise it. The channel is named by the table's schema, not the
--- inserting session's search_path, which a foreign application may set
+-- inserting connection's search_path, which a foreign application may set
 -- otherwise: the nodes listen on 'slotpoller:' || current_schema(), their
 -- tables' schema. A job due later, or inserted running (the start-now
 -- insert), sends nothing: the turns find it.

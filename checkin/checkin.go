@@ -103,6 +103,9 @@ type Options struct {
 	// TaskGiven is called when a note says another node gave this one a
 	// task (locking: it reads the registry only in its turns otherwise).
 	TaskGiven func()
+	// Due is called when a note says an enqueue committed a job due now
+	// (store.NoteDue; PostgreSQL only).
+	Due func()
 	// Timed runs a reading that returns the database time, so that it
 	// serves as a clock sample (clocksync's Estimator.Observe); nil runs it
 	// plainly.

@@ -11,7 +11,9 @@ import (
 // and a reading) only when a turn is overdue (the last write's promise is
 // within a TTL of its end), when the lock's session ended, or when another
 // node notes a backlog (at most once a slot): the backlog widens the
-// rotation, and every node must learn of it sooner than its own turn.
+// rotation, and every node must learn of it sooner than its own turn. A
+// note of a job enqueued due now (heard apart, store.NodeLock.Due) goes to
+// Options.Due, costing nothing here.
 // Database errors are logged and retried at the next beat: a node that
 // cannot reach its database simply stops being live for the others. It
 // returns ErrReplaced if another process took the node's row.
@@ -26,12 +28,16 @@ func (reg *Registry) Run(ctx context.Context) error {
 	pending := false
 	for {
 		var notes <-chan string
-		var lost <-chan struct{}
+		var due, lost <-chan struct{}
 		reg.mu.Lock()
 		if reg.lock != nil {
-			notes, lost = reg.lock.Notes(), reg.lock.Lost()
+			notes, due, lost = reg.lock.Notes(), reg.lock.Due(), reg.lock.Lost()
 		}
 		reg.mu.Unlock()
+		began := reg.opts.Clock.Monotonic()
+		// A note that asks nothing of the registry leaves the beat where it
+		// was: notes every few milliseconds (enqueues) must not put it off.
+		waitOn := func() { wait = max(0, wait-(reg.opts.Clock.Monotonic()-began)) }
 		t := reg.opts.Clock.NewTimer(wait)
 		beat := false
 		select {
@@ -41,12 +47,20 @@ func (reg *Registry) Run(ctx context.Context) error {
 		case <-t.C():
 			wait = reg.opts.Heartbeat
 			beat, pending = pending, false
+		case <-due:
+			t.Stop()
+			if reg.opts.Due != nil {
+				reg.opts.Due()
+			}
+			waitOn()
+			continue
 		case note := <-notes:
 			t.Stop()
 			if note != NoteBacklog {
 				if note == noteTaskGiven+reg.incarnation && reg.opts.TaskGiven != nil {
 					reg.opts.TaskGiven()
 				}
+				waitOn()
 				continue
 			}
 			reg.mu.Lock()

@@ -18,7 +18,8 @@ func (reg *Registry) SignalBacklog(ctx context.Context, hold time.Duration) erro
 	return reg.store.NodeNotify(ctx, NoteBacklog)
 }
 
-// NoteBacklog is the note a node sends when it flags a backlog.
+// NoteBacklog is the note a node sends when it flags a backlog. (The
+// database itself sends store.NoteDue when a job due now is enqueued.)
 const NoteBacklog = "backlog"
 
 // noteTaskGiven, followed by an incarnation, says a task was given to it.

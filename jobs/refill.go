@@ -17,6 +17,22 @@ func (r *Runner) nextRefill(now time.Time, roomSince *time.Time) (want int, afte
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	free := r.opts.Capacity - len(r.inflight)
+	// A note of jobs enqueued due now (Due) is answered first; while it
+	// waits out its cooldown, Refill looks again when that ends.
+	pushWant, pushAfter := r.nextPush(now, free)
+	if pushWant > 0 {
+		return pushWant, 0
+	}
+	want, after = r.nextRefillLocked(now, roomSince, free)
+	if want == 0 && pushAfter > 0 && (after == 0 || pushAfter < after) {
+		after = pushAfter
+	}
+	return want, after
+}
+
+// nextRefillLocked is nextRefill for what the turns and the backlog flag
+// told the node. r.mu is held.
+func (r *Runner) nextRefillLocked(now time.Time, roomSince *time.Time, free int) (want int, after time.Duration) {
 	if !r.more {
 		if r.heldBack && r.heldRetry && free > 0 {
 			r.heldRetry = false
@@ -62,10 +78,14 @@ func (r *Runner) Refill(ctx context.Context) error {
 		want, after := r.nextRefill(r.opts.Clock.Now(), &roomSince)
 		if want > 0 {
 			roomSince = time.Time{}
-			started, err := r.claim(ctx, want)
+			started, err := r.refillClaim(ctx, want)
 			r.mu.Lock()
+			full := err == nil && len(started) == want
 			r.budget = max(0, r.budget-len(started))
-			r.more = r.more && err == nil && len(started) == want
+			r.more = r.more && full
+			if r.push.claiming {
+				r.pushClaimed(full)
+			}
 			r.heldBack = r.managed.Load() && err == nil && len(started) < want
 			if !r.more {
 				r.budget = 0 // a share is for the burst its turn saw
@@ -79,12 +99,14 @@ func (r *Runner) Refill(ctx context.Context) error {
 			for _, f := range started {
 				r.start(f)
 			}
+			r.pushBacklog(ctx)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			continue
 		}
 		r.claimMu.Unlock()
+		r.pushBacklog(ctx)
 		var timer clock.Timer
 		var timeout <-chan time.Time
 		if after > 0 {

@@ -62,6 +62,18 @@ type Options struct {
 	// right after its claim (for the node's metrics: how late it started).
 	// It runs on the claiming goroutine and must not block.
 	OnStart func(c store.Claim)
+	// SlotOwner, when set, says whether this node owns the rotation's
+	// current slot by its estimate of the database clock: only the owner
+	// claims on a due note (Due). Nil: the node acts on every note.
+	SlotOwner func() bool
+	// PushBacklog, when set, tells the farm that the owner heard of due
+	// work it has no room for (Due), so that the rotation widens.
+	PushBacklog func(ctx context.Context) error
+	// PushManaged: the farm has managed queues (limits, rates,
+	// priorities), whose jobs the plain claim leaves alone. A note's
+	// claim then goes through the managed claim, so that a managed
+	// queue's job starts at its note too, within its limits.
+	PushManaged bool
 }
 
 // Stats are the runner's counters since start.
@@ -135,6 +147,8 @@ type Runner struct {
 	// at its limit, call after call, not at one start per turn; the cost is
 	// at most one claim per call that ends.
 	heldBack, heldRetry bool
+	// push is what the node heard of due jobs enqueued (Due), under mu.
+	push pushState
 
 	// draining is set when the drain begins: nothing new starts then.
 	draining atomic.Bool

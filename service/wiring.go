@@ -65,6 +65,12 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 		Clock: n.clock, Logger: log, OnCall: n.metrics.observeCall, OnStart: n.metrics.onStart(est),
 		BacklogSpread: backlogSpread(cfg, s.HearsNotes()),
 		FinishWindow:  jobs.DefaultFinishWindow,
+		// A job enqueued due now (a note, PostgreSQL) is claimed by the
+		// slot's owner alone, at once; if it has no room, it widens the
+		// rotation as a poll that left work behind does.
+		SlotOwner:   w.ownsSlot,
+		PushBacklog: func(ctx context.Context) error { return w.reg.SignalBacklog(ctx, w.turner.hold) },
+		PushManaged: managedQueues(cfg),
 	})
 	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)
 	w.keeper = jobs.NewKeeper(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.TaskOptions{
@@ -88,6 +94,7 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 		Timed: est.Observe, // a turn's reading is a clock sample too
 		// A note (PostgreSQL) says another node gave this one a task.
 		TaskGiven: func() { signal(w.renewTasks) },
+		Due:       func() { w.runner.Due() },
 		Status:    w.status,
 		Changed:   w.membershipChanged,
 	})
@@ -109,6 +116,31 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 	n.reg, n.runner, n.keeper = w.reg, w.runner, w.keeper
 	n.mu.Unlock()
 	return w
+}
+
+// ownsSlot reports whether this node owns the rotation's current slot by
+// its estimate of the database clock and the membership it last read: the
+// rotation's own arithmetic, so that one node answers each due note. Near
+// a slot's edge two nodes may both answer (the claim keeps that safe) or
+// neither (the next turn finds the job).
+func (w *wiring) ownsSlot() bool {
+	db, _, ok := w.est.Now()
+	if !ok {
+		return false
+	}
+	k := rotation.Slot(db, time.Duration(w.n.cfg.Rotation.Slot))
+	return rotation.Owner(k, w.reg.Membership().Names()) == w.n.cfg.Node.Name
+}
+
+// managedQueues reports whether the config has queues with limits, rates
+// or priorities (every node is meant to carry the same queues section).
+func managedQueues(cfg config.Config) bool {
+	for _, q := range cfg.QueueSettings() {
+		if q.Managed() {
+			return true
+		}
+	}
+	return false
 }
 
 // backlogSpread is how long after a node hears of a backlog every node

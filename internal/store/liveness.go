@@ -66,6 +66,7 @@ type NodeLock struct {
 	Key  int64
 
 	notes  chan string
+	due    chan struct{} // NoteDue, apart: a flood of enqueues crowds out no other note
 	lost   chan struct{} // closed when the session ended under the listener
 	stop   context.CancelFunc
 	done   chan struct{}
@@ -75,6 +76,12 @@ type NodeLock struct {
 // Notes delivers the payloads of the farm's notes, as they arrive (a slow
 // reader misses some: a note is a nudge to read the registry, not data).
 func (l *NodeLock) Notes() <-chan string { return l.notes }
+
+// Due delivers NoteDue, the note of an enqueue, apart from the others:
+// notes heard before the reader took the last one are one wake-up, and at
+// a thousand enqueues a second they neither fill the buffer of Notes nor
+// crowd out a backlog's note or a task's.
+func (l *NodeLock) Due() <-chan struct{} { return l.due }
 
 // Lost is closed when the lock's session ended (the database restarted, the
 // connection broke): the lock is gone with it.
@@ -106,7 +113,7 @@ func (s *Store) NodeLockTake(ctx context.Context, key int64) (*NodeLock, bool, e
 		discard(conn)
 		return nil, false, nil
 	}
-	l := &NodeLock{conn: conn, Key: key, notes: make(chan string, 16), lost: make(chan struct{}), done: make(chan struct{})}
+	l := &NodeLock{conn: conn, Key: key, notes: make(chan string, 16), due: make(chan struct{}, 1), lost: make(chan struct{}), done: make(chan struct{})}
 	var lctx context.Context
 	lctx, l.stop = context.WithCancel(context.Background())
 	ready := make(chan error, 1)
@@ -128,6 +135,13 @@ func (l *NodeLock) listen(ctx context.Context, listener NotesListener, ready cha
 			started = true
 			ready <- nil
 		}, func(payload string) {
+			if payload == NoteDue {
+				select {
+				case l.due <- struct{}{}:
+				default:
+				}
+				return
+			}
 			select {
 			case l.notes <- payload:
 			default:
@@ -146,7 +160,9 @@ func (l *NodeLock) listen(ctx context.Context, listener NotesListener, ready cha
 }
 
 // notesChannel names the farm's notification channel: one per schema, so
-// that farms sharing a database do not wake each other.
+// that farms sharing a database do not wake each other. The jobs table's
+// trigger (NoteDue) names it by the table's schema, which is the nodes'
+// current_schema(): the first schema of their search_path holds the tables.
 const notesChannel = `'slotpoller:' || current_schema()`
 
 // notifier is a dialect whose nodes hear the farm's notes between their

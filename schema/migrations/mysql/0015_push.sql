@@ -1,0 +1,4 @@
+-- Version 15 makes an enqueue wake the farm at commit on PostgreSQL, the
+-- one database whose nodes hear notes between their turns. Here it is
+-- recorded with nothing to do, so that every database counts the same
+-- versions: nodes find new jobs at their turns.

@@ -26,9 +26,11 @@ import (
 // committed), the queue's waiting jobs stay as many for the next 8 slots:
 // no claim takes any. On SQLite and PostgreSQL, on the database clock, no
 // job of the queue started later than a slot after the pause's paused_at.
-// Not on SQL Server: there a statement reads the clock once, when it
-// starts (SYSUTCDATETIME() is a runtime constant), and the pause's
-// statement may then wait for a claim that holds the queue's row.
+// Not on SQL Server nor MySQL: there a statement reads the clock once,
+// when it starts (SYSUTCDATETIME() is a runtime constant; MySQL's
+// UTC_TIMESTAMP() is the statement's start), and the pause's statement
+// may then wait for a claim that holds the queue's row: its paused_at is
+// earlier than that claim's starts (329 ms seen on MariaDB in CI).
 func TestPauseStopsALimitedQueueWithinASlot(t *testing.T) {
 	t.Parallel()
 	eachDatabaseParallel(t, pauseStopsALimitedQueueWithinASlot)
@@ -97,7 +99,7 @@ func pauseStopsALimitedQueueWithinASlot(t *testing.T, driver string) {
 	after := last.Sub(pausedAt)
 	t.Logf("%s: %d of %d jobs left waiting; the last start was %v after the pause's paused_at (database clock); took %v",
 		driver, left, total, after.Round(time.Millisecond), time.Since(began).Round(100*time.Millisecond))
-	if driver != "sqlserver" {
+	if driver != "sqlserver" && driver != "mysql" {
 		require.LessOrEqual(t, after, slot, "a job of the paused queue started more than a slot after the pause")
 	}
 	for _, n := range nodes {

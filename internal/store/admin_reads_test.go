@@ -122,7 +122,7 @@ func TestAdminReadsAtAMillionRows(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loads a million jobs into each database (about a minute): not under -short")
 	}
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, dsn := storetest.Open(t, driver)
 		n := adminRows
 		if driver == "sqlserver" || driver == "mysql" {

@@ -14,7 +14,7 @@ import (
 // owner's, the next renewal reports who asked, and the owner's fenced
 // result ends it cancelled with its history line.
 func TestJobCancelRunningIsRequested(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/long", Method: "POST", MaxAttempts: 5, IdempotencyKey: "k"})
@@ -94,7 +94,7 @@ func TestJobCancelRunningIsRequested(t *testing.T) {
 // ends cancelled, not retried, in the batch and the single-row finish
 // alike; one that succeeded first ends done.
 func TestJobCancelRequestedStopsRetry(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		retry := store.Outcome{State: store.StateReady, RetryAfter: time.Millisecond, Status: 503, Error: "unavailable"}
@@ -148,7 +148,7 @@ func TestJobCancelRequestedStopsRetry(t *testing.T) {
 // A reclaim of an expired lease ends a cancel-requested job cancelled,
 // whatever attempts it has left; other expired jobs go back to ready.
 func TestReclaimOfCancelRequestedIsCancelled(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		asked, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/asked", Method: "POST", MaxAttempts: 5, IdempotencyKey: "k1"})
@@ -189,7 +189,7 @@ func TestReclaimOfCancelRequestedIsCancelled(t *testing.T) {
 // cancel-requested job ends it cancelled rather than ready; other jobs go
 // back unrun as before.
 func TestReleaseOfCancelRequestedIsCancelled(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		one, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/one", Method: "POST", MaxAttempts: 5, IdempotencyKey: "k1"})
@@ -237,7 +237,7 @@ func TestReleaseOfCancelRequestedIsCancelled(t *testing.T) {
 // An operator's retry of a job cancelled while running is a fresh run:
 // the old request does not cancel it again.
 func TestRetryClearsTheCancelRequest(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/again", Method: "POST", MaxAttempts: 5, IdempotencyKey: "k"})

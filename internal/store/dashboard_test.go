@@ -25,7 +25,7 @@ VALUES ('/t', 'POST', ?, {now+?}, {now+?}, {now+?}, 1, 3, 'k', {now})`)
 // finished in, with their start delays, leaves out what is older than the
 // window or not finished, and says when its row limit cut it short.
 func TestJobThroughputCountsPerMinute(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		finishedJob(t, s, store.StateDone, 10*time.Second, 200*time.Millisecond)
@@ -62,7 +62,7 @@ func TestJobThroughputCountsPerMinute(t *testing.T) {
 // The heartbeat writes the node's recent turns on its row and the registry
 // read hands them back.
 func TestNodeHeartbeatWritesTurns(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		n := store.NodeState{Name: "web1", Incarnation: "i1", Capacity: 4, Free: 4}

@@ -12,7 +12,7 @@ import (
 )
 
 func TestJobsFinishWritesEachHeldRowAndNoStaleOne(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		var ids []int64
@@ -104,7 +104,7 @@ func TestJobsFinishWritesEachHeldRowAndNoStaleOne(t *testing.T) {
 }
 
 func TestJobsFinishTakesAFullBatch(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		var batch []store.NewJob

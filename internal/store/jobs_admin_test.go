@@ -19,7 +19,7 @@ import (
 // and error on the database clock, written by the statements that end an
 // attempt: finish, reclaim, release; and the operator's cancel and retry.
 func TestJobHistory(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		before, err := s.Now(ctx)
@@ -104,7 +104,7 @@ func TestJobHistory(t *testing.T) {
 // The history keeps its last HistoryMax characters: the oldest lines go,
 // a cut line is dropped, the newest stay.
 func TestJobHistoryIsCapped(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/h", Method: "POST", MaxAttempts: 1000, IdempotencyKey: "k"})
@@ -130,7 +130,7 @@ func TestJobHistoryIsCapped(t *testing.T) {
 }
 
 func TestJobsListFilters(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		var ids []int64
@@ -185,7 +185,7 @@ func TestJobsListFilters(t *testing.T) {
 }
 
 func TestJobCancelAndRetryAreFenced(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/c", Method: "POST", MaxAttempts: 1, IdempotencyKey: "k"})
@@ -212,7 +212,7 @@ func TestJobCancelAndRetryAreFenced(t *testing.T) {
 // A batch writes every job in the caller's transaction, with ids in the
 // order of the jobs; a rollback leaves nothing.
 func TestJobInsertManyInTx(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		batch := make([]store.NewJob, 250)
@@ -244,7 +244,7 @@ func TestJobInsertManyInTx(t *testing.T) {
 // read back after the insert, a concurrent writer's committed rows must
 // never be taken for the batch's.
 func TestJobInsertManyIDsUnderConcurrentEnqueues(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		const writers, batches, size = 3, 5, 30
@@ -305,7 +305,7 @@ func TestJobInsertManyIDsUnderConcurrentEnqueues(t *testing.T) {
 // row has the same values (a run time or NULL, and a delay), and each job
 // is due when it asked, on the database clock.
 func TestJobInsertManyMixesRunTimesAndDelays(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		now, err := s.Now(ctx)
@@ -420,7 +420,7 @@ func TestJobsListByPrefixPastTheNewest(t *testing.T) {
 // the jobs written before the step, stamped later than some written after
 // it, are listed with them.
 func TestJobsListSinceAcrossAClockStepBack(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		// Five jobs 10 s apart up to 20 s ago, then the clock goes back
@@ -501,7 +501,7 @@ func TestJobsListSinceAcrossAClockStepBack(t *testing.T) {
 // (a small window by the index on created_at, a large one by a walk of
 // the ids), and a retry by a window changes the same jobs.
 func TestJobsListTimeWindowOutOfIDOrder(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		// 60 jobs, 10 s apart from 605 s ago to 15 s ago in id order, but

@@ -35,7 +35,7 @@ func claimManaged(t *testing.T, s *store.Store, node string, n int) []store.Clai
 }
 
 func TestManagedClaimLimits(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "reports", Limit: 2, NodeLimit: 1}}))
@@ -75,7 +75,7 @@ func TestManagedClaimLimits(t *testing.T) {
 }
 
 func TestManagedClaimRateAndPriority(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{
@@ -131,7 +131,7 @@ func TestManagedClaimRateAndPriority(t *testing.T) {
 // Concurrent claimers on separate connections never run more than the
 // limit, farm-wide and per node.
 func TestManagedClaimConcurrent(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "reports", Limit: 3, NodeLimit: 2}}))
@@ -189,7 +189,7 @@ func TestManagedClaimConcurrent(t *testing.T) {
 // never claims on a count taken before they committed: without the lock,
 // it would see none running and take the whole limit.
 func TestManagedClaimRespectsTheLock(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "reports", Limit: 3}}))
@@ -232,7 +232,7 @@ func TestManagedClaimRespectsTheLock(t *testing.T) {
 // The rate is counted in fixed windows of the database clock: a window's
 // budget used up, the next window starts afresh.
 func TestManagedClaimRateWindowRolls(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		period := 400 * time.Millisecond
@@ -273,7 +273,7 @@ func TestManagedClaimRateWindowRolls(t *testing.T) {
 // Without others, a managed claim takes only the managed queues' jobs;
 // with it, the others' too, in priority order.
 func TestManagedClaimOthers(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "reports", Limit: 1}}))
@@ -298,7 +298,7 @@ func TestManagedClaimOthers(t *testing.T) {
 // Two nodes starting at once write the same queues' settings: neither
 // fails on the other's first row.
 func TestQueueSettingsPutConcurrently(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		settings := []store.QueueSettings{{Name: "a", Limit: 1}, {Name: "b", Rate: 5, RatePeriod: time.Second}, {Name: "c", Priority: 3}}
@@ -327,7 +327,7 @@ func TestQueueSettingsPutConcurrently(t *testing.T) {
 // period's window numbers are smaller than the shorter one's, and a count
 // kept from before would never roll.
 func TestRatePeriodChangeStartsAfresh(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "pay", Rate: 2, RatePeriod: time.Second}}))
@@ -340,7 +340,7 @@ func TestRatePeriodChangeStartsAfresh(t *testing.T) {
 
 // QueueWork counts one queue's running and waiting jobs, each capped.
 func TestQueueWork(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{{Name: "reports", Limit: 2}}))

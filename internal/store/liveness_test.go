@@ -22,7 +22,7 @@ func liveOf(nodes []store.Node) map[string]bool {
 // A turn is two statements whatever the farm holds, and its hints say which
 // of the turn's duties have work: an idle farm's turn ends there.
 func TestNodeTurnReadsTheRegistryAndTheHints(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		a := store.NodeState{Name: "node-a", Incarnation: "inc-a", Capacity: 4, Free: 4}
@@ -92,7 +92,7 @@ func TestNodeTurnReadsTheRegistryAndTheHints(t *testing.T) {
 // A node promises in each write how long it stays live without another:
 // past that, and past the reader's TTL, it is not live.
 func TestLiveUntilKeepsANodeLiveBetweenItsTurns(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		a := store.NodeState{Name: "node-a", Incarnation: "inc-a", Capacity: 4, LiveFor: time.Hour}
@@ -132,7 +132,7 @@ func TestLiveUntilKeepsANodeLiveBetweenItsTurns(t *testing.T) {
 // node is out at once, its promise notwithstanding; and its name is free
 // at once.
 func TestSessionLockIsLiveness(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		if driver == "postgres" || driver == "mysql" {
 			sessionLockIsLiveness(t, driver)
 		}
@@ -184,7 +184,7 @@ func sessionLockIsLiveness(t *testing.T, driver string) {
 }
 
 func TestSessionLocksOnlyWherePostgresOrMySQL(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		locks := driver == "postgres" || driver == "mysql"
 		require.Equal(t, locks, s.SessionLocks())

@@ -90,7 +90,7 @@ func TestAnEnqueueDueNowWakesTheFarmAtCommitOnce(t *testing.T) {
 }
 
 func TestOnlyPostgresPushesDueJobs(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		require.Equal(t, driver == "postgres", s.PushesDue())
 	})

@@ -14,7 +14,7 @@ import (
 // and cancels its waiting ones only when asked to; other queues and
 // finished jobs are not touched, and a request already made stands.
 func TestQueueCancel(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		insert := func(endpoint, queue string, delay time.Duration) int64 {

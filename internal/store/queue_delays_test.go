@@ -27,7 +27,7 @@ func queueNamed(t *testing.T, qs []store.QueueState, name string) store.QueueSta
 }
 
 func TestQueuesShowTheirSettings(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{
@@ -99,7 +99,7 @@ func insertDue(t *testing.T, s *store.Store, queue string, ago time.Duration) in
 }
 
 func TestQueueStartDelays(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		hold := store.Lease(time.Minute)

@@ -64,7 +64,7 @@ func callEntryPoint(s *store.Store, endpoint, queue string) (int64, error) {
 }
 
 func TestQueueRoutes(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		require.NoError(t, s.QueueRoutesPut(ctx, []store.QueueRoute{
@@ -117,7 +117,7 @@ func TestQueueRoutes(t *testing.T) {
 }
 
 func TestQueuePause(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		hold := store.Lease(time.Minute)

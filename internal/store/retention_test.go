@@ -68,7 +68,7 @@ func with100k(t *testing.T, fn func(t *testing.T, s *store.Store, driver string)
 // A retention delete takes one state's jobs finished before the cutoff, at
 // most the batch per statement, and nothing else.
 func TestJobsPruneDeletesOneStatePastItsAgeInBatches(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		fillJobs(t, s, 1200, store.StateDone, 2*time.Hour, 0, 1)
@@ -103,7 +103,7 @@ func TestJobsPruneDeletesOneStatePastItsAgeInBatches(t *testing.T) {
 }
 
 func TestNodesPruneDeletesNodesNotSeenForItsAge(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		for _, name := range []string{"gone", "left", "live"} {
@@ -126,7 +126,7 @@ func TestNodesPruneDeletesNodesNotSeenForItsAge(t *testing.T) {
 
 // Counts stop at the cap; retrying counts the ready jobs backing off.
 func TestJobCountsCapped(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		fillJobs(t, s, 25, store.StateDone, time.Minute, 0, 1)
@@ -286,7 +286,7 @@ func sortDurations(d []time.Duration) { sort.Slice(d, func(i, j int) bool { retu
 // infinity, or years ahead, written directly) is never claimed: it is set
 // aside, dead, with its reason, and a job due within reach is left alone.
 func TestUnreachableJobsAreSetAside(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		fillJobs(t, s, 3, store.StateReady, -1, 2*366*24*time.Hour, 0) // two years ahead

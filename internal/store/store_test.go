@@ -23,7 +23,7 @@ import (
 // every database.
 
 func TestDatabaseClock(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		a, err := s.Now(ctx)
@@ -38,7 +38,7 @@ func TestDatabaseClock(t *testing.T) {
 }
 
 func TestNodeRegistry(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		a := store.NodeState{Name: "node-a", Incarnation: "inc-1", Capacity: 4, Free: 4, Offset: 1500 * time.Microsecond, OffsetError: 200 * time.Microsecond}
@@ -96,7 +96,7 @@ func TestNodeRegistry(t *testing.T) {
 }
 
 func TestConcurrentCheckIns(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		var wg sync.WaitGroup
@@ -135,7 +135,7 @@ func enqueue(t *testing.T, s *store.Store, endpoint string, delay time.Duration)
 }
 
 func TestClaimLifecycle(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		due := enqueue(t, s, "/due", 0)
@@ -192,7 +192,7 @@ func TestClaimLifecycle(t *testing.T) {
 // its schedule runs, or an earlier one waits) is not counted as due: it
 // would keep the rotation widened for nothing.
 func TestLoadCountsOnlyClaimableWork(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		now, err := s.Now(ctx)
@@ -243,7 +243,7 @@ func TestLoadCountsOnlyClaimableWork(t *testing.T) {
 // A turn counts at most its limit of due jobs, so that its cost does not
 // grow with the depth of the queue; what runs is counted whole.
 func TestLoadCountsAtMostItsLimit(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		for i := range 7 {
@@ -273,7 +273,7 @@ func TestLoadCountsAtMostItsLimit(t *testing.T) {
 }
 
 func TestFinishFencedByToken(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		id := enqueue(t, s, "/x", 0)
@@ -307,7 +307,7 @@ func TestFinishFencedByToken(t *testing.T) {
 }
 
 func TestReclaimExhaustedIsDead(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/once", Method: "POST", MaxAttempts: 1, IdempotencyKey: "k"})
@@ -324,7 +324,7 @@ func TestReclaimExhaustedIsDead(t *testing.T) {
 }
 
 func TestReleaseDoesNotCountAttempt(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		id := enqueue(t, s, "/r", 0)
@@ -341,7 +341,7 @@ func TestReleaseDoesNotCountAttempt(t *testing.T) {
 }
 
 func TestUniqueKeyAndAbsoluteRunAt(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		at := time.Date(2030, 5, 6, 7, 8, 9, 0, time.UTC)
@@ -374,7 +374,7 @@ func TestUniqueKeyAndAbsoluteRunAt(t *testing.T) {
 // Many pollers claim at once (as in backlog mode, or when two nodes both
 // believe a slot is theirs): each job goes to exactly one of them.
 func TestConcurrentClaimsGiveEachJobOnce(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, db := storetest.OpenDB(t, driver)
 		ctx := context.Background()
 		const jobs = 200
@@ -425,7 +425,7 @@ func babelfishGarbledHint(err error) bool {
 }
 
 func TestMigrations(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		applied, err := schema.Migrate(ctx, s)
@@ -447,7 +447,7 @@ func TestMigrations(t *testing.T) {
 }
 
 func TestConcurrentMigrations(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		db := storetest.New(t, driver)
 		ctx := context.Background()
 		var wg sync.WaitGroup
@@ -525,7 +525,7 @@ func TestOpenErrorsHidePasswordInAnyForm(t *testing.T) {
 }
 
 func TestSchemaStatusTellsMissingFromBroken(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		ctx := context.Background()
 		s, err := storetest.New(t, driver).Open(ctx)
 		require.NoError(t, err)
@@ -574,7 +574,7 @@ func TestPostgresPoolKeepsItsConnections(t *testing.T) {
 // that claimers skip each other's rows instead of waiting: only real SQL
 // Server shows that.
 func TestConcurrentClaimsKeepOverlapForbid(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, db := storetest.OpenDB(t, driver)
 		ctx := context.Background()
 		base := time.Now().Add(-time.Hour).Truncate(time.Second)

@@ -15,7 +15,7 @@ func checkIn(t *testing.T, s *store.Store, name, inc string) {
 }
 
 func TestTaskOwnership(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		checkIn(t, s, "node-a", "inc-a")
@@ -99,7 +99,7 @@ func TestTaskOwnership(t *testing.T) {
 }
 
 func TestTaskDelete(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		checkIn(t, s, "node-a", "inc-a")
@@ -153,7 +153,7 @@ func TestTaskDelete(t *testing.T) {
 }
 
 func TestTasksReleaseAll(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		ctx := context.Background()
 		checkIn(t, s, "node-a", "inc-a")

@@ -57,6 +57,18 @@ func Each(t *testing.T, fn func(t *testing.T, driver string)) {
 	}
 }
 
+// EachParallel is Each with the databases' subtests run side by side:
+// each has a database of its own, and the suite's time is then about the
+// slowest database's (the T-SQL test server's) rather than the sum of all
+// four. fn must not change process-wide state (t.Setenv) or read a
+// server-wide counter another database's subtest could move.
+func EachParallel(t *testing.T, fn func(t *testing.T, driver string)) {
+	Each(t, func(t *testing.T, driver string) {
+		t.Parallel()
+		fn(t, driver)
+	})
+}
+
 // RequirePostgres skips the test, saying why, when no PostgreSQL is configured.
 func RequirePostgres(t testing.TB) string {
 	dsn := os.Getenv(PostgresEnv)

@@ -45,7 +45,6 @@ import (
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
-	"github.com/slotpoller/slotpoller/schema"
 	"github.com/slotpoller/slotpoller/service"
 	"github.com/stretchr/testify/require"
 )
@@ -315,29 +314,15 @@ func TestChaos(t *testing.T) {
 		t.Parallel()
 		pg := startPrivatePostgres(t)
 		db := storetest.DB{Driver: "postgres", DSN: pg.DSN()}
-		report(runChaos(t, openMigrated(t, db), db, pg, fastChaos, duration))
+		report(runChaos(t, storetest.OpenMigrated(t, db), db, pg, fastChaos, duration))
 	})
 	t.Run("mysql", func(t *testing.T) {
 		storetest.RequireMySQL(t)
 		t.Parallel()
 		my := startPrivateMariaDB(t)
 		db := storetest.DB{Driver: "mysql", DSN: my.DSN()}
-		report(runChaos(t, openMigrated(t, db), db, my, fastChaos, duration))
+		report(runChaos(t, storetest.OpenMigrated(t, db), db, my, fastChaos, duration))
 	})
-}
-
-// openMigrated opens a store on a private server's database and migrates
-// it; the store is closed when the test ends.
-func openMigrated(t *testing.T, db storetest.DB) *store.Store {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := db.Open(ctx)
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Close() })
-	_, err = schema.Migrate(ctx, s)
-	require.NoError(t, err)
-	return s
 }
 
 // chaosDuration is SLOTPOLLER_CHAOS_DURATION: 0 for the short mode.

@@ -64,7 +64,7 @@ type steppable interface {
 func databaseClockSteps(t *testing.T, db storetest.DB, server steppable) {
 	began := time.Now()
 	ctx := context.Background()
-	s := openMigrated(t, db)
+	s := storetest.OpenMigrated(t, db)
 
 	const (
 		lease    = 3 * time.Second

@@ -235,6 +235,13 @@ func Open(t testing.TB, driver string) (*store.Store, string) {
 func OpenDB(t testing.TB, driver string) (*store.Store, DB) {
 	t.Helper()
 	db := New(t, driver)
+	return OpenMigrated(t, db), db
+}
+
+// OpenMigrated opens a store on db (a new database, or a private
+// server's) and migrates it; the store is closed when the test ends.
+func OpenMigrated(t testing.TB, db DB) *store.Store {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := db.Open(ctx)
@@ -242,7 +249,7 @@ func OpenDB(t testing.TB, driver string) (*store.Store, DB) {
 	t.Cleanup(func() { s.Close() })
 	_, err = schema.Migrate(ctx, s)
 	require.NoError(t, err)
-	return s, db
+	return s
 }
 
 func randomHex(n int) string {

@@ -626,8 +626,11 @@ func (f *chaosFarm) stall() {
 
 // steppableClock is the real clock read as if its wall time had been
 // stepped: what an NTP step or a VM resume does to a node. Like a real
-// step, it moves wall time only; the monotonic reading that time.Time
-// carries (and Sub uses) is untouched.
+// step, it moves Now only; Monotonic, on which a node judges its leases
+// and sets its timers, is untouched. (Now's result carries a monotonic
+// reading, which Add moves too: a node that did lease arithmetic on Now
+// would believe, after the step back, that its leases held an hour
+// longer, and call on after the farm had moved its tasks.)
 type steppableClock struct {
 	clock.Clock
 	step atomic.Int64

@@ -15,10 +15,10 @@ type inflight struct {
 	claim     store.Claim
 	ctx       context.Context // the call's, cancelled with a cause
 	cancel    context.CancelCauseFunc
-	claimedAt time.Time // local, after the claim statement returned
+	claimedAt clock.Instant // after the claim statement returned
 	// Guarded by Runner.mu:
-	leaseUntil time.Time // local, conservative: send time of the last confirmation + lease
-	calling    bool      // the endpoint call is under way
+	leaseUntil clock.Instant // conservative: send time of the last confirmation + lease
+	calling    bool          // the endpoint call is under way
 	// ended is set once the call is over (or was never made): its result
 	// is then the judge of the lease, not a renewal, which may read the
 	// leases after the result's commit and before its answer.
@@ -45,7 +45,7 @@ func (r *Runner) hold() store.Hold {
 
 // track registers a claimed job as in flight and arms its lease watchdog.
 // r.mu is held.
-func (r *Runner) track(c store.Claim, claimedAt, leaseUntil time.Time) *inflight {
+func (r *Runner) track(c store.Claim, claimedAt, leaseUntil clock.Instant) *inflight {
 	ctx, cancel := context.WithCancelCause(r.base)
 	f := &inflight{claim: c, ctx: ctx, cancel: cancel, claimedAt: claimedAt, leaseUntil: leaseUntil}
 	r.inflight[store.Held{ID: c.ID, Token: c.Token}] = f
@@ -55,7 +55,7 @@ func (r *Runner) track(c store.Claim, claimedAt, leaseUntil time.Time) *inflight
 
 // arm (re)sets f's watchdog to fire when f's lease, as last confirmed, has
 // only the margin left. r.mu is held.
-func (r *Runner) arm(f *inflight, now time.Time) {
+func (r *Runner) arm(f *inflight, now clock.Instant) {
 	if f.watchdog != nil {
 		f.watchdog.Stop()
 	}
@@ -94,7 +94,7 @@ func (r *Runner) expire(f *inflight, armed int) {
 	// Before and after the call there is nothing to cut off (run checks
 	// the lease itself before calling).
 	due := f.armed == armed && f.calling
-	left := f.leaseUntil.Sub(r.opts.Clock.Now())
+	left := f.leaseUntil.Sub(clock.Mono(r.opts.Clock))
 	r.mu.Unlock()
 	if due {
 		r.opts.Logger.Warn("cancelling call: its lease could not be confirmed in time", "job", f.claim.ID, "token", f.claim.Token, "lease_left", left)
@@ -118,7 +118,7 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 	// answer came back late) must not call on a lease that may have run out:
 	// the farm may already have given the job to another node.
 	r.mu.Lock()
-	calling := r.opts.Clock.Now().Add(r.margin()).Before(f.leaseUntil)
+	calling := clock.Mono(r.opts.Clock).Add(r.margin()).Before(f.leaseUntil)
 	f.calling, f.ended = calling, !calling
 	r.mu.Unlock()
 	if !calling {
@@ -143,7 +143,7 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 	r.mu.Unlock()
 	res := r.inv.Invoke(ctx, Call{JobID: c.ID, Node: r.opts.Node, Token: c.Token, Attempt: c.Attempt,
 		IdempotencyKey: c.IdempotencyKey, Method: c.Method, Endpoint: c.Endpoint, Payload: c.Payload, Timeout: timeout,
-		Budget: func() time.Duration { return end.Sub(r.opts.Clock.Now()) }, Headers: headers})
+		Budget: func() time.Duration { return end.Sub(clock.Mono(r.opts.Clock)) }, Headers: headers})
 	r.mu.Lock()
 	f.calling, f.ended = false, true
 	r.mu.Unlock()
@@ -191,7 +191,7 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 		// give it back (run again, at least once), idle node or not.
 		log().Error("could not record job result; the job runs again", "err", err, "result", o.State)
 		r.mu.Lock()
-		r.raiseDoubtLocked(r.opts.Clock.Now())
+		r.raiseDoubtLocked(clock.Mono(r.opts.Clock))
 		r.mu.Unlock()
 		return
 	case !ok:

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"time"
 
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
@@ -22,21 +21,21 @@ import (
 // the next database blip.
 func (r *Runner) RenewLeases(ctx context.Context) error {
 	tick := r.opts.Lease / 3
-	next := r.opts.Clock.Now().Add(tick)
+	next := clock.Mono(r.opts.Clock).Add(tick)
 	for {
-		if err := clock.Sleep(ctx, r.opts.Clock, next.Sub(r.opts.Clock.Now())); err != nil {
+		if err := clock.Sleep(ctx, r.opts.Clock, next.Sub(clock.Mono(r.opts.Clock))); err != nil {
 			return err
 		}
-		sent := r.opts.Clock.Now()
+		sent := clock.Mono(r.opts.Clock)
 		err := r.RenewOnce(ctx)
 		next = sent.Add(tick)
 		if err != nil {
-			next = earliest(next, r.opts.Clock.Now().Add(tick/4))
+			next = earliest(next, clock.Mono(r.opts.Clock).Add(tick/4))
 		}
 	}
 }
 
-func earliest(a, b time.Time) time.Time {
+func earliest(a, b clock.Instant) clock.Instant {
 	if b.Before(a) {
 		return b
 	}
@@ -44,7 +43,7 @@ func earliest(a, b time.Time) time.Time {
 }
 
 // raiseDoubtLocked notes that the node may hold jobs no call runs. Holds r.mu.
-func (r *Runner) raiseDoubtLocked(now time.Time) {
+func (r *Runner) raiseDoubtLocked(now clock.Instant) {
 	r.doubt, r.doubts, r.doubtUntil = true, r.doubts+1, now.Add(r.opts.Lease)
 }
 
@@ -58,7 +57,7 @@ func (r *Runner) RenewOnce(ctx context.Context) error {
 	if idle {
 		return nil
 	}
-	sent := r.opts.Clock.Now()
+	sent := clock.Mono(r.opts.Clock)
 	// A tick at most: a later answer could confirm nothing the next round
 	// would not (the lease is counted from the send time, and each call's
 	// watchdog cuts it off when its lease as last confirmed runs out).
@@ -72,7 +71,7 @@ func (r *Runner) RenewOnce(ctx context.Context) error {
 		r.opts.Logger.Error("could not renew job leases; calls go on until their leases as last confirmed run out", "err", err)
 		return err
 	}
-	now := r.opts.Clock.Now()
+	now := clock.Mono(r.opts.Clock)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.renewals.Add(1)

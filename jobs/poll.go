@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 )
 
@@ -182,9 +183,9 @@ func (r *Runner) claimWith(ctx context.Context, stmt func(context.Context) ([]st
 	r.mu.Lock()
 	r.claiming++
 	r.mu.Unlock()
-	sent := r.opts.Clock.Now()
+	sent := clock.Mono(r.opts.Clock)
 	claims, err := bounded(ctx, r.statementTimeout(), stmt)
-	now := r.opts.Clock.Now()
+	now := clock.Mono(r.opts.Clock)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.claiming--
@@ -239,10 +240,10 @@ func (r *Runner) FarmBacklog(up bool) {
 	r.mu.Lock()
 	switch {
 	case up && r.backlogSince.IsZero():
-		r.backlogSince = r.opts.Clock.Now()
+		r.backlogSince = clock.Mono(r.opts.Clock)
 		r.more = true
 	case !up:
-		r.backlogSince = time.Time{}
+		r.backlogSince = clock.Instant{}
 	}
 	r.mu.Unlock()
 	r.nudge()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 )
 
@@ -18,12 +19,12 @@ type pushState struct {
 	// last is when the last claim that answered a note began (local
 	// monotonic): the next one waits a cooldown after it, so that a
 	// steady stream of enqueues is claimed in batches.
-	last time.Time
+	last clock.Instant
 	// noRoom: a note waits while the node has no room, or a note's claim
 	// filled the node; signalled is when the backlog was last signalled
 	// for it.
 	noRoom    bool
-	signalled time.Time
+	signalled clock.Instant
 }
 
 // Due is a note that an enqueue committed a job due now (store.NoteDue).
@@ -50,7 +51,7 @@ func (r *Runner) Due() {
 // nextPush is nextRefill for a pending note: how many jobs to claim for it
 // now, or how long until it may (0: when room is made, or no note waits).
 // r.mu is held.
-func (r *Runner) nextPush(now time.Time, free int) (want int, after time.Duration) {
+func (r *Runner) nextPush(now clock.Instant, free int) (want int, after time.Duration) {
 	if !r.push.pending {
 		return 0, 0
 	}
@@ -88,7 +89,7 @@ func (r *Runner) pushClaimed(full bool) {
 // spread.
 func (r *Runner) pushBacklog(ctx context.Context) {
 	r.mu.Lock()
-	now := r.opts.Clock.Now()
+	now := clock.Mono(r.opts.Clock)
 	tell := r.push.noRoom && r.opts.PushBacklog != nil && r.backlogSince.IsZero() &&
 		(r.push.signalled.IsZero() || now.Sub(r.push.signalled) >= r.opts.BacklogSpread)
 	r.push.noRoom = false

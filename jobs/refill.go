@@ -13,7 +13,7 @@ const DefaultRefillCooldown = 10 * time.Millisecond
 // nextRefill says how many jobs Refill claims now, or, when none, how long
 // until it looks again on its own (0: when woken). roomSince is when the
 // room it waits to grow was first seen (zero: none yet). r.claimMu is held.
-func (r *Runner) nextRefill(now time.Time, roomSince *time.Time) (want int, after time.Duration) {
+func (r *Runner) nextRefill(now clock.Instant, roomSince *clock.Instant) (want int, after time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	free := r.opts.Capacity - len(r.inflight)
@@ -32,7 +32,7 @@ func (r *Runner) nextRefill(now time.Time, roomSince *time.Time) (want int, afte
 
 // nextRefillLocked is nextRefill for what the turns and the backlog flag
 // told the node. r.mu is held.
-func (r *Runner) nextRefillLocked(now time.Time, roomSince *time.Time, free int) (want int, after time.Duration) {
+func (r *Runner) nextRefillLocked(now clock.Instant, roomSince *clock.Instant, free int) (want int, after time.Duration) {
 	if !r.more {
 		if r.heldBack && r.heldRetry && free > 0 {
 			r.heldRetry = false
@@ -72,12 +72,12 @@ func (r *Runner) nextRefillLocked(now time.Time, roomSince *time.Time, free int)
 // claim per turn. A claim that comes back short means the queue ran dry:
 // the node goes back to its turns.
 func (r *Runner) Refill(ctx context.Context) error {
-	var roomSince time.Time
+	var roomSince clock.Instant
 	for {
 		r.claimMu.Lock()
-		want, after := r.nextRefill(r.opts.Clock.Now(), &roomSince)
+		want, after := r.nextRefill(clock.Mono(r.opts.Clock), &roomSince)
 		if want > 0 {
-			roomSince = time.Time{}
+			roomSince = clock.Instant{}
 			started, err := r.refillClaim(ctx, want)
 			r.mu.Lock()
 			full := err == nil && len(started) == want

@@ -113,7 +113,7 @@ type Runner struct {
 	// commit in the database after a clean round.
 	doubt      bool
 	doubts     int
-	doubtUntil time.Time // local monotonic
+	doubtUntil clock.Instant // local monotonic
 
 	// Refill state. more is set while the node knows of due work it left
 	// for lack of room or share: Refill then claims again as calls end. A
@@ -124,7 +124,7 @@ type Runner struct {
 	// does not take a burst from nodes that do not know of it yet.
 	more         bool
 	budget       int
-	backlogSince time.Time     // local monotonic, when the farm's backlog flag was seen rising; zero while it is down
+	backlogSince clock.Instant // local monotonic, when the farm's backlog flag was seen rising; zero while it is down
 	wake         chan struct{} // room was made, or there is news of work: Refill looks again
 	// claimMu makes a node's claims one at a time: each is sized by the
 	// room left after the one before.

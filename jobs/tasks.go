@@ -97,16 +97,16 @@ type taskWorker struct {
 	stopOnce sync.Once
 
 	mu         sync.Mutex
-	leaseUntil time.Time // local monotonic: send time of the last confirmation + lease
+	leaseUntil clock.Instant // send time of the last confirmation + lease
 }
 
-func (w *taskWorker) lease() time.Time {
+func (w *taskWorker) lease() clock.Instant {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.leaseUntil
 }
 
-func (w *taskWorker) confirm(until time.Time) {
+func (w *taskWorker) confirm(until clock.Instant) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if until.After(w.leaseUntil) {
@@ -175,7 +175,7 @@ func (k *Keeper) Held() []string {
 // Renew renews every lease this node holds in one statement and brings the
 // workers in line with the answer. Call it at every heartbeat.
 func (k *Keeper) Renew(ctx context.Context) error {
-	sent := k.opts.Clock.Now()
+	sent := clock.Mono(k.opts.Clock)
 	hold := k.hold()
 	held, err := k.store.TasksRenew(ctx, k.opts.Incarnation, hold)
 	if err != nil {
@@ -252,7 +252,7 @@ func (k *Keeper) Renew(ctx context.Context) error {
 // while a restarted worker calls again. Tasks being given up are left
 // alone for the same reason.
 func (k *Keeper) stopUnconfirmed() {
-	now := k.opts.Clock.Now()
+	now := clock.Mono(k.opts.Clock)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for name, w := range k.workers {
@@ -299,7 +299,7 @@ func (k *Keeper) stopThen(key taskKey, what string, write func(context.Context) 
 	}()
 }
 
-func (k *Keeper) start(h store.HeldTask, until time.Time) {
+func (k *Keeper) start(h store.HeldTask, until clock.Instant) {
 	ctx, cancel := context.WithCancelCause(k.base)
 	w := &taskWorker{task: h, cancel: cancel, done: make(chan struct{}), stop: make(chan struct{}), leaseUntil: until}
 	prev := k.last[h.Name]
@@ -335,9 +335,9 @@ func (k *Keeper) work(ctx context.Context, w *taskWorker) {
 	task := w.task
 	log := k.opts.Logger.With("task", task.Name, "token", task.Token)
 	failures := task.Failures
-	next := k.opts.Clock.Now()
+	next := clock.Mono(k.opts.Clock)
 	for seq := 1; ; seq++ {
-		t := k.opts.Clock.NewTimer(next.Sub(k.opts.Clock.Now()))
+		t := k.opts.Clock.NewTimer(next.Sub(clock.Mono(k.opts.Clock)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -357,7 +357,7 @@ func (k *Keeper) work(ctx context.Context, w *taskWorker) {
 		// The lease is judged on this node's own monotonic clock: a node
 		// that froze or lost the database past its lease stops here, before
 		// it can call with a token the farm may have moved past.
-		now := k.opts.Clock.Now()
+		now := clock.Mono(k.opts.Clock)
 		left := w.lease().Sub(now) - k.opts.Margin
 		if left <= 0 {
 			k.stale.Add(1)
@@ -373,7 +373,7 @@ func (k *Keeper) work(ctx context.Context, w *taskWorker) {
 		res := k.inv.Invoke(ctx, Call{Task: task.Name, Node: k.opts.Node, Token: task.Token, Attempt: failures + 1,
 			IdempotencyKey: fmt.Sprintf("slotpoller-task-%s-%d-%d", task.Name, task.Token, seq),
 			Method:         task.Method, Endpoint: task.Endpoint, Payload: task.Payload, Timeout: timeout,
-			Budget: func() time.Duration { return end.Sub(k.opts.Clock.Now()) }})
+			Budget: func() time.Duration { return end.Sub(clock.Mono(k.opts.Clock)) }})
 		if ctx.Err() != nil {
 			return
 		}
@@ -405,7 +405,7 @@ func (k *Keeper) work(ctx context.Context, w *taskWorker) {
 		k.failures.Add(1)
 		delay := Backoff(failures, task.Every, max(task.Every, k.opts.BackoffMax), k.opts.Rand)
 		log.Warn("task call failed; backing off", "status", res.Status, "error", res.Err, "failures", failures, "next_in", delay)
-		next = k.opts.Clock.Now().Add(delay)
+		next = clock.Mono(k.opts.Clock).Add(delay)
 	}
 }
 

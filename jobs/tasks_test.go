@@ -108,56 +108,75 @@ func TestTaskIsCalledEveryIntervalWhileHeld(t *testing.T) {
 	})
 }
 
+// wallSteps are the steps of the local wall clock the lease tests run
+// under: none, and an hour back. A node judges its leases on its monotonic
+// clock: a lease confirmed before a step back must not look an hour longer
+// after it, when the farm moves the task at its end by the database clock.
+var wallSteps = []struct {
+	name string
+	step time.Duration
+}{{"no wall step", 0}, {"wall clock stepped back an hour", -time.Hour}}
+
 func TestFrozenOwnerDoesNotCallAfterItsLease(t *testing.T) {
-	s, _ := storetest.Open(t, "sqlite")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	base, calls := taskEndpoint(t)
-	c := clock.NewFake(t0)
-	k := newKeeper(s, base, c, "node-a")
-	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "feed", Endpoint: "/feed", Every: time.Second}))
-	assign(t, s, "feed", "node-a")
-	require.NoError(t, k.Renew(ctx))
-	nextCall(t, calls)
+	for _, ws := range wallSteps {
+		t.Run(ws.name, func(t *testing.T) {
+			s, _ := storetest.Open(t, "sqlite")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			base, calls := taskEndpoint(t)
+			c := clock.NewFake(t0)
+			k := newKeeper(s, base, c, "node-a")
+			require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "feed", Endpoint: "/feed", Every: time.Second}))
+			assign(t, s, "feed", "node-a")
+			require.NoError(t, k.Renew(ctx))
+			nextCall(t, calls)
 
-	// The node freezes (no heartbeats) for 5s; its 3s lease ran out on its
-	// own monotonic clock. When it wakes, the worker must not call.
-	require.NoError(t, c.BlockUntil(ctx, 1))
-	c.Advance(5 * time.Second)
-	noCall(t, calls)
-	require.Eventually(t, func() bool { return k.Stats().StaleStops == 1 }, 5*time.Second, 10*time.Millisecond)
+			// The node freezes (no heartbeats) for 5s; its 3s lease ran out on its
+			// own monotonic clock. When it wakes, the worker must not call.
+			require.NoError(t, c.BlockUntil(ctx, 1))
+			c.StepWall(ws.step)
+			c.Advance(5 * time.Second)
+			noCall(t, calls)
+			require.Eventually(t, func() bool { return k.Stats().StaleStops == 1 }, 5*time.Second, 10*time.Millisecond)
 
-	// Meanwhile the farm gave the task to another node.
-	_, err := s.TasksRenew(ctx, "inc-node-a", store.Lease(-time.Second))
-	require.NoError(t, err)
-	assign(t, s, "feed", "node-b")
-	require.NoError(t, k.Renew(ctx))
-	require.Empty(t, k.Held(), "the woken node learns the task is gone")
-	noCall(t, calls)
-	require.Equal(t, int64(1), k.Stats().Lost)
-	_, err = k.Release(ctx)
-	require.NoError(t, err)
+			// Meanwhile the farm gave the task to another node.
+			_, err := s.TasksRenew(ctx, "inc-node-a", store.Lease(-time.Second))
+			require.NoError(t, err)
+			assign(t, s, "feed", "node-b")
+			require.NoError(t, k.Renew(ctx))
+			require.Empty(t, k.Held(), "the woken node learns the task is gone")
+			noCall(t, calls)
+			require.Equal(t, int64(1), k.Stats().Lost)
+			_, err = k.Release(ctx)
+			require.NoError(t, err)
+		})
+	}
 }
 
 func TestUnreachableDatabaseStopsCallsBeforeTheLeaseEnds(t *testing.T) {
-	s, _ := storetest.Open(t, "sqlite")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	base, calls := taskEndpoint(t)
-	c := clock.NewFake(t0)
-	k := newKeeper(s, base, c, "node-a")
-	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "feed", Endpoint: "/feed", Every: 10 * time.Second}))
-	assign(t, s, "feed", "node-a")
-	require.NoError(t, k.Renew(ctx))
-	nextCall(t, calls)
-	require.NoError(t, s.Close())
+	for _, ws := range wallSteps {
+		t.Run(ws.name, func(t *testing.T) {
+			s, _ := storetest.Open(t, "sqlite")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			base, calls := taskEndpoint(t)
+			c := clock.NewFake(t0)
+			k := newKeeper(s, base, c, "node-a")
+			require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "feed", Endpoint: "/feed", Every: 10 * time.Second}))
+			assign(t, s, "feed", "node-a")
+			require.NoError(t, k.Renew(ctx))
+			nextCall(t, calls)
+			require.NoError(t, s.Close())
 
-	c.Advance(time.Second)
-	require.Error(t, k.Renew(ctx))
-	require.Equal(t, []string{"feed"}, k.Held(), "2s of lease left: keep the worker")
-	c.Advance(time.Second)
-	require.Error(t, k.Renew(ctx))
-	require.Empty(t, k.Held(), "1s left, less than a heartbeat and the margin: stop now")
+			c.StepWall(ws.step)
+			c.Advance(time.Second)
+			require.Error(t, k.Renew(ctx))
+			require.Equal(t, []string{"feed"}, k.Held(), "2s of lease left: keep the worker")
+			c.Advance(time.Second)
+			require.Error(t, k.Renew(ctx))
+			require.Empty(t, k.Held(), "1s left, less than a heartbeat and the margin: stop now")
+		})
+	}
 }
 
 func TestDeleteAndHandoffStopTheWorker(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/clocksync"
 	"github.com/slotpoller/slotpoller/config"
+	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 )
@@ -45,7 +46,7 @@ func (n *Node) parts() nodeParts {
 type dbCheck struct {
 	mu    sync.Mutex
 	store *store.Store
-	at    time.Time // local time the last check ended; zero: never
+	at    clock.Instant // when the last check ended; zero: never
 	err   error
 }
 
@@ -55,7 +56,7 @@ func (n *Node) pingDB(s *store.Store) error {
 	c := &n.dbCheck
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.store == s && !c.at.IsZero() && n.clock.Now().Sub(c.at) < pingEvery {
+	if c.store == s && !c.at.IsZero() && clock.Mono(n.clock).Sub(c.at) < pingEvery {
 		return c.err
 	}
 	// Not the request's context: a probe that hangs up must not leave a
@@ -66,7 +67,7 @@ func (n *Node) pingDB(s *store.Store) error {
 	if err != nil && errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("did not answer within %v", pingTimeout)
 	}
-	c.store, c.at, c.err = s, n.clock.Now(), err
+	c.store, c.at, c.err = s, clock.Mono(n.clock), err
 	return err
 }
 

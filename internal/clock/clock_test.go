@@ -125,3 +125,17 @@ func TestRealMonotonicCountsForward(t *testing.T) {
 	require.GreaterOrEqual(t, a, time.Duration(0))
 	require.GreaterOrEqual(t, b, a)
 }
+
+func TestInstantsIgnoreWallStepsAndTheZeroIsNone(t *testing.T) {
+	f := NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	before := Mono(f)
+	require.False(t, before.IsZero(), "a reading at the clock's origin is not the zero Instant")
+	require.True(t, Instant{}.IsZero())
+	f.StepWall(-time.Hour)
+	f.Advance(2 * time.Second)
+	after := Mono(f)
+	require.Equal(t, 2*time.Second, after.Sub(before), "a wall step does not move Instants")
+	require.True(t, before.Before(after))
+	require.True(t, after.After(before))
+	require.Equal(t, after, before.Add(2*time.Second))
+}

@@ -47,7 +47,10 @@ SELECT '/fill', 'POST', ?, {now+?}, CAST(? AS INTEGER), 40, 'fill', {now}, `+fin
 
 // with100k runs a test of 100,000 rows on SQLite, PostgreSQL and MySQL
 // (not with -short), each on a new database.
-func with100k(t *testing.T, fn func(t *testing.T, s *store.Store, driver string)) {
+//
+// fn gets the divisor of its row counts: 1, or 10 on SQLite under the race
+// detector (storetest.UnderRace), where 100,000 rows take minutes.
+func with100k(t *testing.T, fn func(t *testing.T, s *store.Store, driver string, div int)) {
 	if testing.Short() {
 		t.Skip("100k rows")
 	}
@@ -60,7 +63,11 @@ func with100k(t *testing.T, fn func(t *testing.T, s *store.Store, driver string)
 				storetest.RequireMySQL(t)
 			}
 			s, _ := storetest.Open(t, d)
-			fn(t, s, d)
+			div := 1
+			if d == "sqlite" && storetest.UnderRace {
+				div = 10
+			}
+			fn(t, s, d, div)
 		})
 	}
 }
@@ -167,9 +174,10 @@ func TestJobCountsCapped(t *testing.T) {
 // delete locks. The claim latency while pruning is logged (run with -v);
 // docs/benchmarks.md records it.
 func TestJobsPrune100kWhileClaiming(t *testing.T) {
-	with100k(t, func(t *testing.T, s *store.Store, driver string) {
+	with100k(t, func(t *testing.T, s *store.Store, driver string, div int) {
 		ctx := context.Background()
-		const total, batch = 100_000, 500
+		const batch = 500
+		total := 100_000 / div
 		fillJobs(t, s, total, store.StateDone, 48*time.Hour, 0, 1)
 		fillJobs(t, s, 2500, store.StateReady, -1, -time.Second, 0)
 
@@ -252,11 +260,11 @@ func TestJobsPrune100kWhileClaiming(t *testing.T) {
 // most the cap per state. The figures (run with -v) are in
 // docs/benchmarks.md.
 func TestJobCountsCapped100k(t *testing.T) {
-	with100k(t, func(t *testing.T, s *store.Store, driver string) {
+	with100k(t, func(t *testing.T, s *store.Store, driver string, div int) {
 		ctx := context.Background()
-		fillJobs(t, s, 80_000, store.StateDone, time.Hour, 0, 1)
-		fillJobs(t, s, 15_000, store.StateDead, time.Hour, 0, 40)
-		fillJobs(t, s, 5_000, store.StateReady, -1, time.Hour, 3)
+		fillJobs(t, s, 80_000/div, store.StateDone, time.Hour, 0, 1)
+		fillJobs(t, s, 15_000/div, store.StateDead, time.Hour, 0, 40)
+		fillJobs(t, s, 5_000/div, store.StateReady, -1, time.Hour, 3)
 		if driver == "postgres" {
 			_, err := s.DB().ExecContext(ctx, "VACUUM ANALYZE slotpoller_jobs")
 			require.NoError(t, err)
@@ -272,11 +280,11 @@ func TestJobCountsCapped100k(t *testing.T) {
 		}
 		full := timeIt(func() error { _, err := s.JobCounts(ctx); return err })
 		var tally store.JobTally
-		capped := timeIt(func() (err error) { tally, err = s.JobCountsCapped(ctx, 10_000); return err })
-		require.Equal(t, 10_000, tally.Counts["done"])
-		require.Equal(t, 5_000, tally.Counts["retrying"])
-		t.Logf("%s, 100k rows: GROUP BY count %v, capped count (10,000 per state) %v (best of 5)", driver,
-			full.Round(time.Microsecond), capped.Round(time.Microsecond))
+		capped := timeIt(func() (err error) { tally, err = s.JobCountsCapped(ctx, 10_000/div); return err })
+		require.Equal(t, 10_000/div, tally.Counts["done"])
+		require.Equal(t, 5_000/div, tally.Counts["retrying"])
+		t.Logf("%s, %d rows: GROUP BY count %v, capped count (%d per state) %v (best of 5)", driver, 100_000/div,
+			full.Round(time.Microsecond), 10_000/div, capped.Round(time.Microsecond))
 	})
 }
 

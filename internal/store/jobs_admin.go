@@ -285,6 +285,14 @@ var RetryableStates = []string{StateDead, StateFailed, StateCancelled, StateMiss
 // same idempotency key: a retry is the same logical run. It changes at
 // most f.Limit jobs, newest first, and returns how many it changed.
 func (s *Store) JobsRetry(ctx context.Context, f JobFilter, actor string) (int64, error) {
+	n, err := s.jobsRetry(ctx, f, actor)
+	if err == nil && n > 0 {
+		s.noteDue(ctx) // retried jobs are due at once
+	}
+	return n, err
+}
+
+func (s *Store) jobsRetry(ctx context.Context, f JobFilter, actor string) (int64, error) {
 	if f.Limit <= 0 {
 		return 0, errors.New("retry jobs: a limit is required")
 	}

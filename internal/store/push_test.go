@@ -87,6 +87,28 @@ func TestAnEnqueueDueNowWakesTheFarmAtCommitOnce(t *testing.T) {
 	require.NoError(t, tx.Commit())
 	require.Equal(t, due, notesIn(lock, quiet), "an insert in the caller's transaction")
 
+	// Writes other than inserts that make jobs due at once: an operator's
+	// retry of a failed job, and a paused queue resumed.
+	cs, err := s.JobsClaim(ctx, "inc-a", "node-a", 100, store.Lease(time.Minute))
+	require.NoError(t, err)
+	require.NotEmpty(t, cs)
+	ok, err = s.JobFinishIfRunning(ctx, cs[0].ID, cs[0].Token, store.Outcome{State: store.StateFailed, Status: 500, Error: "boom"})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Empty(t, notesIn(lock, quiet), "claims and finishes wake nobody")
+	n, err := s.JobsRetry(ctx, store.JobFilter{ID: cs[0].ID, Limit: 1}, "operator")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, due, notesIn(lock, quiet), "a retried job is due at once")
+	n, err = s.JobsRetry(ctx, store.JobFilter{ID: cs[0].ID, Limit: 1}, "operator")
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Empty(t, notesIn(lock, quiet), "a retry that found nothing to retry wakes nobody")
+
+	require.NoError(t, s.QueuePause(ctx, "reports", "operator", true))
+	require.Empty(t, notesIn(lock, quiet), "a pause wakes nobody")
+	require.NoError(t, s.QueuePause(ctx, "reports", "operator", false))
+	require.Equal(t, due, notesIn(lock, quiet), "a resumed queue's due jobs may be claimed again")
 }
 
 func TestOnlyPostgresPushesDueJobs(t *testing.T) {

@@ -188,6 +188,9 @@ SELECT ?, ` + values + ` WHERE NOT EXISTS (SELECT 1 FROM {queues} WHERE name = ?
 	if err != nil {
 		return fmt.Errorf("%s queue %q: %w", what, name, err)
 	}
+	if !paused {
+		s.noteDue(ctx) // the queue's due jobs may be claimed again
+	}
 	return nil
 }
 

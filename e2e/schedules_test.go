@@ -94,7 +94,7 @@ func onceEach(t *testing.T, name string, fires []time.Time, every time.Duration)
 }
 
 func TestSchedulesRunEachOccurrenceOnceAcrossTheFarm(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, db := storetest.OpenDB(t, driver)
 		ctx := context.Background()
 		rec := &fireRecorder{fires: map[string][]time.Time{}, nodes: map[string]map[string]int{}}

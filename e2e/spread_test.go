@@ -20,7 +20,7 @@ import (
 // as fast as the nodes' calls end (each node claims again as it has room)
 // and still spreads by capacity: no node runs less than half its share.
 func TestFarmSpreadsABurstByCapacity(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, driver string) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
 		s, db := storetest.OpenDB(t, driver)
 		ctx := context.Background()
 		rec := &recorder{}

@@ -77,17 +77,7 @@ func TestAnEnqueueStartsAtCommitOnPostgres(t *testing.T) {
 	})
 	claims := claimsLogged(nodes) - claimsBefore
 
-	rec.mu.Lock()
-	var delays []time.Duration
-	for p, at := range committed {
-		first, ok := rec.first[p]
-		require.True(t, ok, "job %s was never called", p)
-		require.Equal(t, 1, rec.calls[p], "job %s called %d times", p, rec.calls[p])
-		delays = append(delays, first.Sub(at))
-	}
-	rec.mu.Unlock()
-	sort.Slice(delays, func(i, j int) bool { return delays[i] < delays[j] })
-	q := func(p float64) time.Duration { return delays[int(p*float64(len(delays)-1))] }
+	delays, q := startDelays(t, rec, committed)
 	t.Logf("commit to call over %d jobs: p50 %v, p90 %v, p99 %v, max %v; claims between turns %d",
 		len(delays), q(.5), q(.9), q(.99), delays[len(delays)-1], claims)
 	// The goal is 50 ms at p99. The allowance on top is for CI's load:
@@ -117,4 +107,23 @@ func TestAnEnqueueStartsAtCommitOnPostgres(t *testing.T) {
 	for _, n := range nodes {
 		n.stop(t)
 	}
+}
+
+// startDelays are the delays from each job's commit (committed, by path)
+// to its first call, sorted, with a quantile function over them. Each job
+// must have been called exactly once.
+func startDelays(t *testing.T, rec *pathRecorder, committed map[string]time.Time) ([]time.Duration, func(float64) time.Duration) {
+	t.Helper()
+	rec.mu.Lock()
+	var delays []time.Duration
+	for p, at := range committed {
+		first, ok := rec.first[p]
+		require.True(t, ok, "job %s was never called", p)
+		require.Equal(t, 1, rec.calls[p], "job %s called %d times", p, rec.calls[p])
+		delays = append(delays, first.Sub(at))
+	}
+	rec.mu.Unlock()
+	sort.Slice(delays, func(i, j int) bool { return delays[i] < delays[j] })
+	q := func(p float64) time.Duration { return delays[int(p*float64(len(delays)-1))] }
+	return delays, q
 }

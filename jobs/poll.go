@@ -74,6 +74,7 @@ type Turn struct {
 // would hold up the node's turns and leave the claim's fate unknown.
 func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	r.polls.Add(1)
+	nextPoll := clock.Mono(r.opts.Clock).Add(turn.NextPoll)
 	var res PollResult
 	if !turn.Widened && !turn.ClockStepped {
 		var notAfter time.Time
@@ -124,7 +125,7 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 		if turn.Backlog != nil && load.Due > load.Managed {
 			res.BacklogErr, res.Signalled = turn.Backlog(ctx, load.Due), true
 		}
-		r.learned(load.Due > 0, share)
+		r.learned(load.Due > 0, max(share, urgent(load)), nextPoll)
 		return res, nil
 	}
 	var signalled chan error
@@ -153,7 +154,7 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	if len(started) == want {
 		res.Left = max(0, load.Due-len(started))
 	}
-	r.learned(res.Left > 0, share-len(started))
+	r.learned(res.Left > 0, max(share, urgent(load))-len(started), nextPoll)
 	for _, f := range started {
 		r.start(f)
 	}
@@ -203,11 +204,26 @@ func (r *Runner) claimWith(ctx context.Context, stmt func(context.Context) ([]st
 	return started, nil
 }
 
-// learned records what a turn found: whether it left due work behind, and
-// what is left of this node's share of it for Refill.
-func (r *Runner) learned(more bool, budget int) {
+// urgent is how many of the due jobs a turn counted would start late if
+// left to the farm's next poll: those the node takes as it has room,
+// fair share or not. In Poll they are the floor of the claim; what the
+// claim could not take for want of room (a turn that found more due than
+// the node has free) it claims as its calls end, before the farm has heard
+// of the backlog: the farm hears at its next membership read, a heartbeat
+// away where no note reaches the nodes, and a trickle of more jobs a slot
+// than a node's capacity otherwise left a part of every turn's work to
+// wait past a slot.
+func urgent(load store.QueueLoad) int { return min(load.Urgent, load.Due) }
+
+// learned records what a turn found: whether it left due work behind,
+// what is left of this node's share of it for Refill, and when the farm's
+// next poll, which the turn left the rest to, was due.
+func (r *Runner) learned(more bool, budget int, nextPoll clock.Instant) {
 	r.mu.Lock()
-	r.more, r.budget = more, max(0, budget)
+	r.more, r.budget, r.leftUntil = more, max(0, budget), clock.Instant{}
+	if more {
+		r.leftUntil = nextPoll
+	}
 	r.mu.Unlock()
 	r.nudge()
 }
@@ -219,7 +235,7 @@ func (r *Runner) Idle() {
 	r.polls.Add(1) // the turn's reading looked at the queue: a poll, in one statement shared with the registry
 	r.claimMu.Lock()
 	defer r.claimMu.Unlock()
-	r.learned(false, 0)
+	r.learned(false, 0, clock.Instant{})
 }
 
 // nudge wakes Refill to look again.

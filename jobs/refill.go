@@ -42,12 +42,23 @@ func (r *Runner) nextRefillLocked(now clock.Instant, roomSince *clock.Instant, f
 	}
 	limit := free
 	knows := !r.backlogSince.IsZero() && !now.Before(r.backlogSince.Add(r.opts.BacklogSpread))
-	if !knows {
+	// The poll the last turn left its work to is past: had it come, the
+	// work would be gone (a claim then comes back short and costs one
+	// statement); if not, the work is taken now, before it waits a slot.
+	overdue := !r.leftUntil.IsZero() && !now.Before(r.leftUntil)
+	if !knows && !overdue {
 		limit = min(free, r.budget)
 	}
 	if limit <= 0 {
-		if !knows && !r.backlogSince.IsZero() && free > 0 {
-			return 0, r.backlogSince.Add(r.opts.BacklogSpread).Sub(now)
+		if !knows && free > 0 {
+			var wait time.Duration
+			if !r.backlogSince.IsZero() {
+				wait = r.backlogSince.Add(r.opts.BacklogSpread).Sub(now)
+			}
+			if !r.leftUntil.IsZero() && (wait <= 0 || r.leftUntil.Sub(now) < wait) {
+				wait = r.leftUntil.Sub(now)
+			}
+			return 0, max(0, wait)
 		}
 		return 0, 0
 	}

@@ -227,6 +227,52 @@ func TestRefillKeepsToItsShareUntilTheFarmKnows(t *testing.T) {
 	g.release(100)
 }
 
+// Where the other nodes hear of a backlog only at their next reading, the
+// widened turn a poll left its work to may not come. Once it is overdue
+// (Turn.NextPoll after the turn), the node takes what is left as its room
+// allows, before the work waits a slot, whether or not the farm knows.
+func TestRefillTakesWhatItLeftOnceTheNextPollIsOverdue(t *testing.T) {
+	g, c, r := spendShare(t, jobs.Turn{FarmCapacity: 24, NextPoll: 100 * time.Millisecond, StartWindow: time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, c.BlockUntil(ctx, 1), "the refill waits for nothing")
+	c.Advance(99 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	require.Equal(t, int64(16), r.Stats().Claimed, "the next poll is not due yet")
+	c.Advance(time.Millisecond)
+	claimedReaches(t, r, 24)
+	g.release(100)
+}
+
+// Jobs that would start late if left to the next poll are the floor of a
+// turn's claim; those it could not take for want of room it claims as its
+// calls end, without waiting for the farm to hear of the backlog.
+func TestRefillTakesTheUrgentWorkItHadNoRoomFor(t *testing.T) {
+	s, _ := storetest.Open(t, "sqlite")
+	g, base := newGate(t)
+	c := clock.NewFake(t0)
+	r := jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: 8,
+		Lease: 3 * time.Second, Timeout: 5 * time.Second, Clock: c, BacklogSpread: time.Hour})
+	ctx := context.Background()
+	now, err := s.Now(ctx)
+	require.NoError(t, err)
+	late := now.Add(-2 * time.Second) // due two slots ago: urgent
+	for range 20 {
+		_, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/gate", MaxAttempts: 1, RunAt: &late})
+		require.NoError(t, err)
+	}
+	refilling(t, r)
+	// Its share of a farm of three is 7 of the 20; all 20 are urgent.
+	res, err := r.Poll(ctx, jobs.Turn{FarmCapacity: 24, NextPoll: time.Hour, StartWindow: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, 8, res.Claimed, "all its room")
+	g.release(8)
+	claimedReachesCooling(t, r, c, 16)
+	g.release(8)
+	claimedReachesCooling(t, r, c, 20)
+	g.release(100)
+}
+
 // A widened turn's poller claims now an even part of what it shares with
 // the pollers after it in the slot, but what it goes on claiming as its
 // calls end, before the farm knows of the backlog, is its share of the

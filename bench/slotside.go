@@ -177,6 +177,12 @@ func (f *slotFarm) enqueueLocal(ctx context.Context, key string) error {
 	return nil
 }
 
+// EnqueueByApp enqueues one job as the application does, through the Go
+// client's insert (the store, on the feeder's connections), not through a
+// node: the farm hears of it by a note on PostgreSQL, at its next turn
+// elsewhere.
+func (f *slotFarm) EnqueueByApp(ctx context.Context, key string) error { return f.enqueue(ctx, key, 0) }
+
 func (f *slotFarm) enqueue(ctx context.Context, key string, delay time.Duration) error {
 	j := store.NewJob{Endpoint: "/job/" + key, Method: "POST", Delay: delay, MaxAttempts: 1, Queue: f.queue(int(f.seq.Add(1)))}
 	_, err := jobs.Enqueue(ctx, f.feeder, j)

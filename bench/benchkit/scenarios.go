@@ -53,6 +53,15 @@ type Farm interface {
 	Stop(ctx context.Context) error
 }
 
+// AppEnqueuer is a side whose application's door differs from Enqueue's
+// one-job path. slotpoller's Go client inserts a job through the store, as
+// the web request that enqueues it does on whichever node it landed, and
+// the farm hears of it by a note (PostgreSQL) or at its next turn; River
+// has one door, Client.Insert, which Enqueue measures already.
+type AppEnqueuer interface {
+	EnqueueByApp(ctx context.Context, key string) error
+}
+
 // Burn is one burn-down: Jobs due at once, Nodes × Concurrency calls.
 type Burn struct{ Jobs, Nodes, Concurrency int }
 
@@ -341,44 +350,69 @@ func (r *runner) burn(ctx context.Context, b Burn) error {
 	})
 }
 
-// latency enqueues a trickle of jobs due now, one by one (Farm.Enqueue of
-// one job), and reports the delay from each enqueue to its call's start.
+// latency enqueues a trickle of jobs due now, one by one, and reports the
+// delay from each enqueue to its call's start: through Farm.Enqueue of
+// one job (a node's fast path), and, on a side with another door for the
+// application (AppEnqueuer), through that too.
 func (r *runner) latency(ctx context.Context, slot time.Duration, all []time.Duration) error {
 	r.logf("%s: latency trickle of %d jobs, %d nodes, slot %v", r.side.Name(), r.p.LatencyJobs, r.p.LatencyNodes, slot)
-	table := fmt.Sprintf("start delay of jobs enqueued for now, %d jobs %v apart, %d nodes × %d calls (ms)",
-		r.p.LatencyJobs, r.p.LatencyGap, r.p.LatencyNodes, DefaultCalls)
+	tables := []string{
+		fmt.Sprintf("start delay of jobs enqueued for now, %d jobs %v apart, %d nodes × %d calls (ms)",
+			r.p.LatencyJobs, r.p.LatencyGap, r.p.LatencyNodes, DefaultCalls),
+		fmt.Sprintf("start delay of jobs enqueued for now by the application (its own insert, on no node), %d jobs %v apart, %d nodes × %d calls (ms)",
+			r.p.LatencyJobs, r.p.LatencyGap, r.p.LatencyNodes, DefaultCalls),
+	}
 	return r.withFarm(ctx, Spec{Nodes: r.p.LatencyNodes, Concurrency: DefaultCalls, Slot: slot}, func(db *Database, f Farm) error {
-		sent := map[string]time.Time{}
-		keys := keys("l", r.p.LatencyJobs)
-		t0 := time.Now()
-		for i, k := range keys {
-			if err := Sleep(ctx, time.Until(t0.Add(time.Duration(i)*r.p.LatencyGap))); err != nil {
-				return err
-			}
-			sent[k] = time.Now()
-			if err := f.Enqueue(ctx, []string{k}); err != nil {
-				return fmt.Errorf("enqueue: %w", err)
-			}
+		doors := []func(ctx context.Context, key string) error{
+			func(ctx context.Context, key string) error { return f.Enqueue(ctx, []string{key}) },
 		}
-		calls, _, _, err := r.drain(ctx, db, f, len(keys), time.Minute)
-		if err != nil {
-			return err
+		if a, ok := f.(AppEnqueuer); ok {
+			doors = append(doors, a.EnqueueByApp)
 		}
-		var delays []time.Duration
-		for _, c := range calls {
-			delays = append(delays, c.Start.Sub(sent[c.Key]))
-		}
-		slices.Sort(delays)
 		// A side without slots runs once; its figures stand on every slot's
-		// rows so that the table lines up.
+		// rows so that the table lines up, and a side with one door's on
+		// both tables.
 		slots := []time.Duration{slot}
 		if !r.side.Slotted() {
 			slots = all
 		}
-		for _, s := range slots {
-			r.result(table, "p50, slot "+s.String(), ms(Percentile(delays, 0.50)), Lower)
-			r.result(table, "p99, slot "+s.String(), ms(Percentile(delays, 0.99)), Lower)
-			r.result(table, "max, slot "+s.String(), ms(delays[len(delays)-1]), Lower)
+		done := 0
+		for d, enqueue := range doors {
+			sent := map[string]time.Time{}
+			keys := keys(fmt.Sprintf("l%d-", d), r.p.LatencyJobs)
+			t0 := time.Now()
+			for i, k := range keys {
+				if err := Sleep(ctx, time.Until(t0.Add(time.Duration(i)*r.p.LatencyGap))); err != nil {
+					return err
+				}
+				sent[k] = time.Now()
+				if err := enqueue(ctx, k); err != nil {
+					return fmt.Errorf("enqueue: %w", err)
+				}
+			}
+			done += len(keys)
+			calls, _, _, err := r.drain(ctx, db, f, done, time.Minute)
+			if err != nil {
+				return err
+			}
+			var delays []time.Duration
+			for _, c := range calls {
+				if at, ok := sent[c.Key]; ok {
+					delays = append(delays, c.Start.Sub(at))
+				}
+			}
+			slices.Sort(delays)
+			on := tables[d:]
+			if len(doors) == 2 {
+				on = tables[d : d+1]
+			}
+			for _, table := range on {
+				for _, s := range slots {
+					r.result(table, "p50, slot "+s.String(), ms(Percentile(delays, 0.50)), Lower)
+					r.result(table, "p99, slot "+s.String(), ms(Percentile(delays, 0.99)), Lower)
+					r.result(table, "max, slot "+s.String(), ms(delays[len(delays)-1]), Lower)
+				}
+			}
 		}
 		return nil
 	})

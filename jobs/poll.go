@@ -125,7 +125,7 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 		if turn.Backlog != nil && load.Due > load.Managed {
 			res.BacklogErr, res.Signalled = turn.Backlog(ctx, load.Due), true
 		}
-		r.learned(load.Due > 0, max(share, urgent(load)), nextPoll)
+		r.learned(load.Due > 0, max(share, r.urgentRound(load, 0)), nextPoll, load.Due)
 		return res, nil
 	}
 	var signalled chan error
@@ -154,7 +154,7 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 	if len(started) == want {
 		res.Left = max(0, load.Due-len(started))
 	}
-	r.learned(res.Left > 0, max(share, urgent(load))-len(started), nextPoll)
+	r.learned(res.Left > 0, max(share-len(started), r.urgentRound(load, len(started))), nextPoll, res.Left)
 	for _, f := range started {
 		r.start(f)
 	}
@@ -204,25 +204,27 @@ func (r *Runner) claimWith(ctx context.Context, stmt func(context.Context) ([]st
 	return started, nil
 }
 
-// urgent is how many of the due jobs a turn counted would start late if
-// left to the farm's next poll: those the node takes as it has room,
-// fair share or not. In Poll they are the floor of the claim; what the
-// claim could not take for want of room (a turn that found more due than
-// the node has free) it claims as its calls end, before the farm has heard
-// of the backlog: the farm hears at its next membership read, a heartbeat
-// away where no note reaches the nodes, and a trickle of more jobs a slot
-// than a node's capacity otherwise left a part of every turn's work to
-// wait past a slot.
-func urgent(load store.QueueLoad) int { return min(load.Urgent, load.Due) }
+// urgentRound is what Refill may take, before the farm has heard of the
+// backlog, of the due jobs a turn counted that would start late if left to
+// the farm's next poll (claimed: what the turn took of them). In Poll they
+// are the floor of the claim; those the claim could not take for want of
+// room the node claims as its calls end, one more round of its calls at
+// most, so that a burst still spreads. The farm hears of the backlog at
+// its next reading, a heartbeat away where no note reaches the nodes: a
+// trickle of more jobs a slot than a node's capacity otherwise left part
+// of every turn's work to wait past a slot.
+func (r *Runner) urgentRound(load store.QueueLoad, claimed int) int {
+	return min(min(load.Urgent, load.Due)-claimed, r.opts.Capacity)
+}
 
 // learned records what a turn found: whether it left due work behind,
 // what is left of this node's share of it for Refill, and when the farm's
-// next poll, which the turn left the rest to, was due.
-func (r *Runner) learned(more bool, budget int, nextPoll clock.Instant) {
+// next poll, which the turn left the rest (left jobs) to, was due.
+func (r *Runner) learned(more bool, budget int, nextPoll clock.Instant, left int) {
 	r.mu.Lock()
-	r.more, r.budget, r.leftUntil = more, max(0, budget), clock.Instant{}
+	r.more, r.budget, r.leftUntil, r.leftOver = more, max(0, budget), clock.Instant{}, 0
 	if more {
-		r.leftUntil = nextPoll
+		r.leftUntil, r.leftOver = nextPoll, min(left, r.opts.Capacity)
 	}
 	r.mu.Unlock()
 	r.nudge()
@@ -235,7 +237,7 @@ func (r *Runner) Idle() {
 	r.polls.Add(1) // the turn's reading looked at the queue: a poll, in one statement shared with the registry
 	r.claimMu.Lock()
 	defer r.claimMu.Unlock()
-	r.learned(false, 0, clock.Instant{})
+	r.learned(false, 0, clock.Instant{}, 0)
 }
 
 // nudge wakes Refill to look again.

@@ -45,8 +45,11 @@ func (r *Runner) nextRefillLocked(now clock.Instant, roomSince *clock.Instant, f
 	// The poll the last turn left its work to is past: had it come, the
 	// work would be gone (a claim then comes back short and costs one
 	// statement); if not, the work is taken now, before it waits a slot.
-	overdue := !r.leftUntil.IsZero() && !now.Before(r.leftUntil)
-	if !knows && !overdue {
+	if !r.leftUntil.IsZero() && !now.Before(r.leftUntil) {
+		r.budget = max(r.budget, r.leftOver)
+		r.leftUntil, r.leftOver = clock.Instant{}, 0
+	}
+	if !knows {
 		limit = min(free, r.budget)
 	}
 	if limit <= 0 {

@@ -213,7 +213,7 @@ func spendShare(t *testing.T, turn jobs.Turn) (*gate, *clock.Fake, *jobs.Runner)
 func TestRefillKeepsToItsShareUntilTheFarmKnows(t *testing.T) {
 	// The next node polls soon, so no job is urgent: this node's share is a
 	// third of the 48, 16.
-	g, c, r := spendShare(t, jobs.Turn{FarmCapacity: 24, NextPoll: 100 * time.Millisecond, StartWindow: time.Second})
+	g, c, r := spendShare(t, jobs.Turn{FarmCapacity: 24, NextPoll: time.Second, StartWindow: 2 * time.Second})
 
 	// The farm's backlog flag rises: once every node has had time to read
 	// it, this node claims as its room allows.
@@ -229,24 +229,32 @@ func TestRefillKeepsToItsShareUntilTheFarmKnows(t *testing.T) {
 
 // Where the other nodes hear of a backlog only at their next reading, the
 // widened turn a poll left its work to may not come. Once it is overdue
-// (Turn.NextPoll after the turn), the node takes what is left as its room
-// allows, before the work waits a slot, whether or not the farm knows.
+// (Turn.NextPoll after the turn), the node takes of what is left one round
+// of its calls more, before the work waits a slot, whether or not the
+// farm knows.
 func TestRefillTakesWhatItLeftOnceTheNextPollIsOverdue(t *testing.T) {
-	g, c, r := spendShare(t, jobs.Turn{FarmCapacity: 24, NextPoll: 100 * time.Millisecond, StartWindow: time.Second})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, c.BlockUntil(ctx, 1), "the refill waits for nothing")
-	c.Advance(99 * time.Millisecond)
+	g, c, r := spendShare(t, jobs.Turn{FarmCapacity: 24, NextPoll: time.Second, StartWindow: 2 * time.Second})
+	// The turn was at the fake clock's origin; spending the share moved it
+	// on by a few cooldowns.
+	require.Less(t, c.Monotonic(), time.Second)
+	c.Advance(time.Second - time.Millisecond - c.Monotonic())
 	time.Sleep(20 * time.Millisecond)
 	require.Equal(t, int64(16), r.Stats().Claimed, "the next poll is not due yet")
 	c.Advance(time.Millisecond)
+	// One round of its calls (8) of the 40 the turn left; then it waits
+	// for the farm to hear of the backlog.
 	claimedReaches(t, r, 24)
+	g.release(8)
+	require.Eventually(t, func() bool { return r.Running() == 0 }, 10*time.Second, time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	require.Equal(t, int64(24), r.Stats().Claimed, "the overdue poll's work is taken once, not the whole backlog")
 	g.release(100)
 }
 
 // Jobs that would start late if left to the next poll are the floor of a
 // turn's claim; those it could not take for want of room it claims as its
-// calls end, without waiting for the farm to hear of the backlog.
+// calls end (one round of its calls more), without waiting for the farm
+// to hear of the backlog.
 func TestRefillTakesTheUrgentWorkItHadNoRoomFor(t *testing.T) {
 	s, _ := storetest.Open(t, "sqlite")
 	g, base := newGate(t)
@@ -268,8 +276,12 @@ func TestRefillTakesTheUrgentWorkItHadNoRoomFor(t *testing.T) {
 	require.Equal(t, 8, res.Claimed, "all its room")
 	g.release(8)
 	claimedReachesCooling(t, r, c, 16)
+	// One more round of its calls at most, so that a burst still spreads:
+	// the rest waits for the farm.
 	g.release(8)
-	claimedReachesCooling(t, r, c, 20)
+	require.Eventually(t, func() bool { return r.Running() == 0 }, 10*time.Second, time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	require.Equal(t, int64(16), r.Stats().Claimed)
 	g.release(100)
 }
 
@@ -282,7 +294,7 @@ func TestRefillTakesTheUrgentWorkItHadNoRoomFor(t *testing.T) {
 func TestWidenedPollerRefillsOnlyItsShareOfTheWholeFarm(t *testing.T) {
 	// The second of the slot's three pollers: it and the last share the
 	// 48 (24 each, as far as its room goes); its share of the farm is 16.
-	g, _, _ := spendShare(t, jobs.Turn{FarmCapacity: 24, AheadCapacity: 16, NextPoll: 100 * time.Millisecond, StartWindow: time.Second})
+	g, _, _ := spendShare(t, jobs.Turn{FarmCapacity: 24, AheadCapacity: 16, NextPoll: time.Second, StartWindow: 2 * time.Second})
 	g.release(100)
 }
 

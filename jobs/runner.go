@@ -128,10 +128,12 @@ type Runner struct {
 	// leftUntil is when the farm's next poll was due, as the last turn
 	// that left work counted it (the turn's start and Turn.NextPoll): the
 	// work it left was not urgent only because that poll would take it.
-	// Past it, Refill takes what is left itself, budget or not: where the
-	// other nodes hear of a backlog only at their next reading, a widened
-	// turn the count counted on may not have come. Zero: none.
+	// Past it, Refill may take leftOver (what the turn left, one round of
+	// its calls at most) beyond its budget, once: where the other nodes
+	// hear of a backlog only at their next reading, the widened turn the
+	// count counted on may not have come. Zero: none.
 	leftUntil clock.Instant
+	leftOver  int
 	wake      chan struct{} // room was made, or there is news of work: Refill looks again
 	// claimMu makes a node's claims one at a time: each is sized by the
 	// room left after the one before.

@@ -8,6 +8,9 @@ import (
 	"github.com/slotpoller/slotpoller/internal/store"
 )
 
+// DefaultPushCooldown is Options.PushCooldown's default.
+const DefaultPushCooldown = 30 * time.Millisecond
+
 // pushState is what a node heard of jobs enqueued due now (Due), between
 // its turns. r.mu guards it.
 type pushState struct {
@@ -32,7 +35,7 @@ type pushState struct {
 // own estimate of the database clock, the rotation's arithmetic), so one
 // node claims per wake-up, not every node. The others do nothing: hearing
 // a note costs no statement. The owner claims up to its free room at once,
-// or after RefillCooldown since its last such claim; a note heard while a
+// or after PushCooldown since its last such claim; a note heard while a
 // claim runs makes one more claim after it. With no room, it claims when a
 // call ends, and tells the farm of the backlog (Options.PushBacklog) so
 // that nodes with room poll. A note that never comes (the listener's
@@ -60,7 +63,7 @@ func (r *Runner) nextPush(now clock.Instant, free int) (want int, after time.Dur
 		return 0, 0
 	}
 	if !r.push.last.IsZero() {
-		if wait := r.push.last.Add(r.opts.RefillCooldown).Sub(now); wait > 0 {
+		if wait := r.push.last.Add(r.opts.PushCooldown).Sub(now); wait > 0 {
 			return 0, wait
 		}
 	}

@@ -73,7 +73,7 @@ func TestADueNoteIsOneClaimPerCooldownHoweverManyNotesCome(t *testing.T) {
 	}
 	require.Never(t, func() bool { return r.Stats().Claimed > 3 }, 100*time.Millisecond, 5*time.Millisecond,
 		"claimed within the cooldown")
-	c.Advance(jobs.DefaultRefillCooldown)
+	c.Advance(jobs.DefaultPushCooldown)
 	claimedReaches(t, r, 5)
 	require.Never(t, func() bool { return s.Statements()-before > perClaim }, 100*time.Millisecond, 5*time.Millisecond,
 		"one claim for five notes")
@@ -88,7 +88,7 @@ func TestADueNoteHeardDuringAClaimMakesExactlyOneMoreClaim(t *testing.T) {
 	refilling(t, r)
 	r.Due()
 	claimedReaches(t, r, 1)
-	c.Advance(jobs.DefaultRefillCooldown)
+	c.Advance(jobs.DefaultPushCooldown)
 
 	// Hold the store's one connection, so that the next claim waits, and
 	// let two notes come while it does, with a job each committed after
@@ -109,7 +109,7 @@ func TestADueNoteHeardDuringAClaimMakesExactlyOneMoreClaim(t *testing.T) {
 		enqueue(t, s, "/gate", 1)
 	}
 	afterEnqueue := s.Statements()
-	c.Advance(jobs.DefaultRefillCooldown)
+	c.Advance(jobs.DefaultPushCooldown)
 	claimedReaches(t, r, 3)
 	require.Never(t, func() bool { return s.Statements()-afterEnqueue > perClaim }, 100*time.Millisecond, 5*time.Millisecond,
 		"exactly one more claim for the notes heard during the claim")
@@ -136,7 +136,7 @@ func TestADueNoteWithoutRoomClaimsWhenACallEndsAndSignalsTheBacklog(t *testing.T
 	enqueue(t, s, "/gate", 1)
 	r.Due()
 	claimedReaches(t, r, 1)
-	c.Advance(jobs.DefaultRefillCooldown)
+	c.Advance(jobs.DefaultPushCooldown)
 	require.Zero(t, p.signals.Load(), "room left after the claim")
 
 	// A claim that fills the node may have left work: it tells the farm.
@@ -154,7 +154,7 @@ func TestADueNoteWithoutRoomClaimsWhenACallEndsAndSignalsTheBacklog(t *testing.T
 	require.Equal(t, int64(1), p.signals.Load())
 
 	// A call ends: the pending note claims the waiting job.
-	c.Advance(jobs.DefaultRefillCooldown)
+	c.Advance(jobs.DefaultPushCooldown)
 	g.release(1)
 	claimedReaches(t, r, 3)
 	require.Equal(t, 1, countState(t, s, store.StateDone))
@@ -178,7 +178,7 @@ func TestADueNoteOfALimitedQueueStartsWithinTheLimit(t *testing.T) {
 	refilling(t, r)
 	r.Due()
 	claimedReaches(t, r, 2)
-	c.Advance(jobs.DefaultRefillCooldown)
+	c.Advance(jobs.DefaultPushCooldown)
 	r.Due()
 	require.Never(t, func() bool { return r.Stats().Claimed > 2 }, 100*time.Millisecond, 5*time.Millisecond,
 		"claimed past the queue's limit")
@@ -188,7 +188,7 @@ func TestADueNoteOfALimitedQueueStartsWithinTheLimit(t *testing.T) {
 	g.release(2)
 	require.Eventually(t, func() bool { return countState(t, s, store.StateDone) == 2 }, 10*time.Second, time.Millisecond)
 	r.Due()
-	c.Advance(jobs.DefaultRefillCooldown)
+	c.Advance(jobs.DefaultPushCooldown)
 	claimedReaches(t, r, 3)
 	g.release(1)
 	require.Eventually(t, func() bool { return countState(t, s, store.StateDone) == 3 }, 10*time.Second, time.Millisecond)

@@ -42,6 +42,10 @@ type Options struct {
 	// of its capacity is free already: calls that end within it are
 	// claimed for together. Zero means DefaultRefillCooldown.
 	RefillCooldown time.Duration
+	// PushCooldown is how long after a claim that answered a note (Due)
+	// the next such claim waits: notes that come meanwhile are claimed
+	// for together. Zero means DefaultPushCooldown.
+	PushCooldown time.Duration
 	// BacklogSpread is how long after this node first sees the farm's
 	// backlog flag every other live node has heard of it too and taken its
 	// turn (a note and a poll away where notes reach every node, a
@@ -179,6 +183,9 @@ func NewRunner(s *store.Store, inv *Invoker, opts Options) *Runner {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	base, cancel := context.WithCancel(context.Background())
+	if opts.PushCooldown <= 0 {
+		opts.PushCooldown = DefaultPushCooldown
+	}
 	if opts.RefillCooldown <= 0 {
 		opts.RefillCooldown = DefaultRefillCooldown
 	}

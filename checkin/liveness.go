@@ -63,10 +63,16 @@ func (reg *Registry) Run(ctx context.Context) error {
 				waitOn()
 				continue
 			}
+			// A backlog note is news to a node whose last reading showed
+			// no backlog: it reads at once (a burst is over in a fraction
+			// of a slot, and a node that waited out the slot since its
+			// last reading ran a fifth of its share of one). One that
+			// knows of a backlog already reads at most once a slot.
 			reg.mu.Lock()
 			age := reg.opts.Clock.Monotonic() - reg.readAt
+			known := reg.membership.Backlog()
 			reg.mu.Unlock()
-			if age < reg.opts.Slot {
+			if known && age < reg.opts.Slot {
 				pending, wait = true, reg.opts.Slot-age
 				continue
 			}

@@ -41,7 +41,11 @@ func (r *Runner) nextRefillLocked(now clock.Instant, roomSince *clock.Instant, f
 		return 0, 0
 	}
 	limit := free
-	knows := !r.backlogSince.IsZero() && !now.Before(r.backlogSince.Add(r.opts.BacklogSpread))
+	since := r.backlogSince // when the node learned of the backlog
+	if !r.toldFarm.IsZero() && (since.IsZero() || r.toldFarm.Before(since)) {
+		since = r.toldFarm
+	}
+	knows := !since.IsZero() && !now.Before(since.Add(r.opts.BacklogSpread))
 	// The poll the last turn left its work to is past: had it come, the
 	// work would be gone (a claim then comes back short and costs one
 	// statement); if not, the work is taken now, before it waits a slot.
@@ -55,8 +59,8 @@ func (r *Runner) nextRefillLocked(now clock.Instant, roomSince *clock.Instant, f
 	if limit <= 0 {
 		if !knows && free > 0 {
 			var wait time.Duration
-			if !r.backlogSince.IsZero() {
-				wait = r.backlogSince.Add(r.opts.BacklogSpread).Sub(now)
+			if !since.IsZero() {
+				wait = since.Add(r.opts.BacklogSpread).Sub(now)
 			}
 			if !r.leftUntil.IsZero() && (wait <= 0 || r.leftUntil.Sub(now) < wait) {
 				wait = r.leftUntil.Sub(now)
@@ -97,6 +101,9 @@ func (r *Runner) Refill(ctx context.Context) error {
 			full := err == nil && len(started) == want
 			r.budget = max(0, r.budget-len(started))
 			r.more = r.more && full
+			if !r.more {
+				r.toldFarm = clock.Instant{}
+			}
 			if r.push.claiming {
 				r.pushClaimed(full)
 			}

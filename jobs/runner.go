@@ -143,7 +143,7 @@ type Runner struct {
 	// not from its next reading of the registry, which a node that read
 	// it lately puts off by up to a slot. Zero once its work ran dry.
 	toldFarm clock.Instant
-	wake      chan struct{} // room was made, or there is news of work: Refill looks again
+	wake     chan struct{} // room was made, or there is news of work: Refill looks again
 	// claimMu makes a node's claims one at a time: each is sized by the
 	// room left after the one before.
 	claimMu sync.Mutex

@@ -126,7 +126,6 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 			res.BacklogErr, res.Signalled = turn.Backlog(ctx, load.Due), true
 		}
 		r.learned(load.Due > 0, max(share, r.urgentRound(load, 0)), nextPoll, load.Due)
-		r.toldTheFarm(res)
 		return res, nil
 	}
 	var signalled chan error
@@ -156,7 +155,6 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 		res.Left = max(0, load.Due-len(started))
 	}
 	r.learned(res.Left > 0, max(share-len(started), r.urgentRound(load, len(started))), nextPoll, res.Left)
-	r.toldTheFarm(res)
 	for _, f := range started {
 		r.start(f)
 	}
@@ -219,25 +217,12 @@ func (r *Runner) urgentRound(load store.QueueLoad, claimed int) int {
 	return min(min(load.Urgent, load.Due)-claimed, r.opts.Capacity)
 }
 
-// toldTheFarm notes that this node knows of the backlog its turn told the
-// farm of (see Runner.toldFarm).
-func (r *Runner) toldTheFarm(res PollResult) {
-	if res.Signalled && res.BacklogErr == nil {
-		r.mu.Lock()
-		r.toldFarm = clock.Mono(r.opts.Clock)
-		r.mu.Unlock()
-	}
-}
-
 // learned records what a turn found: whether it left due work behind,
 // what is left of this node's share of it for Refill, and when the farm's
 // next poll, which the turn left the rest (left jobs) to, was due.
 func (r *Runner) learned(more bool, budget int, nextPoll clock.Instant, left int) {
 	r.mu.Lock()
 	r.more, r.budget, r.leftUntil, r.leftOver = more, max(0, budget), clock.Instant{}, 0
-	if !more {
-		r.toldFarm = clock.Instant{}
-	}
 	if more {
 		r.leftUntil, r.leftOver = nextPoll, min(left, r.opts.Capacity)
 	}

@@ -103,15 +103,9 @@ func (r *Runner) pushBacklog(ctx context.Context) {
 	if !tell {
 		return
 	}
-	if err := r.opts.PushBacklog(ctx); err != nil {
-		if ctx.Err() == nil {
-			r.opts.Logger.Warn("could not signal backlog for jobs enqueued while this node was full; the next turn finds them", "err", err)
-		}
-		return
+	if err := r.opts.PushBacklog(ctx); err != nil && ctx.Err() == nil {
+		r.opts.Logger.Warn("could not signal backlog for jobs enqueued while this node was full; the next turn finds them", "err", err)
 	}
-	r.mu.Lock()
-	r.toldFarm = clock.Mono(r.opts.Clock)
-	r.mu.Unlock()
 }
 
 // refillClaim is Refill's claim. A note's claim on a farm with managed

@@ -42,9 +42,6 @@ func (r *Runner) nextRefillLocked(now clock.Instant, roomSince *clock.Instant, f
 	}
 	limit := free
 	since := r.backlogSince // when the node learned of the backlog
-	if !r.toldFarm.IsZero() && (since.IsZero() || r.toldFarm.Before(since)) {
-		since = r.toldFarm
-	}
 	knows := !since.IsZero() && !now.Before(since.Add(r.opts.BacklogSpread))
 	// The poll the last turn left its work to is past: had it come, the
 	// work would be gone (a claim then comes back short and costs one
@@ -101,9 +98,6 @@ func (r *Runner) Refill(ctx context.Context) error {
 			full := err == nil && len(started) == want
 			r.budget = max(0, r.budget-len(started))
 			r.more = r.more && full
-			if !r.more {
-				r.toldFarm = clock.Instant{}
-			}
 			if r.push.claiming {
 				r.pushClaimed(full)
 			}

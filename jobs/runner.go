@@ -138,12 +138,7 @@ type Runner struct {
 	// count counted on may not have come. Zero: none.
 	leftUntil clock.Instant
 	leftOver  int
-	// toldFarm is when this node's own signal of a backlog (a turn's, or a
-	// note's claim's) last succeeded: it knows of the backlog from then,
-	// not from its next reading of the registry, which a node that read
-	// it lately puts off by up to a slot. Zero once its work ran dry.
-	toldFarm clock.Instant
-	wake     chan struct{} // room was made, or there is news of work: Refill looks again
+	wake      chan struct{} // room was made, or there is news of work: Refill looks again
 	// claimMu makes a node's claims one at a time: each is sized by the
 	// room left after the one before.
 	claimMu sync.Mutex

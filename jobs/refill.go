@@ -41,8 +41,7 @@ func (r *Runner) nextRefillLocked(now clock.Instant, roomSince *clock.Instant, f
 		return 0, 0
 	}
 	limit := free
-	since := r.backlogSince // when the node learned of the backlog
-	knows := !since.IsZero() && !now.Before(since.Add(r.opts.BacklogSpread))
+	knows := !r.backlogSince.IsZero() && !now.Before(r.backlogSince.Add(r.opts.BacklogSpread))
 	// The poll the last turn left its work to is past: had it come, the
 	// work would be gone (a claim then comes back short and costs one
 	// statement); if not, the work is taken now, before it waits a slot.
@@ -54,17 +53,19 @@ func (r *Runner) nextRefillLocked(now clock.Instant, roomSince *clock.Instant, f
 		limit = min(free, r.budget)
 	}
 	if limit <= 0 {
-		if !knows && free > 0 {
-			var wait time.Duration
-			if !since.IsZero() {
-				wait = since.Add(r.opts.BacklogSpread).Sub(now)
-			}
-			if !r.leftUntil.IsZero() && (wait <= 0 || r.leftUntil.Sub(now) < wait) {
-				wait = r.leftUntil.Sub(now)
-			}
-			return 0, max(0, wait)
+		if knows || free <= 0 {
+			return 0, 0
 		}
-		return 0, 0
+		// Both ends lie ahead (an overdue poll was handled above); 0,
+		// neither known, waits to be woken.
+		var wait time.Duration
+		if !r.backlogSince.IsZero() {
+			wait = r.backlogSince.Add(r.opts.BacklogSpread).Sub(now)
+		}
+		if left := r.leftUntil.Sub(now); !r.leftUntil.IsZero() && (wait == 0 || left < wait) {
+			wait = left
+		}
+		return 0, wait
 	}
 	// Batched: one claim for the calls that end within a cooldown, unless
 	// a quarter of the capacity is free already, or all the share left.

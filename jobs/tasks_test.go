@@ -43,6 +43,20 @@ func newKeeper(s *store.Store, base *url.URL, c clock.Clock, node string) *jobs.
 		BackoffMax: time.Minute, MinHold: 10 * time.Second, Clock: c, Rand: func() float64 { return 0 }})
 }
 
+// heldTask adds the task name (endpoint, every) and gives it to node-a,
+// whose keeper, on a fake clock, renews and makes the task's first call.
+func heldTask(t *testing.T, ctx context.Context, s *store.Store, name, endpoint string, every time.Duration) (*jobs.Keeper, *clock.Fake, chan taskCall) {
+	t.Helper()
+	base, calls := taskEndpoint(t)
+	c := clock.NewFake(t0)
+	k := newKeeper(s, base, c, "node-a")
+	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: name, Endpoint: endpoint, Every: every}))
+	assign(t, s, name, "node-a")
+	require.NoError(t, k.Renew(ctx))
+	nextCall(t, calls)
+	return k, c, calls
+}
+
 func nextCall(t *testing.T, calls chan taskCall) taskCall {
 	t.Helper()
 	select {
@@ -123,13 +137,7 @@ func TestFrozenOwnerDoesNotCallAfterItsLease(t *testing.T) {
 			s, _ := storetest.Open(t, "sqlite")
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			base, calls := taskEndpoint(t)
-			c := clock.NewFake(t0)
-			k := newKeeper(s, base, c, "node-a")
-			require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "feed", Endpoint: "/feed", Every: time.Second}))
-			assign(t, s, "feed", "node-a")
-			require.NoError(t, k.Renew(ctx))
-			nextCall(t, calls)
+			k, c, calls := heldTask(t, ctx, s, "feed", "/feed", time.Second)
 
 			// The node freezes (no heartbeats) for 5s; its 3s lease ran out on its
 			// own monotonic clock. When it wakes, the worker must not call.
@@ -159,13 +167,7 @@ func TestUnreachableDatabaseStopsCallsBeforeTheLeaseEnds(t *testing.T) {
 			s, _ := storetest.Open(t, "sqlite")
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			base, calls := taskEndpoint(t)
-			c := clock.NewFake(t0)
-			k := newKeeper(s, base, c, "node-a")
-			require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "feed", Endpoint: "/feed", Every: 10 * time.Second}))
-			assign(t, s, "feed", "node-a")
-			require.NoError(t, k.Renew(ctx))
-			nextCall(t, calls)
+			k, c, _ := heldTask(t, ctx, s, "feed", "/feed", 10*time.Second)
 			require.NoError(t, s.Close())
 
 			c.StepWall(ws.step)
@@ -219,13 +221,7 @@ func TestFailingTaskBacksOffAndKeepsItsOwner(t *testing.T) {
 	s, _ := storetest.Open(t, "sqlite")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	base, calls := taskEndpoint(t)
-	c := clock.NewFake(t0)
-	k := newKeeper(s, base, c, "node-a")
-	require.NoError(t, jobs.AddTask(ctx, s, store.NewTask{Name: "flaky", Endpoint: "/fail", Every: time.Second}))
-	assign(t, s, "flaky", "node-a")
-	require.NoError(t, k.Renew(ctx))
-	nextCall(t, calls)
+	k, c, calls := heldTask(t, ctx, s, "flaky", "/fail", time.Second)
 	// Failures: next calls after 1s, then 2s, then 4s (jitter source 0
 	// gives the lower half: 0.5s, 1s, 2s).
 	var gaps []time.Duration

@@ -81,6 +81,9 @@ type Params struct {
 	SteadyNodes  int
 	SteadyCalls  int
 	Work         time.Duration
+	// StatementKinds logs, after each burn-down and steady load, the
+	// farm's statements by kind (a server that tells them apart).
+	StatementKinds bool
 }
 
 // Flags registers the parameters on fs.
@@ -99,6 +102,7 @@ func (p *Params) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&p.SteadyNodes, "steady-nodes", 4, "nodes of the steady scenario")
 	fs.IntVar(&p.SteadyCalls, "steady-calls", 250, "concurrent calls per node in the steady scenario")
 	fs.DurationVar(&p.Work, "work", time.Millisecond, "time the endpoint takes per call")
+	fs.BoolVar(&p.StatementKinds, "statement-kinds", false, "log the farm's statements by kind (calls, rows, server time) after each burn-down and steady load: where the statements per job go")
 }
 
 // Args renders p as flags, to hand the same parameters to the other side.
@@ -110,7 +114,7 @@ func (p Params) Args() []string {
 		"-latency-nodes=" + strconv.Itoa(p.LatencyNodes), "-latency-slots=" + p.LatencySlots,
 		"-steady-rate=" + strconv.Itoa(p.SteadyRate), "-steady-for=" + p.SteadyFor.String(),
 		"-steady-nodes=" + strconv.Itoa(p.SteadyNodes), "-steady-calls=" + strconv.Itoa(p.SteadyCalls),
-		"-work=" + p.Work.String(),
+		"-work=" + p.Work.String(), "-statement-kinds=" + strconv.FormatBool(p.StatementKinds),
 	}
 }
 
@@ -521,6 +525,9 @@ func (r *runner) drain(ctx context.Context, db *Database, f Farm, n int, timeout
 	if err != nil {
 		return nil, 0, 0, err
 	}
+	if err := r.logStatementKinds(ctx, db, n); err != nil {
+		return nil, 0, 0, err
+	}
 	calls, repeats := r.ep.Calls()
 	return calls, repeats, stmts, nil
 }
@@ -587,4 +594,23 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// logStatementKinds logs the farm's statements by kind, per 1,000 jobs,
+// when asked to and the server tells them apart (StatementKinds).
+func (r *runner) logStatementKinds(ctx context.Context, db *Database, jobs int) error {
+	sk, ok := r.srv.(StatementKinds)
+	if !r.p.StatementKinds || !ok {
+		return nil
+	}
+	kinds, err := sk.FarmStatementKinds(ctx, db)
+	if err != nil {
+		return err
+	}
+	per := 1000 / float64(jobs)
+	r.logf("%s: statements per 1,000 jobs by kind (calls, rows, server ms):", r.side.Name())
+	for _, k := range kinds {
+		r.logf("  %8.1f %9.1f %8.2f  %s", float64(k.Calls)*per, float64(k.Rows)*per, k.Millis*per, k.Query)
+	}
+	return nil
 }

@@ -162,6 +162,49 @@ func (s *Server) FarmStatements(ctx context.Context, d *Database) (int64, error)
 	return n, nil
 }
 
+// StatementKind is one statement text's share of what a farm sent.
+type StatementKind struct {
+	Query       string // the normalised text, shortened to one line
+	Calls, Rows int64
+	Millis      float64 // server time executing it
+}
+
+// StatementKinds is a server that tells the farm's statements apart.
+type StatementKinds interface {
+	// FarmStatementKinds lists the farm's statements since the last
+	// reset by text, the most called first.
+	FarmStatementKinds(ctx context.Context, d *Database) ([]StatementKind, error)
+}
+
+// FarmStatementKinds reads pg_stat_statements by query for the farm.
+func (s *Server) FarmStatementKinds(ctx context.Context, d *Database) ([]StatementKind, error) {
+	c, err := pgx.Connect(ctx, s.admin)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close(ctx)
+	rows, err := c.Query(ctx, `SELECT query, calls, rows, total_exec_time FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)
+		AND userid = (SELECT oid FROM pg_roles WHERE rolname = $2) ORDER BY calls DESC`, d.Name, FarmRole)
+	if err != nil {
+		return nil, fmt.Errorf("read pg_stat_statements: %w", err)
+	}
+	defer rows.Close()
+	var out []StatementKind
+	for rows.Next() {
+		var k StatementKind
+		if err := rows.Scan(&k.Query, &k.Calls, &k.Rows, &k.Millis); err != nil {
+			return nil, fmt.Errorf("read pg_stat_statements: %w", err)
+		}
+		k.Query = strings.Join(strings.Fields(k.Query), " ")
+		if len(k.Query) > 140 {
+			k.Query = k.Query[:140] + "…"
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
 func (s *Server) exec(ctx context.Context, q string) error {
 	c, err := pgx.Connect(ctx, s.admin)
 	if err != nil {

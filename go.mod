@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/beevik/ntp v1.6.0
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/golang-sql/civil v0.0.0-20220223132316-b832511892a9
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/kardianos/service v1.3.0
@@ -23,7 +24,6 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
-	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/golang-sql/sqlexp v0.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect

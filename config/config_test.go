@@ -538,6 +538,10 @@ func TestValidateNeverShowsDSNPassword(t *testing.T) {
 		{"sqlite", "postgres://app:" + secret + "@db:5432/farm", "is a postgres DSN but database.driver is sqlite"},
 		{"sqlserver", "mysql://sa:" + secret + "@db?database=farm", "must be a sqlserver:// URL"},
 		{"sqlite", "sqlserver://sa:" + secret + "@db?database=farm", "is a sqlserver DSN"},
+		{"mysql", "mysql://app:" + secret + "@db:3306/farm", "not a URL, for the mysql driver"},
+		{"sqlite", "app:" + secret + "@tcp(db:3306)/farm?parseTime=true", "is a mysql DSN but database.driver is sqlite"},
+		{"postgres", "app:" + secret + "@tcp(db:3306)/farm?parseTime=true", "is a mysql DSN but database.driver is postgres"},
+		{"sqlserver", "app:" + secret + "@unix(/run/mysqld/mysqld.sock)/farm", "is a mysql DSN but database.driver is sqlserver"},
 	} {
 		c := Default()
 		c.Node.Name = "n"

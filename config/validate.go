@@ -170,6 +170,8 @@ func (c Config) problems() []problem {
 			bad(dsnKey, masked, "is a postgres DSN but database.driver is sqlite; set database.driver to postgres")
 		case scheme == "sqlserver":
 			bad(dsnKey, masked, "is a sqlserver DSN but database.driver is sqlite; set database.driver to sqlserver")
+		case looksMySQL(dsn):
+			bad(dsnKey, masked, "is a mysql DSN but database.driver is sqlite; set database.driver to mysql")
 		case scheme != "":
 			bad(dsnKey, masked, "must be a file path or a file: URI for the sqlite driver")
 		}
@@ -177,6 +179,8 @@ func (c Config) problems() []problem {
 		switch scheme := store.DSNScheme(dsn); {
 		case strings.TrimSpace(dsn) == "":
 			bad(dsnKey, masked, "the postgres driver has no default DSN; set database.dsn or %s explicitly (e.g. postgres://user:password@host:5432/slotpoller)", envName("database", "dsn"))
+		case looksMySQL(dsn):
+			bad(dsnKey, masked, "is a mysql DSN but database.driver is postgres; set database.driver to mysql")
 		case scheme != "" && scheme != "postgres" && scheme != "postgresql":
 			bad(dsnKey, masked, "must be a postgres:// URL or key=value pairs for the postgres driver")
 		}
@@ -184,6 +188,8 @@ func (c Config) problems() []problem {
 		switch scheme := store.DSNScheme(dsn); {
 		case strings.TrimSpace(dsn) == "":
 			bad(dsnKey, masked, "the sqlserver driver has no default DSN; set database.dsn or %s explicitly (e.g. sqlserver://user:password@host:1433?database=farm)", envName("database", "dsn"))
+		case looksMySQL(dsn):
+			bad(dsnKey, masked, "is a mysql DSN but database.driver is sqlserver; set database.driver to mysql")
 		case scheme != "" && scheme != "sqlserver":
 			bad(dsnKey, masked, "must be a sqlserver:// URL or ADO key=value pairs (server=...;user id=...) for the sqlserver driver")
 		case strings.Contains(strings.ToLower(dsn), "timezone="):
@@ -387,4 +393,11 @@ func checkBaseURL(s string) string {
 		return "must not have a fragment (#...)"
 	}
 	return ""
+}
+
+// looksMySQL says whether dsn is written as go-sql-driver/mysql's DSNs
+// are (user:password@tcp(host:port)/db), which the sqlite driver would
+// otherwise take for a file name.
+func looksMySQL(dsn string) bool {
+	return strings.Contains(dsn, "@tcp(") || strings.Contains(dsn, "@unix(")
 }

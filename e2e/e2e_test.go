@@ -339,13 +339,21 @@ func TestFarmRunsEachJobOnce(t *testing.T) {
 }
 
 func TestRunKeepsRetryingAnUnreachableDatabase(t *testing.T) {
-	n := startNode(t, env("postgres", "postgres://slot:hunter2pw@127.0.0.1:1/farm?connect_timeout=1", "lonely", "http://localhost"), "lonely")
-	waitFor(t, 20*time.Second, "two failed connection attempts in the log", func() bool {
-		return bytes.Count([]byte(n.output()), []byte("could not connect to the database; retrying")) >= 2
-	})
-	require.Nil(t, n.cmd.ProcessState, "run must keep going while the database is away")
-	require.NotContains(t, n.output(), "hunter2pw", "the DSN password must never reach the log")
-	n.stop(t)
+	for driver, dsn := range map[string]string{
+		"postgres": "postgres://slot:hunter2pw@127.0.0.1:1/farm?connect_timeout=1",
+		"mysql":    "slot:hunter2pw@tcp(127.0.0.1:1)/farm?parseTime=true&loc=UTC&timeout=1s",
+	} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			n := startNode(t, env(driver, dsn, "lonely", "http://localhost"), "lonely")
+			waitFor(t, 20*time.Second, "two failed connection attempts in the log", func() bool {
+				return bytes.Count([]byte(n.output()), []byte("could not connect to the database; retrying")) >= 2
+			})
+			require.Nil(t, n.cmd.ProcessState, "run must keep going while the database is away")
+			require.NotContains(t, n.output(), "hunter2pw", "the DSN password must never reach the log")
+			n.stop(t)
+		})
+	}
 }
 
 // A database outage on a server reached over the network: PostgreSQL, SQL

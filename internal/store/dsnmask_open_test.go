@@ -18,8 +18,11 @@ import (
 func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 	for _, dsn := range store.PasswordShapes {
 		driver := "postgres"
-		if strings.HasPrefix(strings.ToLower(dsn), "sqlserver") || strings.HasPrefix(dsn, "Server") || strings.HasPrefix(dsn, "odbc") {
+		switch {
+		case strings.HasPrefix(strings.ToLower(dsn), "sqlserver") || strings.HasPrefix(dsn, "Server") || strings.HasPrefix(dsn, "odbc"):
 			driver = "sqlserver"
+		case strings.Contains(dsn, "@tcp(") || strings.Contains(dsn, "@unix(") || strings.Contains(dsn, "@/"):
+			driver = "mysql"
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, err := open.Store(ctx, driver, dsn)

@@ -48,9 +48,9 @@ var passwordShapes = []string{
 	"Server=127.0.0.1,1;User ID=sa;Password={Tr0;ub}}4dor};Database=farm",
 	"Server=127.0.0.1,1;User ID=sa;Pwd=Tr0ub4dor",
 	"odbc:server=127.0.0.1;user id=sa;password=Tr0ub4dor",
-	"farm:Tr0ub4dor@tcp(127.0.0.1:3306)/farm?parseTime=true&loc=UTC",
-	"farm:Tr0@ub4dor@tcp(127.0.0.1:3306)/farm?parseTime=true",
-	"farm:Tr0:ub4dor@unix(/run/mysqld/mysqld.sock)/farm",
+	"farm:Tr0ub4dor@tcp(127.0.0.1:1)/farm?parseTime=true&loc=UTC",
+	"farm:Tr0@ub4dor@tcp(127.0.0.1:1)/farm?parseTime=true",
+	"farm:Tr0:ub4dor@unix(/nonexistent/mysqld.sock)/farm?parseTime=true&loc=UTC",
 	"farm:Tr0ub4dor@/farm",
 }
 

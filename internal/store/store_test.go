@@ -490,6 +490,9 @@ func TestOpenErrorsHidePassword(t *testing.T) {
 	_, err = open.Store(ctx, "sqlserver", "server=127.0.0.1;port=1;user id=slot;password=s3cretpw;database=farm;dial timeout=2")
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "s3cretpw")
+	_, err = open.Store(ctx, "mysql", "slot:s3cretpw@tcp(127.0.0.1:1)/farm?parseTime=true&loc=UTC&timeout=2s")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cretpw")
 	_, err = open.Store(ctx, "oracle", "x")
 	require.ErrorContains(t, err, "oracle")
 	require.False(t, errors.Is(err, store.ErrNotFound))
@@ -515,8 +518,16 @@ func TestOpenErrorsHidePasswordInAnyForm(t *testing.T) {
 		"postgres://slot:p%40ss-w0rd-x@127.0.0.1:1/farm?connect_timeout=1",
 		"postgres://slot@127.0.0.1:1/farm?password=qu3ry-secret&connect_timeout=1&sslmode=bogus",
 		"host=127.0.0.1 port=1 user=slot password=kv-s3cret connect_timeout=1",
+		"slot:p@ss-w0rd-x@tcp(127.0.0.1:1)/farm?parseTime=true&timeout=1s",
+		"slot:qu3ry-secret@tcp(127.0.0.1:1/farm?parseTime=true",
+		"slot:kv-s3cret@tcp(127.0.0.1:1)/farm?parseTime=true&interpolateParams=true",
+		"slot:kv-s3cret@tcp(127.0.0.1:1)/farm?parseTime=true&loc=Local",
 	} {
-		_, err := open.Store(ctx, "postgres", dsn)
+		driver := "postgres"
+		if strings.Contains(dsn, "@tcp(") {
+			driver = "mysql"
+		}
+		_, err := open.Store(ctx, driver, dsn)
 		require.Error(t, err)
 		for _, secret := range []string{"p%40ss-w0rd-x", "p@ss-w0rd-x", "qu3ry-secret", "kv-s3cret"} {
 			require.NotContains(t, err.Error(), secret)

@@ -2,6 +2,7 @@ package checkin_test
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -276,8 +277,13 @@ func lockingNodeWritesOnlyInItsTurns(t *testing.T, s *store.Store) {
 // connection), the node's next turn finds itself not live, takes a lock
 // again and is live in the same turn.
 func TestLockingNodeTakesItsLockAgainWhenItsSessionEnds(t *testing.T) {
-	storetest.RequirePostgres(t)
-	s, _ := storetest.Open(t, "postgres")
+	for _, driver := range []string{"postgres", "mysql"} {
+		t.Run(driver, func(t *testing.T) { lockingNodeTakesItsLockAgain(t, driver) })
+	}
+}
+
+func lockingNodeTakesItsLockAgain(t *testing.T, driver string) {
+	s, _ := storetest.Open(t, driver)
 	ctx := context.Background()
 	c := clock.NewFake(t0)
 	a := checkin.New(s, checkin.Options{Name: "a", Capacity: 1, Heartbeat: time.Second, TTL: 3 * time.Second, Slot: time.Second, Clock: c})
@@ -289,10 +295,7 @@ func TestLockingNodeTakesItsLockAgainWhenItsSessionEnds(t *testing.T) {
 	// End a's lock session from outside, as a database restart would.
 	var key int64
 	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT lock_key FROM slotpoller_nodes WHERE name = 'a'`).Scan(&key))
-	var ended bool
-	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
-WHERE locktype = 'advisory' AND classid = 21255 AND objid = $1 AND objsubid = 2`, key).Scan(&ended))
-	require.True(t, ended)
+	endLockSession(t, s, driver, key)
 	require.Eventually(t, func() bool {
 		_, err := b.Turn(ctx)
 		return err == nil && len(b.Membership().Members) == 1
@@ -304,6 +307,28 @@ WHERE locktype = 'advisory' AND classid = 21255 AND objid = $1 AND objsubid = 2`
 	_, err = b.Turn(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "b"}, b.Membership().Names())
+}
+
+// endLockSession ends, from another connection, the database session that
+// holds the lock under key, as a restart or a broken connection would.
+func endLockSession(t *testing.T, s *store.Store, driver string, key int64) {
+	ctx := context.Background()
+	switch driver {
+	case "postgres":
+		var ended bool
+		require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
+WHERE locktype = 'advisory' AND classid = 21255 AND objid = $1 AND objsubid = 2`, key).Scan(&ended))
+		require.True(t, ended)
+	case "mysql":
+		var holder *int64
+		require.NoError(t, s.DB().QueryRowContext(ctx,
+			`SELECT IS_USED_LOCK(CONCAT('slotpoller:', MD5(DATABASE()), ':', ?))`, key).Scan(&holder))
+		require.NotNil(t, holder, "the node's named lock is held")
+		_, err := s.DB().ExecContext(ctx, "KILL CONNECTION "+strconv.FormatInt(*holder, 10))
+		require.NoError(t, err)
+	default:
+		t.Fatalf("no way to end a lock's session on %s", driver)
+	}
 }
 
 // Heartbeating nodes started together beat out of phase.

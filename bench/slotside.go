@@ -154,7 +154,15 @@ func (f *slotFarm) Enqueue(ctx context.Context, keys []string) error {
 	if len(keys) == 1 {
 		return f.enqueueLocal(ctx, keys[0])
 	}
-	return parallel(len(keys), func(i int) error { return f.enqueue(ctx, keys[i], 0) })
+	// Several at once go as the application's batch door writes them
+	// (client.EnqueueMany): multi-row inserts in one transaction, as
+	// River's InsertMany does on its side.
+	js := make([]store.NewJob, len(keys))
+	for i, k := range keys {
+		js[i] = store.NewJob{Endpoint: "/job/" + k, Method: "POST", MaxAttempts: 1, Queue: f.queue(int(f.seq.Add(1)))}
+	}
+	_, err := f.feeder.JobInsertMany(ctx, js)
+	return err
 }
 
 func (f *slotFarm) enqueueLocal(ctx context.Context, key string) error {

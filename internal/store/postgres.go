@@ -62,22 +62,17 @@ func (Postgres) TimeText(expr string) string {
 	return "to_char(" + expr + " AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
 }
 
-// ClaimJobs locks candidate rows with SKIP LOCKED so that pollers in the
-// same slot (backlog mode) take different rows instead of queueing behind
-// each other; the outer state test keeps the claim correct even without it.
-//
-// The candidates are picked in a CTE (River's shape): PostgreSQL does not
-// inline a CTE that locks rows, so the LIMIT is applied exactly once.
-// Parameters are numbered by hand to keep the order every dialect shares.
+// ClaimJobs is the function of schema version 16, slotpoller_claim_jobs:
+// the claim of the other dialects (candidates locked with SKIP LOCKED in a
+// CTE, so that pollers in one slot take different rows, written back
+// fenced by their state), run where the planner may neither sort nor build
+// a bitmap. Statistics a burst has outrun count its ready rows as a
+// handful, and the plan they chose read and sorted the whole backlog for
+// each claim; the function's walks the due index in order and stops at
+// its limit. TestPostgresClaimFunctionIsTheClaim keeps its conditions
+// those of claimable.
 func (Postgres) ClaimJobs() string {
-	return `WITH picked AS (
-  SELECT c.id FROM {jobs} c WHERE c.state = 'ready' AND c.run_at <= {now} AND ` + claimable("c", "") + `
-  ORDER BY c.run_at, c.id LIMIT $3 FOR UPDATE OF c SKIP LOCKED)
-UPDATE {jobs} SET state = 'running', owner = $1, owner_node = $2, token = token + ` + bumpBelow("token", maxToken) + `,
-  attempt = attempt + ` + bumpBelow("attempt", maxAttempt) + `, started_at = {now}, start_by = NULL,
-  lease_until = ` + Postgres{}.NowPlusMillisOf(holdMillis("timeout_ms", "$4", "$5", "$6", "$7")) + `
-FROM picked WHERE {jobs}.id = picked.id AND {jobs}.state = 'ready'
-RETURNING ` + qualified("{jobs}", claimedColumns)
+	return "SELECT * FROM slotpoller_claim_jobs($1, $2, $3, $4, $5, $6, $7)"
 }
 
 // PostgresWithSchema returns a PostgreSQL DSN whose connections use schema

@@ -191,8 +191,14 @@ SELECT ` + values + ` WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE unique_key = 
 	return created, advanced, nil
 }
 
-// inTx runs fn in a transaction, all of it again on a transient conflict.
+// inTx runs fn in a transaction, all of it again on a transient conflict;
+// in the caller's transaction when the store is in one (WithTx).
 func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	if tx, ok := s.db.(*sql.Tx); ok && s.callerTx {
+		// A store in the caller's transaction sends every statement there:
+		// the caller commits, and retries the whole of it if it must.
+		return fn(tx)
+	}
 	return s.retry(ctx, func() error {
 		tx, err := s.pool.BeginTx(ctx, s.txOptions())
 		if err != nil {

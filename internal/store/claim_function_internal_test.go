@@ -1,0 +1,28 @@
+package store
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// PostgreSQL's plain claim is a function of the schema (version 16), the
+// other databases' a statement built here: the function must take the
+// rows claimable takes, and hold them as holdMillis holds them.
+func TestPostgresClaimFunctionIsTheClaim(t *testing.T) {
+	b, err := os.ReadFile("../../schema/migrations/postgres/0016_claim_plan.sql")
+	require.NoError(t, err)
+	fn := strings.Join(strings.Fields(string(b)), " ")
+	same := func(what, sql string) {
+		t.Helper()
+		require.Contains(t, fn, strings.Join(strings.Fields(sql), " "), "the function's %s", what)
+	}
+	same("claimable condition", expand(Postgres{}, claimable("c", "")))
+	same("order", "ORDER BY c.run_at, c.id LIMIT p_limit FOR UPDATE OF c SKIP LOCKED")
+	same("hold", holdMillis("j.timeout_ms", "p_h1", "p_h2", "p_h3", "p_h4"))
+	same("token bump", "j.token + "+bumpBelow("j.token", maxToken))
+	same("attempt bump", "j.attempt + "+bumpBelow("j.attempt", maxAttempt))
+	same("columns", "RETURNING "+qualified("j", claimedColumns))
+}

@@ -1,0 +1,4 @@
+-- Version 16 makes PostgreSQL's plain claim a function whose plan walks
+-- the due index in order whatever the table's statistics say. Here it is
+-- recorded with nothing to do, so that every database counts the same
+-- versions.

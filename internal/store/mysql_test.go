@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotpoller/slotpoller/internal/store"
@@ -316,6 +317,32 @@ func deadlockCount(db *sql.DB) (int64, error) {
 	}
 	err := db.QueryRow("SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'lock_deadlocks'").Scan(&n)
 	return n, err
+}
+
+// Deadlock victims (1213), lock wait timeouts (1205) and a NOWAIT lock
+// not granted (3572, MySQL) are sent again with backoff; other errors are
+// not. No server: the errors are the driver's, as a server sends them.
+func TestMySQLRetriesDeadlockVictims(t *testing.T) {
+	failures := []error{&mysql.MySQLError{Number: 1213}, &mysql.MySQLError{Number: 1205}, &mysql.MySQLError{Number: 3572}}
+	s, tr := storetest.NewTrace(t, store.MySQL{}, func(storetest.Call) storetest.Reply {
+		if len(failures) > 0 {
+			err := failures[0]
+			failures = failures[1:]
+			return storetest.Reply{Err: err}
+		}
+		return storetest.Reply{Affected: 1}
+	})
+	ok, err := s.JobRenewLeaseIfRunning(context.Background(), 1, 1, time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Len(t, tr.Calls(), 4)
+
+	for _, number := range []uint16{1062, 1146} { // a taken unique key, a missing table: not transient
+		failures = []error{&mysql.MySQLError{Number: number}}
+		_, err = s.JobRenewLeaseIfRunning(context.Background(), 1, 1, time.Second)
+		require.Error(t, err, "error %d", number)
+		require.Len(t, tr.Calls(), 1, "error %d is not sent again", number)
+	}
 }
 
 // A node's lock on MySQL is lost when its connection ends on the server's

@@ -172,31 +172,35 @@ func cancelledLine() string {
 // waiting ones were cancelled. Each node then stops its calls at its next
 // lease renewal and records them cancelled, as for a single request.
 //
-// One statement for each: the waiting ones first, so that a job claimed
+// One write for each: the waiting ones first, so that a job claimed
 // between the two is asked as a running one. A call that fails and goes
-// back to backing off between the two statements is left waiting (a
-// second QueueCancel cancels it).
+// back to backing off between the two writes is left waiting (a second
+// QueueCancel cancels it).
 //
-// Its cost: each statement reads an index of its state's rows (every
+// Its cost: each write reads an index of its state's rows (every
 // running, or every ready, row of the farm: the state index or the
 // partial index on running or ready rows, as the planner likes) and
-// changes the queue's rows; finished jobs are not read.
+// changes the queue's rows; finished jobs are not read. On MySQL each
+// reads the queue's ids first, then writes them by primary key
+// (idsfirst.go): through the queue's index, it would lock the index's
+// entries before the rows, the order opposite to the claims and results
+// that write the same rows at the same time.
 func (s *Store) QueueCancel(ctx context.Context, queue, actor string, waiting bool) (requested, cancelled int64, err error) {
 	actor = cut(actor, maxActor)
 	if waiting {
-		q := s.statement(`UPDATE {jobs} SET state = 'cancelled', finished_at = {now}, start_by = NULL,
-  history = ` + historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam()) + `
-WHERE state = 'ready' AND queue = ?`)
+		set := `state = 'cancelled', finished_at = {now}, start_by = NULL,
+  history = ` + historyLine(s.d, s.d.TextParam(), noTime, s.d.TextParam())
 		args := append([]any{"\t", actor}, historySeps()[1:]...)
-		args = append(args, historySuffix(StateCancelled, 0, ""), queue)
-		cancelled, err = s.execCount(ctx, fmt.Sprintf("cancel the waiting jobs of queue %q", queue), q, args...)
+		args = append(args, historySuffix(StateCancelled, 0, ""))
+		cancelled, err = updateWhere(ctx, s, nil, fmt.Sprintf("cancel the waiting jobs of queue %q", queue), jobsByID, set, args,
+			"state = 'ready' AND queue = ?", []any{queue})
 		if err != nil {
 			return 0, 0, err
 		}
 	}
-	q := s.statement(`UPDATE {jobs} SET cancel_requested_by = ?, cancel_requested_at = {now}
-WHERE state = 'running' AND queue = ? AND cancel_requested_at IS NULL`)
-	requested, err = s.execCount(ctx, fmt.Sprintf("request cancel of the running jobs of queue %q", queue), q, oneLine(actor), queue)
+	requested, err = updateWhere(ctx, s, nil, fmt.Sprintf("request cancel of the running jobs of queue %q", queue), jobsByID,
+		"cancel_requested_by = ?, cancel_requested_at = {now}", []any{oneLine(actor)},
+		"state = 'running' AND queue = ? AND cancel_requested_at IS NULL", []any{queue})
 	if err != nil {
 		return 0, cancelled, err
 	}

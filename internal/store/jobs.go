@@ -272,24 +272,12 @@ func (s *Store) JobsReclaimExpired(ctx context.Context, notAfter time.Time) (int
 		where += " AND {now} <= ?"
 		whereArgs = append(whereArgs, s.d.TimeArg(notAfter))
 	}
-	if s.writesBack() {
-		ids, err := s.idsOf(ctx, "reclaim expired leases", where, whereArgs)
-		if err != nil || len(ids) == 0 {
-			return 0, err
-		}
-		where, whereArgs = `id IN (`+placeholders(len(ids))+`) AND `+where, append(int64Args(ids), whereArgs...)
-	}
 	// A job whose cancel was requested (see cancel.go) ends cancelled,
 	// whatever attempts it has left: it was asked to stop.
 	p := s.d.TextParam()
 	// The state is written last: the other columns read it, and MySQL
 	// gives each assignment the columns as the earlier ones left them.
-	hint := ""
-	if s.writesBack() {
-		hint = byID
-	}
-	q := s.statement(`UPDATE {jobs}` + hint + ` SET
-  finished_at = CASE WHEN state = 'ready' OR cancel_requested_at IS NOT NULL OR attempt >= max_attempts THEN {now} ELSE NULL END,
+	set := `finished_at = CASE WHEN state = 'ready' OR cancel_requested_at IS NOT NULL OR attempt >= max_attempts THEN {now} ELSE NULL END,
   run_at = CASE WHEN state = 'ready' THEN run_at ELSE {now} END,
   last_error = CASE WHEN state = 'ready' THEN ? WHEN cancel_requested_at IS NOT NULL THEN CONCAT(` + p + `, cancel_requested_by, ` + p + `)
     ELSE ? END,
@@ -297,8 +285,7 @@ func (s *Store) JobsReclaimExpired(ctx context.Context, notAfter time.Time) (int
 		"CASE WHEN cancel_requested_at IS NOT NULL THEN CONCAT("+p+", cancel_requested_by, "+p+") WHEN attempt >= max_attempts THEN "+p+" ELSE "+p+" END") + ` END,
   owner = NULL, lease_until = NULL,
   state = CASE WHEN state = 'ready' THEN 'missed' WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-    WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END
-WHERE ` + where)
+    WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END`
 	// A missed occurrence was never attempted: only an expired lease adds a
 	// line to the history.
 	const lease = "lease expired: the node running it stopped renewing (crashed, froze or lost the database)"
@@ -306,8 +293,9 @@ WHERE ` + where)
 	args := append([]any{"missed: not started within its tolerance", cancelBefore, cancelAfter, lease}, historySeps()...)
 	args = append(args, cancelledLine(), cancelAfter+"\n",
 		historySuffix(StateDead, 0, lease), historySuffix(OutcomeReclaimed, 0, lease))
-	args = append(args, whereArgs...)
-	return s.execCount(ctx, "reclaim expired leases", q, args...)
+	// On MySQL the ids first (idsfirst.go): the condition is read through
+	// the lease and start_by indexes.
+	return updateWhere(ctx, s, nil, "reclaim expired leases", jobsByID, set, args, where, whereArgs)
 }
 
 // QueueLoad is what a poller needs to size its share.
@@ -541,15 +529,16 @@ WHERE owner = ? AND state = 'running' {returning id, token, cancel_requested_by}
 	}
 	q, args := s.statement(q), append(hold.args(), owner)
 	if s.writesBack() {
-		ids, err := s.idsOf(ctx, "renew job leases", "owner = ? AND state = 'running'", []any{owner})
+		// The ids first (idsfirst.go), then the jobs the owner holds now.
+		const held = "owner = ? AND state = 'running'"
+		ids, err := keysOf(ctx, s, nil, "renew job leases", jobsByID, held, []any{owner})
 		if err != nil || len(ids) == 0 {
 			return nil, err
 		}
-		q = s.statement(`UPDATE {jobs}` + byID + ` SET lease_until = {now+hold} WHERE id IN (` + placeholders(len(ids)) + `) AND owner = ? AND state = 'running'`)
-		if _, err := s.execCount(ctx, "renew job leases", q, append(append(hold.args(), int64Args(ids)...), owner)...); err != nil {
+		if _, err := updateKeys(ctx, s, nil, "renew job leases", jobsByID, "lease_until = {now+hold}", hold.args(), ids, held, []any{owner}); err != nil {
 			return nil, err
 		}
-		q, args = s.statement(`SELECT id, token, cancel_requested_by FROM {jobs} WHERE owner = ? AND state = 'running' ORDER BY id`), []any{owner}
+		q, args = s.statement(`SELECT id, token, cancel_requested_by FROM {jobs} WHERE `+held+` ORDER BY id`), []any{owner}
 	}
 	return queryAll(ctx, s, "renew job leases", q, args, func(r rowScanner) (Held, error) {
 		var h Held
@@ -565,8 +554,9 @@ WHERE owner = ? AND state = 'running' {returning id, token, cancel_requested_by}
 // still held is a claim whose answer was lost.
 // A job whose cancel was requested ends cancelled (releaseSet).
 func (s *Store) JobsReleaseOwned(ctx context.Context, owner, reason string) (int64, error) {
-	q := s.statement(`UPDATE {jobs} SET ` + s.releaseSet() + `
-WHERE owner = ? AND state = 'running'`)
-	args := append(releaseArgs(reason), owner)
-	return s.execCount(ctx, "release jobs of a stopping node", q, args...)
+	// On MySQL the ids first (idsfirst.go): the owner's rows are found
+	// through the owner's index, and a result written beside the release
+	// (by id) changes that index.
+	return updateWhere(ctx, s, nil, "release jobs of a stopping node", jobsByID, s.releaseSet(), releaseArgs(reason),
+		"owner = ? AND state = 'running'", []any{owner})
 }

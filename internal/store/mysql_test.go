@@ -4,44 +4,61 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 )
 
-// On MySQL the claims, renewals, results, reclaims and retention of six
-// nodes at once take no lock InnoDB must break: the claim locks its rows
-// with SKIP LOCKED and writes them by primary key, a batch of results locks
-// its rows in id order, and every transaction runs at READ COMMITTED (no
-// gap locks). The server's deadlock counter does not move, where a
-// transient conflict would be retried out of sight; and every job is
-// claimed once.
+// On MySQL the work of six nodes at once takes no lock InnoDB must break:
+// their claims, job and task lease renewals (each node renews beside its
+// calls, as a node does), results, task assignments, calls and handoffs,
+// stops that give back what is still held while results are recorded,
+// and, beside them, reclaims, retention and an operator cancelling queues.
+// The claim locks its rows with SKIP LOCKED and writes them by primary
+// key, every other write of several rows reaches them by primary key in
+// key order, and every transaction runs at READ COMMITTED (no gap locks).
+// InnoDB reports no deadlock of the test's database, where a transient
+// conflict would be retried out of sight; and no claim is made twice
+// under one token.
 func TestMySQLConcurrentWorkTakesNoDeadlock(t *testing.T) {
 	storetest.RequireMySQL(t)
 	s, db := storetest.OpenDB(t, "mysql")
 	ctx := context.Background()
-	const total = 1200
+	const total, doomed, tasks, nodes = 1200, 4, 24, 6
 	batch := make([]store.NewJob, total)
 	for i := range batch {
 		batch[i] = store.NewJob{Endpoint: "/m", Method: "POST", MaxAttempts: 3, IdempotencyKey: fmt.Sprint("k", i)}
+		if i%4 == 3 { // a quarter in the queues the operator cancels, their ids among the others'
+			batch[i].Queue = fmt.Sprint("doomed-", i%(4*doomed)/4)
+		}
 	}
 	_, err := s.JobInsertMany(ctx, batch)
 	require.NoError(t, err)
-	before := innodbDeadlocks(t, s.DB())
+	for i := range tasks {
+		require.NoError(t, s.TaskInsert(ctx, store.NewTask{Name: fmt.Sprint("t-", i), Endpoint: "/t", Method: "POST", Every: time.Second}))
+	}
+	for p := range nodes {
+		checkIn(t, s, fmt.Sprint("node-", p), fmt.Sprint("inc-", p))
+	}
+	lease := store.Lease(time.Minute)
+	deadlocks := watchDeadlocks(t, s.DB())
 
 	var mu sync.Mutex
-	seen := map[int64]string{}
+	seen := map[[2]int64]string{} // claims by id and token
+	var requested, cancelled int64
 	done := make(chan struct{})
 	var side sync.WaitGroup
 	side.Add(1)
-	go func() { // retention and reclaims, as the nodes' turns run them
+	go func() { // retention and reclaims, as the nodes' turns run them, and an operator's cancels
 		defer side.Done()
-		for {
+		for round := 0; ; round++ {
 			select {
 			case <-done:
 				return
@@ -55,12 +72,47 @@ func TestMySQLConcurrentWorkTakesNoDeadlock(t *testing.T) {
 				t.Error(err)
 				return
 			}
+			if _, err := s.TasksFinishOrphanedDeletes(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			r, c, err := s.QueueCancel(ctx, fmt.Sprint("doomed-", round%doomed), "operator", round%3 == 2)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			requested, cancelled = requested+r, cancelled+c
 		}
 	}()
-	asNodes(t, db, 6, func(other *store.Store, p int) {
-		owner := fmt.Sprint("node-", p)
-		for {
-			cs, err := other.JobsClaim(ctx, owner, owner, 9, store.Lease(time.Minute))
+	asNodes(t, db, nodes, func(other *store.Store, p int) {
+		owner, node := fmt.Sprint("inc-", p), fmt.Sprint("node-", p)
+		stop := make(chan struct{})
+		var renewer sync.WaitGroup
+		renewer.Add(1)
+		go func() { // the node's lease renewals, beside its calls
+			defer renewer.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := other.JobsRenewLeases(ctx, owner, lease); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := other.TasksRenew(ctx, owner, lease); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		defer func() {
+			close(stop)
+			renewer.Wait()
+		}()
+		for round := 0; ; round++ {
+			cs, err := other.JobsClaim(ctx, owner, node, 9, lease)
 			if err != nil {
 				t.Error(err)
 				return
@@ -68,20 +120,25 @@ func TestMySQLConcurrentWorkTakesNoDeadlock(t *testing.T) {
 			if len(cs) == 0 {
 				return
 			}
-			if _, err := other.JobsRenewLeases(ctx, owner, store.Lease(time.Minute)); err != nil {
-				t.Error(err)
-				return
-			}
 			fs := make([]store.Finish, len(cs))
 			mu.Lock()
 			for i, c := range cs {
-				if prev, ok := seen[c.ID]; ok {
-					t.Errorf("job %d claimed by %s and %s", c.ID, prev, owner)
+				if prev, ok := seen[[2]int64{c.ID, c.Token}]; ok {
+					t.Errorf("job %d claimed under token %d by %s and %s", c.ID, c.Token, prev, owner)
 				}
-				seen[c.ID] = owner
+				seen[[2]int64{c.ID, c.Token}] = owner
 				fs[i] = store.Finish{ID: c.ID, Token: c.Token, Outcome: store.Outcome{State: store.StateDone, Status: 200}}
 			}
 			mu.Unlock()
+			if !tasksTurn(t, other, owner, node, fmt.Sprint("t-", (p*4+round)%tasks), lease) {
+				return
+			}
+			if round%5 == 4 { // a stop: what is still held is given back while results are recorded
+				if !stopNode(t, other, owner, fs[:len(fs)/2]) {
+					return
+				}
+				continue
+			}
 			written, err := other.JobsFinish(ctx, fs)
 			if err != nil {
 				t.Error(err)
@@ -96,21 +153,196 @@ func TestMySQLConcurrentWorkTakesNoDeadlock(t *testing.T) {
 	})
 	close(done)
 	side.Wait()
-	require.Len(t, seen, total)
-	require.Equal(t, before, innodbDeadlocks(t, s.DB()), "deadlocks InnoDB broke during the run")
+	counts, err := s.JobCounts(ctx)
+	require.NoError(t, err)
+	require.Zero(t, counts[store.StateReady]+counts[store.StateRunning], "jobs left unfinished: %v", counts)
+	t.Logf("%d claims; the operator asked %d running jobs to stop and cancelled %d waiting", len(seen), requested, cancelled)
+	deadlocks.check(t)
 }
 
-// innodbDeadlocks is the server's count of deadlocks since it started:
-// MariaDB's status variable, or MySQL's InnoDB metric.
+// tasksTurn is what a node's task runner does between its calls: it takes
+// a task if it is free, records a call of each task it holds, and hands
+// one back when it holds more than two.
+func tasksTurn(t *testing.T, s *store.Store, owner, node, name string, lease store.Hold) bool {
+	ctx := context.Background()
+	if _, err := s.TaskAssignIfUnowned(ctx, name, owner, node, lease, time.Hour); err != nil {
+		t.Error(err)
+		return false
+	}
+	held, err := s.TasksRenew(ctx, owner, lease)
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	for _, h := range held {
+		if _, err := s.TaskRecordCall(ctx, h.Name, h.Token, true, 200, ""); err != nil {
+			t.Error(err)
+			return false
+		}
+	}
+	if len(held) > 2 {
+		if _, err := s.TaskReleaseIfHeld(ctx, held[0].Name, held[0].Token); err != nil {
+			t.Error(err)
+			return false
+		}
+	}
+	return true
+}
+
+// stopNode gives back every job and task the owner holds while the
+// results fs are recorded beside it.
+func stopNode(t *testing.T, s *store.Store, owner string, fs []store.Finish) bool {
+	ctx := context.Background()
+	var results sync.WaitGroup
+	results.Add(1)
+	go func() {
+		defer results.Done()
+		if _, err := s.JobsFinish(ctx, fs); err != nil {
+			t.Error(err)
+		}
+	}()
+	defer results.Wait()
+	if _, err := s.JobsReleaseOwned(ctx, owner, "the node stops"); err != nil {
+		t.Error(err)
+		return false
+	}
+	if _, err := s.TasksReleaseAll(ctx, owner); err != nil {
+		t.Error(err)
+		return false
+	}
+	return true
+}
+
+// deadlockWatch counts the deadlocks InnoDB breaks in one database while a
+// test runs. The server counts every database's (Innodb_deadlocks), other
+// packages' tests included, which run at once on the same server in CI,
+// and it keeps the report of the latest deadlock alone. So the watch reads
+// the counter every few milliseconds and, when it moved, the latest
+// report, which names each table it locked as `database`.`table`: a report
+// that names the test's database is a deadlock of the test's. Deadlocks
+// that come together (within a read of the counter) leave one report: a
+// test that deadlocks at all shows at least one of its own.
+type deadlockWatch struct {
+	database string
+	stop     chan struct{}
+	ended    chan struct{}
+	counted  int64    // the server's deadlocks during the watch
+	ours     []string // the reports that name the database
+	others   int      // the reports that do not
+}
+
+func watchDeadlocks(t *testing.T, db *sql.DB) *deadlockWatch {
+	t.Helper()
+	w := &deadlockWatch{stop: make(chan struct{}), ended: make(chan struct{})}
+	require.NoError(t, db.QueryRow("SELECT DATABASE()").Scan(&w.database))
+	last := innodbDeadlocks(t, db)
+	report, err := latestDeadlock(db)
+	require.NoError(t, err, "read InnoDB's latest deadlock (the login needs PROCESS)")
+	go func() {
+		defer close(w.ended)
+		for stopping := false; !stopping; {
+			select {
+			case <-w.stop:
+				stopping = true // a last read, after the work ended
+			case <-time.After(5 * time.Millisecond):
+			}
+			n, err := deadlockCount(db)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if n == last {
+				continue
+			}
+			w.counted, last = w.counted+n-last, n
+			r, err := latestDeadlock(db)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if r != report {
+				report = r
+				if strings.Contains(r, "`"+w.database+"`.") {
+					w.ours = append(w.ours, r)
+				} else {
+					w.others++
+				}
+			}
+		}
+	}()
+	return w
+}
+
+// check ends the watch and fails the test on a deadlock of its database.
+func (w *deadlockWatch) check(t *testing.T) {
+	t.Helper()
+	close(w.stop)
+	<-w.ended
+	t.Logf("InnoDB broke %d deadlocks on the server during the run; reports read: %d of this test's database (%s), %d of others'",
+		w.counted, len(w.ours), w.database, w.others)
+	for _, r := range w.ours {
+		t.Errorf("InnoDB broke a deadlock of the test's tables:\n%s", r)
+	}
+}
+
+// latestDeadlock is the LATEST DETECTED DEADLOCK section of InnoDB's
+// status, "" while the server has seen none.
+func latestDeadlock(db *sql.DB) (string, error) {
+	var typ, name, status string
+	if err := db.QueryRow("SHOW ENGINE INNODB STATUS").Scan(&typ, &name, &status); err != nil {
+		return "", err
+	}
+	_, r, ok := strings.Cut(status, "LATEST DETECTED DEADLOCK\n")
+	if !ok {
+		return "", nil
+	}
+	r, _, _ = strings.Cut(r, "\nTRANSACTIONS\n")
+	return r, nil
+}
+
+// innodbDeadlocks is the server's count of deadlocks since it started.
 func innodbDeadlocks(t *testing.T, db *sql.DB) int64 {
 	t.Helper()
+	n, err := deadlockCount(db)
+	require.NoError(t, err)
+	return n
+}
+
+// deadlockCount is MariaDB's status variable, or MySQL's InnoDB metric.
+func deadlockCount(db *sql.DB) (int64, error) {
 	var name string
 	var n int64
 	if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'").Scan(&name, &n); err == nil {
-		return n
+		return n, nil
 	}
-	require.NoError(t, db.QueryRow("SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'lock_deadlocks'").Scan(&n))
-	return n
+	err := db.QueryRow("SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'lock_deadlocks'").Scan(&n)
+	return n, err
+}
+
+// Deadlock victims (1213), lock wait timeouts (1205) and a NOWAIT lock
+// not granted (3572, MySQL) are sent again with backoff; other errors are
+// not. No server: the errors are the driver's, as a server sends them.
+func TestMySQLRetriesDeadlockVictims(t *testing.T) {
+	failures := []error{&mysql.MySQLError{Number: 1213}, &mysql.MySQLError{Number: 1205}, &mysql.MySQLError{Number: 3572}}
+	s, tr := storetest.NewTrace(t, store.MySQL{}, func(storetest.Call) storetest.Reply {
+		if len(failures) > 0 {
+			err := failures[0]
+			failures = failures[1:]
+			return storetest.Reply{Err: err}
+		}
+		return storetest.Reply{Affected: 1}
+	})
+	ok, err := s.JobRenewLeaseIfRunning(context.Background(), 1, 1, time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Len(t, tr.Calls(), 4)
+
+	for _, number := range []uint16{1062, 1146} { // a taken unique key, a missing table: not transient
+		failures = []error{&mysql.MySQLError{Number: number}}
+		_, err = s.JobRenewLeaseIfRunning(context.Background(), 1, 1, time.Second)
+		require.Error(t, err, "error %d", number)
+		require.Len(t, tr.Calls(), 1, "error %d is not sent again", number)
+	}
 }
 
 // A node's lock on MySQL is lost when its connection ends on the server's

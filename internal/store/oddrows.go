@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -408,10 +409,23 @@ func (n *shownInt) Scan(v any) error {
 // index, which finds nothing on a sound table. It returns how many it set
 // aside.
 func (s *Store) JobsSetAsideUnreachable(ctx context.Context, beyond time.Duration, limit int) (int64, error) {
+	const what = "set aside jobs due beyond any door's reach"
 	where := "state = 'ready' AND run_at > {now+?}"
 	pick, args := s.firstRows("id", "FROM {jobs} WHERE "+where, []any{millis(beyond)}, limit)
-	q := s.statement(`UPDATE {jobs} SET state = 'dead', finished_at = {now}, last_error = ?
-WHERE ` + where + ` AND id IN (` + pickedIDs(s.d, pick) + `)`)
+	set := "state = 'dead', finished_at = {now}, last_error = ?"
 	why := CannotRun + "run_at is more than " + strconv.FormatInt(int64(beyond/(24*time.Hour)), 10) + " days ahead, further than any door accepts; no claim would ever take it"
-	return s.execCount(ctx, "set aside jobs due beyond any door's reach", q, append([]any{why, millis(beyond)}, args...)...)
+	if s.writesBack() {
+		// The ids first, then a write by primary key in id order
+		// (idsfirst.go): the pick reads the due index, which a claim locks
+		// entry first, row second.
+		ids, err := queryKeys[int64](ctx, s, nil, what, s.statement(pick), args)
+		if err != nil || len(ids) == 0 {
+			return 0, err
+		}
+		slices.Sort(ids)
+		return updateKeys(ctx, s, nil, what, jobsByID, set, []any{why}, ids, where, []any{millis(beyond)})
+	}
+	q := s.statement(`UPDATE {jobs} SET ` + set + `
+WHERE ` + where + ` AND id IN (` + pickedIDs(s.d, pick) + `)`)
+	return s.execCount(ctx, what, q, append([]any{why, millis(beyond)}, args...)...)
 }

@@ -72,12 +72,10 @@ func (s *Store) JobsPrune(ctx context.Context, state string, age time.Duration, 
 	}
 	pick, args := s.firstRows("id", "FROM {jobs} WHERE "+finishedState(state)+" ORDER BY finished_at", []any{-millis(age)}, limit)
 	if s.writesBack() {
-		// The ids first, then a delete by primary key in id order (idsOf):
-		// a subquery in the DELETE would share-lock the index it reads.
-		ids, err := queryAll(ctx, s, "delete "+state+" jobs past their retention", s.statement(pick), args, func(r rowScanner) (int64, error) {
-			var id int64
-			return id, r.Scan(&id)
-		})
+		// The ids first, then a delete by primary key in id order
+		// (idsfirst.go): a subquery in the DELETE would share-lock the
+		// index it reads.
+		ids, err := queryKeys[int64](ctx, s, nil, "delete "+state+" jobs past their retention", s.statement(pick), args)
 		if err != nil || len(ids) == 0 {
 			return 0, err
 		}

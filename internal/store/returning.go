@@ -23,10 +23,10 @@ import (
 //     rows (SELECT ... FOR UPDATE SKIP LOCKED), the UPDATE writes them by
 //     primary key, and a SELECT by primary key reads them back as written
 //     (claimIDs);
-//   - a lease renewal (jobs, tasks): the UPDATE, then a read of what the
-//     owner holds. A row lost between the two is missing from the answer,
-//     as it should be; a row claimed between them is held with a fresh
-//     lease;
+//   - a lease renewal (jobs, tasks): the UPDATE (ids first: idsfirst.go),
+//     then a read of what the owner holds. A row lost between the two is
+//     missing from the answer, as it should be; a row claimed between them
+//     is held with a fresh lease;
 //   - a batch of results: in one transaction, the batch's rows are locked
 //     by primary key in id order, those still running under their token
 //     are kept, and only those are written.
@@ -139,27 +139,12 @@ ORDER BY id FOR UPDATE SKIP LOCKED`)
 	return s.txIDs(ctx, tx, q, int64Args(ids))
 }
 
-// idsOf reads, without locks, the ids of the jobs where selects (with its
-// arguments), in id order, for a write that then reaches them by primary
-// key: on MySQL a write that finds its rows through a secondary index
-// locks that index's entry first and the row second, the order opposite to
-// a write by id (a batch of results), and the two deadlock on one row; and
-// writes that each lock their rows in ascending id order never wait for
-// each other in a cycle. The write checks where again on each row, under
-// its lock.
-func (s *Store) idsOf(ctx context.Context, what, where string, args []any) ([]int64, error) {
-	return queryAll(ctx, s, what, s.statement(`SELECT id FROM {jobs} WHERE `+where+` ORDER BY id`), args, func(r rowScanner) (int64, error) {
-		var id int64
-		return id, r.Scan(&id)
-	})
-}
-
 // byID is the index hint of a statement, on a dialect that writes back,
-// that reaches jobs by a list of their ids: the primary key, never an
-// index on the state, which the optimizer may take for a few ids on a
-// small table, and through which the statement would lock every running
-// job it passes, waiting on those other writers hold (MySQL and MariaDB
-// both take FORCE INDEX).
+// that reaches rows by a list of their keys (jobs by id, tasks by name:
+// idsfirst.go): the primary key, never an index on the state, which the
+// optimizer may take for a few keys on a small table, and through which
+// the statement would lock every running job it passes, waiting on those
+// other writers hold (MySQL and MariaDB both take FORCE INDEX).
 const byID = " FORCE INDEX (PRIMARY)"
 
 // insertedID runs an INSERT of one row and returns its id (the driver's

@@ -267,11 +267,12 @@ func (s *Store) ScheduleTrigger(ctx context.Context, name string, j NewJob) (int
 // so the cancel sees what it wrote; a materializer that comes after finds
 // no schedule to advance and writes nothing. A cancelled occurrence gives
 // up its unique key: the same schedule added again must get its own
-// occurrence at that fire time.
+// occurrence at that fire time. On MySQL the occurrences' ids are read
+// first, then written by primary key (idsfirst.go): through the
+// schedule's index, the cancel would lock the index's entries before the
+// rows, the order opposite to a claim of the same occurrences.
 func (s *Store) ScheduleDelete(ctx context.Context, name string) (bool, error) {
 	del := s.statement(`DELETE FROM {schedules} WHERE name = ?`)
-	cancel := s.statement(`UPDATE {jobs} SET state = 'cancelled', finished_at = {now}, last_error = ?, unique_key = NULL
-WHERE schedule = ? AND state = 'ready'`)
 	deleted := false
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		n, err := s.txExec(ctx, tx, del, name)
@@ -279,7 +280,9 @@ WHERE schedule = ? AND state = 'ready'`)
 			return err
 		}
 		deleted = n == 1
-		_, err = s.txExec(ctx, tx, cancel, "cancelled: its schedule was removed", name)
+		_, err = updateWhere(ctx, s, tx, "cancel the occurrences", jobsByID,
+			"state = 'cancelled', finished_at = {now}, last_error = ?, unique_key = NULL", []any{"cancelled: its schedule was removed"},
+			"schedule = ? AND state = 'ready'", []any{name})
 		return err
 	})
 	if err != nil {

@@ -104,11 +104,21 @@ WHERE owner = ? AND state IN ('running', 'deleting')
 {returning name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures}`)
 	args := append(hold.args(), owner)
 	if s.writesBack() {
-		if _, err := s.execCount(ctx, "renew task leases", q, args...); err != nil {
+		// The names first, then a write by primary key (idsfirst.go):
+		// through the owner's index, the renewal would lock the index's
+		// entries before the rows, the order opposite to a release or an
+		// assignment of one task, which changes that index. Then the tasks
+		// the owner holds now.
+		const held = "owner = ? AND state IN ('running', 'deleting')"
+		names, err := keysOf(ctx, s, nil, "renew task leases", tasksByName, held, []any{owner})
+		if err != nil || len(names) == 0 {
+			return nil, err
+		}
+		if _, err := updateKeys(ctx, s, nil, "renew task leases", tasksByName, "lease_until = {now+hold}", hold.args(), names, held, []any{owner}); err != nil {
 			return nil, err
 		}
 		q, args = s.statement(`SELECT name, token, state, endpoint, method, payload, every_ms, timeout_ms, handoff, failures
-FROM {tasks} WHERE owner = ? AND state IN ('running', 'deleting') ORDER BY name`), []any{owner}
+FROM {tasks} WHERE `+held+` ORDER BY name`), []any{owner}
 	}
 	return queryAll(ctx, s, "renew task leases", q, args, func(r rowScanner) (HeldTask, error) {
 		var h HeldTask
@@ -199,21 +209,19 @@ WHERE name = ? AND token = ? AND state = 'running'`)
 // The tasks named in keep stay held: a call of theirs may still run at its
 // endpoint, and they move when their leases end.
 func (s *Store) TasksReleaseAll(ctx context.Context, owner string, keep ...string) (int64, error) {
-	but := ""
+	where := "owner = ? AND state IN ('running', 'deleting')"
 	args := []any{owner}
 	if len(keep) > 0 {
-		but = " AND name NOT IN (?" + strings.Repeat(", ?", len(keep)-1) + ")"
+		where += " AND name NOT IN (?" + strings.Repeat(", ?", len(keep)-1) + ")"
 		for _, n := range keep {
 			args = append(args, n)
 		}
 	}
 	// The state last: deleted_at reads it (MySQL assigns left to right).
-	q := s.statement(`UPDATE {tasks} SET
-  deleted_at = CASE WHEN state = 'deleting' THEN {now} ELSE deleted_at END,
+	// On MySQL the names first (idsfirst.go), as TasksRenew.
+	return updateWhere(ctx, s, nil, "release tasks", tasksByName, `deleted_at = CASE WHEN state = 'deleting' THEN {now} ELSE deleted_at END,
   owner = NULL, lease_until = NULL, handoff = 0,
-  state = CASE WHEN state = 'deleting' THEN 'deleted' ELSE 'created' END
-WHERE owner = ? AND state IN ('running', 'deleting')` + but)
-	return s.execCount(ctx, "release tasks", q, args...)
+  state = CASE WHEN state = 'deleting' THEN 'deleted' ELSE 'created' END`, nil, where, args)
 }
 
 // TaskRecordCall records one call's result, fenced by the token.
@@ -256,8 +264,10 @@ WHERE name = ? AND token = ? AND state = 'deleting'`)
 }
 
 // TasksFinishOrphanedDeletes completes deletes whose owner is gone.
+// On MySQL the names first (idsfirst.go): the state's index would be
+// locked before the rows.
 func (s *Store) TasksFinishOrphanedDeletes(ctx context.Context) (int64, error) {
-	q := s.statement(`UPDATE {tasks} SET state = 'deleted', owner = NULL, lease_until = NULL, deleted_at = {now}
-WHERE state = 'deleting' AND (owner IS NULL OR lease_until IS NULL OR lease_until < {now})`)
-	return s.execCount(ctx, "finish deletes of orphaned tasks", q)
+	return updateWhere(ctx, s, nil, "finish deletes of orphaned tasks", tasksByName,
+		"state = 'deleted', owner = NULL, lease_until = NULL, deleted_at = {now}", nil,
+		"state = 'deleting' AND (owner IS NULL OR lease_until IS NULL OR lease_until < {now})", nil)
 }

@@ -121,8 +121,7 @@ SELECT id FROM [sp_unit].[jobs] WHERE unique_key = @p1;
 
 -- JobsReclaimExpired
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax, @p11 mssql.NVarCharMax, @p12 int64
-UPDATE [sp_unit].[jobs] SET
-  finished_at = CASE WHEN state = 'ready' OR cancel_requested_at IS NOT NULL OR attempt >= max_attempts THEN SYSUTCDATETIME() ELSE NULL END,
+UPDATE [sp_unit].[jobs] SET finished_at = CASE WHEN state = 'ready' OR cancel_requested_at IS NOT NULL OR attempt >= max_attempts THEN SYSUTCDATETIME() ELSE NULL END,
   run_at = CASE WHEN state = 'ready' THEN run_at ELSE SYSUTCDATETIME() END,
   last_error = CASE WHEN state = 'ready' THEN @p1 WHEN cancel_requested_at IS NOT NULL THEN CONCAT(@p2, cancel_requested_by, @p3)
     ELSE @p4 END,
@@ -387,8 +386,7 @@ WHERE name = @p1 AND token = @p2 AND state = 'running';
 
 -- TasksReleaseAll
 -- @p1 mssql.NVarCharMax
-UPDATE [sp_unit].[tasks] SET
-  deleted_at = CASE WHEN state = 'deleting' THEN SYSUTCDATETIME() ELSE deleted_at END,
+UPDATE [sp_unit].[tasks] SET deleted_at = CASE WHEN state = 'deleting' THEN SYSUTCDATETIME() ELSE deleted_at END,
   owner = NULL, lease_until = NULL, handoff = 0,
   state = CASE WHEN state = 'deleting' THEN 'deleted' ELSE 'created' END
 WHERE owner = @p1 AND state IN ('running', 'deleting');

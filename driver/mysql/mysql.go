@@ -11,8 +11,12 @@
 // reads), binds every value as a parameter of a server-side prepared
 // statement (interpolateParams stays off), and counts the rows an UPDATE
 // matched, not those it changed, as the other databases do (a fenced write
-// that leaves a row as it was still reports it). Errors are told apart by
-// their server error numbers.
+// that leaves a row as it was still reports it). Its connections read the
+// server's max_allowed_packet when they open (unless the DSN sets
+// maxAllowedPacket), so that a large payload travels in pieces; an
+// application's pool needs maxAllowedPacket=0 in its DSN for the same,
+// where the server's limit is under 2 MiB. Errors are told apart by their
+// server error numbers.
 package mysql
 
 import (
@@ -58,7 +62,8 @@ func (driver) Open(dsn string) (*sql.DB, error) {
 
 // Config parses dsn, refuses what would break slotpoller's times or send
 // a value inside a statement's text (CheckDSN), and sets what every
-// session needs: the matched-rows count, and the session's time zone.
+// session needs: the matched-rows count, the session's time zone, and
+// the server's packet limit (readServersMaxPacket).
 func Config(dsn string) (*mysql.Config, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -75,6 +80,7 @@ func Config(dsn string) (*mysql.Config, error) {
 	}
 	// The driver sends each param as SET <name>=<value> when it connects.
 	cfg.Params["time_zone"] = "'+00:00'"
+	readServersMaxPacket(cfg)
 	return cfg, nil
 }
 
@@ -159,6 +165,8 @@ const (
 	erDBAccessDenied  = 1044 // the user may not use the database
 	erBadDB           = 1049 // unknown database
 	erLockNowait      = 3572 // MySQL: a NOWAIT lock was not granted
+	erPacketTooLarge  = 1153 // a packet over max_allowed_packet: the server drops the connection
+	erUnknown         = 1105 // among others, a value sent in pieces over max_allowed_packet
 )
 
 func number(err error) uint16 {

@@ -154,13 +154,18 @@ func (s *Store) jobValues(j NewJob) (string, []any) {
 }
 
 // JobInsert enqueues a job and returns its id. A taken unique key gives
-// ErrDuplicate along with the id of the job that holds it.
+// ErrDuplicate along with the id of the job that holds it; a payload over
+// the server's packet limit, ErrPacketTooLarge before anything is sent.
 func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
+	bytes, err := s.jobFits(ctx, "enqueue job for "+j.Endpoint, j)
+	if err != nil {
+		return 0, err
+	}
 	values, args := s.jobValues(j)
 	q := s.statement(`INSERT INTO {jobs} (` + jobInsertColumns + `) {output id}
 VALUES (` + values + `) {returning id}`)
 	var id int64
-	err := s.retry(ctx, func() error {
+	err = s.retry(ctx, func() error {
 		if s.writesBack() {
 			var err error
 			id, err = s.insertedID(ctx, q, args)
@@ -172,7 +177,7 @@ VALUES (` + values + `) {returning id}`)
 		return s.duplicate(ctx, j.UniqueKey)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("enqueue job for %s: %w", j.Endpoint, err)
+		return 0, fmt.Errorf("enqueue job for %s: %w", j.Endpoint, s.packetError(ctx, "the statement", []NewJob{j}, bytes, err))
 	}
 	return id, nil
 }
@@ -191,11 +196,16 @@ func (s *Store) duplicate(ctx context.Context, key string) (int64, error) {
 // incarnation) with a lease, as a claim would leave it: running, token 1,
 // first attempt. It is the local fast path of a node that has room for the
 // job: no poll and no claim statement stand between the enqueue and the
-// call. A taken unique key gives ErrDuplicate as JobInsert does. j's RunAt
+// call. A taken unique key gives ErrDuplicate, and a payload over the
+// server's packet limit ErrPacketTooLarge, as JobInsert does. j's RunAt
 // and Delay are ignored: the job is due at the database's now. A job whose
 // queue (given or routed) is paused is not written: ErrQueueHeld, and
 // the caller enqueues it as usual, to wait for the queue's resume.
 func (s *Store) JobInsertClaimed(ctx context.Context, j NewJob, owner, ownerNode string, hold Hold) (Claim, error) {
+	bytes, err := s.jobFits(ctx, "enqueue job for "+j.Endpoint+", claimed by this node", j)
+	if err != nil {
+		return Claim{}, err
+	}
 	exclusive := 0
 	if j.Exclusive {
 		exclusive = 1
@@ -212,7 +222,7 @@ WHERE ` + notHeld("rq") + `
 		nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive, owner, ownerNode, millis(hold.For(j.Timeout))},
 		queueArgs(j)...)
 	var c Claim
-	err := s.retry(ctx, func() error {
+	err = s.retry(ctx, func() error {
 		var err error
 		if s.writesBack() {
 			var id int64
@@ -233,7 +243,7 @@ WHERE ` + notHeld("rq") + `
 		return c, fmt.Errorf("enqueue job for %s: %w", j.Endpoint, ErrQueueHeld)
 	}
 	if err != nil {
-		return c, fmt.Errorf("enqueue job for %s, claimed by this node: %w", j.Endpoint, err)
+		return c, fmt.Errorf("enqueue job for %s, claimed by this node: %w", j.Endpoint, s.packetError(ctx, "the statement", []NewJob{j}, bytes, err))
 	}
 	return c, nil
 }

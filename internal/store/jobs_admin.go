@@ -421,27 +421,57 @@ func (s *Store) JobsByUniqueKey(ctx context.Context, keys []string) (map[string]
 const insertChunk = 100
 
 // JobInsertMany enqueues jobs in multi-row INSERTs of insertChunk rows,
+// or fewer where the server's packet limit asks for it (insertBatches),
 // all in one transaction (the caller's, with WithTx, or one of its own),
 // and returns their ids in the order of jobs. A unique key taken makes
-// the whole batch fail with ErrDuplicate.
+// the whole batch fail with ErrDuplicate; a payload over the server's
+// packet limit, before anything is sent, with ErrPacketTooLarge.
 func (s *Store) JobInsertMany(ctx context.Context, jobs []NewJob) ([]int64, error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	if !s.callerTx {
-		var ids []int64
-		err := s.inTx(ctx, func(tx *sql.Tx) error {
+	what := fmt.Sprintf("enqueue %d jobs", len(jobs))
+	batches, err := s.insertBatches(ctx, what, jobs)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	var failed insertBatch
+	if s.callerTx {
+		ids, err = s.insertAll(ctx, batches, &failed)
+	} else {
+		err = s.inTx(ctx, func(tx *sql.Tx) error {
 			var err error
-			ids, err = s.WithTx(tx).JobInsertMany(ctx, jobs)
+			failed = insertBatch{} // of this attempt
+			ids, err = s.WithTx(tx).insertAll(ctx, batches, &failed)
 			return err
 		})
-		return ids, err
 	}
-	ids := make([]int64, 0, len(jobs))
-	for start := 0; start < len(jobs); start += insertChunk {
-		chunk := jobs[start:min(len(jobs), start+insertChunk)]
-		got, err := s.insertChunk(ctx, chunk)
+	if err != nil && failed.jobs != nil {
+		// Explained once the transaction is over: its connection may be
+		// the pool's only one.
+		subject := fmt.Sprintf("the statement of jobs %d to %d", failed.first, failed.first+len(failed.jobs)-1)
+		if len(failed.jobs) == 1 {
+			subject = fmt.Sprintf("the statement of job %d", failed.first)
+		}
+		if perr := s.packetError(ctx, subject, failed.jobs, failed.bytes, err); errors.Is(perr, ErrPacketTooLarge) {
+			return nil, fmt.Errorf("%s: %w", what, perr)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// insertAll writes batches in order, in the store's transaction, and
+// returns the jobs' ids; failed is the batch whose INSERT failed.
+func (s *Store) insertAll(ctx context.Context, batches []insertBatch, failed *insertBatch) ([]int64, error) {
+	var ids []int64
+	for _, b := range batches {
+		got, err := s.insertChunk(ctx, b.jobs)
 		if err != nil {
+			*failed = b
 			return nil, err
 		}
 		ids = append(ids, got...)

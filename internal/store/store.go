@@ -42,6 +42,9 @@ type Store struct {
 	// connection to READ COMMITTED (sessionsReadCommitted), so the store's
 	// own transactions need not say so again.
 	readCommitted bool
+	// packet is the server's packet limit once read (packet.go), shared
+	// with the stores WithTx makes.
+	packet *packetLimit
 }
 
 // sessionsReadCommitted is a driver whose pools set each connection's
@@ -59,7 +62,7 @@ type conn interface {
 // transaction: what it writes commits or rolls back with the caller's own
 // writes. It does not retry transient conflicts (see Store.callerTx).
 func (s *Store) WithTx(tx *sql.Tx) *Store {
-	return &Store{pool: s.pool, db: tx, d: s.d, drv: s.drv, callerTx: true, statements: s.statements, windowRows: s.windowRows}
+	return &Store{pool: s.pool, db: tx, d: s.d, drv: s.drv, callerTx: true, statements: s.statements, windowRows: s.windowRows, packet: s.packet}
 }
 
 // InTx reports whether the store sends its statements in a caller's
@@ -237,7 +240,7 @@ func New(db *sql.DB, d Dialect) *Store { return newStore(db, d, noDriver{}) }
 func (s *Store) WithDriver(drv Driver) *Store { return newStore(s.pool, s.d, drv) }
 
 func newStore(db *sql.DB, d Dialect, drv Driver) *Store {
-	return &Store{pool: db, db: db, d: d, drv: drv, statements: &expandedStatements{}}
+	return &Store{pool: db, db: db, d: d, drv: drv, statements: &expandedStatements{}, packet: &packetLimit{}}
 }
 
 // scrub removes the DSN's password from an error message: drivers quote

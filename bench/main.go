@@ -10,8 +10,17 @@
 //	go run ./bench compare -mariadb
 //
 // the same scenarios on a private PostgreSQL and a private MariaDB
-// (mariadb.go); without the subcommand it runs scenarios A, B and C below
-// (idle.go, burst.go, schedules.go).
+// (mariadb.go);
+//
+//	go run ./bench soak [-nodes 4] [-rate 500] [-for 30m] [-kill-every 5m] [-calls 250] [-dsn …]
+//
+// runs a farm of `slotpoller run` processes under a steady load for a long
+// time, killing one node with SIGKILL and starting it again at every
+// -kill-every, and reports each node's memory (RSS) over its life, jobs
+// lost, run twice at once and re-run after a kill, and statements per job
+// window by window (soak.go; outside CI, the figures go in
+// docs/benchmarks.md). Without a subcommand it runs scenarios A, B and C
+// below (idle.go, burst.go, schedules.go).
 //
 //	go run ./bench -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
 //	go run ./bench -only A,B -dsn 'sqlserver://user:password@127.0.0.1:1433?database=test'
@@ -102,6 +111,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		return compare(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "soak" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return soak(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -17,7 +17,8 @@ import (
 // file could mangle.
 var awkward = []string{"", "plain", "two words", `quote " and \ backslash`, "it's", `'`, "''", "50% and %n",
 	"$HOME ${X} $(id) `id`", "{{ .Name }}", "{", "tab\there", "trailing space ", " leading", "ünïcödé",
-	"host=127.0.0.1 port=5432 dbname=farm user=postgres password='p w\"$x\\'", "a=b=c", "#not a comment"}
+	"host=127.0.0.1 port=5432 dbname=farm user=postgres password='p w\"$x\\'", "a=b=c", "#not a comment",
+	"farm:p&ss(w)|rd;x@tcp(db:3306)/farm?parseTime=true&loc=UTC"}
 
 func TestSysvScriptHoldsNoEnvironment(t *testing.T) {
 	spec := testSpec()

@@ -39,6 +39,9 @@ type metrics struct {
 	pruned *prometheus.CounterVec
 	// startDelay is fed by the runner's OnStart hook, per queue.
 	startDelay *queueHistogram
+	// collectors are everything registered on reg: the families a
+	// dashboard may name (docs/grafana-dashboard.json).
+	collectors []prometheus.Collector
 }
 
 // maxStartDelayQueues bounds the queues the start delay histogram has a
@@ -101,8 +104,9 @@ func newMetrics(n *Node) *metrics {
 			"minus the job's run time. A queue beyond the first " + fmt.Sprint(maxStartDelayQueues) + " this node started jobs of counts as queue=\"" + otherQueues + "\".",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
 	}, []string{"queue"})}
-	m.reg.MustRegister(m.callDuration, m.slotLag, m.pruned, m.startDelay.vec, &nodeCollector{n: n},
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.collectors = []prometheus.Collector{m.callDuration, m.slotLag, m.pruned, m.startDelay.vec, &nodeCollector{n: n},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
+	m.reg.MustRegister(m.collectors...)
 	return m
 }
 

@@ -12,7 +12,11 @@ import (
 // end while a batch is being written (or within Options.FinishWindow of
 // the first) go together in the next statement, one multi-row UPDATE
 // fenced row by row by id and token. A busy node then records many
-// results per statement; an idle one writes each at once.
+// results per statement; an idle one writes each at once. While the node
+// knows of due work, the batch also carries the claim Refill would send
+// for the room it makes, where the database joins them in one statement
+// (store.FusesFinishAndClaim): a busy node sends one statement per round
+// of its calls, not two.
 
 // DefaultFinishWindow is the node's Options.FinishWindow: short beside a
 // call, long enough that calls ending together share a statement.
@@ -73,6 +77,9 @@ func (r *Runner) completeLoop() {
 		for i, w := range batch {
 			fs[i] = w.f
 		}
+		if r.finishAndClaim(batch, fs) {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.statementTimeout())
 		oks, err := r.store.JobsFinish(ctx, fs)
 		cancel()
@@ -111,4 +118,58 @@ func (r *Runner) finish(c store.Claim, o store.Outcome, within time.Duration) (b
 			return ok, err
 		}
 	}
+}
+
+// finishAndClaim records batch (its results fs) in the statement that
+// claims what Refill would claim once these calls are recorded, and
+// reports whether it did. It does not when the database cannot join them,
+// when the node knows of no due work or has too little room to claim yet
+// (Refill's rules, nextRefill), when a claim is under way or the node
+// drains, or when the claim would be a managed one: the batch is then
+// written alone.
+func (r *Runner) finishAndClaim(batch []*finishing, fs []store.Finish) bool {
+	if !r.store.FusesFinishAndClaim() || r.opts.PushManaged || r.managed.Load() || r.draining.Load() {
+		return false
+	}
+	if !r.claimMu.TryLock() {
+		return false
+	}
+	var roomSince clock.Instant
+	want := 0
+	if !r.draining.Load() {
+		want, _ = r.nextRefillFreeing(clock.Mono(r.opts.Clock), &roomSince, len(batch))
+	}
+	if want == 0 {
+		r.claimMu.Unlock()
+		return false
+	}
+	var written []bool
+	started, err := r.claimWith(context.Background(), func(ctx context.Context) ([]store.Claim, error) {
+		oks, claims, err := r.store.JobsFinishAndClaim(ctx, fs, r.opts.Incarnation, r.opts.Node, want, r.hold())
+		written = oks
+		return claims, err
+	})
+	r.finishes.Add(1)
+	r.refilled(want, started, err)
+	r.claimMu.Unlock()
+	if err != nil {
+		r.opts.Logger.Warn("recording results and claiming again failed; waiting for the next turn", "err", err)
+	}
+	r.opts.Logger.Debug("recorded results and claimed again", "results", len(fs), "asked", want, "claimed", len(started))
+	// The new calls start before the ended ones are let go: a drain that
+	// waits for the calls in flight never sees none between them.
+	for _, f := range started {
+		r.start(f)
+	}
+	for i, w := range batch {
+		res := finished{err: err}
+		if written != nil {
+			// The results were written even if the claim's rows could not
+			// all be set aside (the claim's error, a doubt).
+			res = finished{ok: written[i]}
+		}
+		w.done <- res
+	}
+	r.pushBacklog(context.Background())
+	return true
 }

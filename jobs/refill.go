@@ -14,9 +14,15 @@ const DefaultRefillCooldown = 10 * time.Millisecond
 // until it looks again on its own (0: when woken). roomSince is when the
 // room it waits to grow was first seen (zero: none yet). r.claimMu is held.
 func (r *Runner) nextRefill(now clock.Instant, roomSince *clock.Instant) (want int, after time.Duration) {
+	return r.nextRefillFreeing(now, roomSince, 0)
+}
+
+// nextRefillFreeing is nextRefill for a claim sent with the results of
+// freeing calls, whose room the claim may take (finishAndClaim).
+func (r *Runner) nextRefillFreeing(now clock.Instant, roomSince *clock.Instant, freeing int) (want int, after time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	free := r.opts.Capacity - len(r.inflight)
+	free := r.opts.Capacity - len(r.inflight) + freeing
 	// A note of jobs enqueued due now (Due) is answered first; while it
 	// waits out its cooldown, Refill looks again when that ends.
 	pushWant, pushAfter := r.nextPush(now, free)
@@ -80,6 +86,24 @@ func (r *Runner) nextRefillLocked(now clock.Instant, roomSince *clock.Instant, f
 	return limit, 0
 }
 
+// refilled records how a claim of Refill's (want jobs) went: the share it
+// used, whether the queue may hold more, a note it answered. r.claimMu is
+// held.
+func (r *Runner) refilled(want int, started []*inflight, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	full := err == nil && len(started) == want
+	r.budget = max(0, r.budget-len(started))
+	r.more = r.more && full
+	if r.push.claiming {
+		r.pushClaimed(full)
+	}
+	r.heldBack = r.managed.Load() && err == nil && len(started) < want
+	if !r.more {
+		r.budget = 0 // a share is for the burst its turn saw
+	}
+}
+
 // Refill claims again as calls end while the node knows of due work
 // (Poll left some behind, or the farm's backlog flag rose). Turns are for
 // finding work when the queue looked empty; while a node knows there is
@@ -95,18 +119,7 @@ func (r *Runner) Refill(ctx context.Context) error {
 		if want > 0 {
 			roomSince = clock.Instant{}
 			started, err := r.refillClaim(ctx, want)
-			r.mu.Lock()
-			full := err == nil && len(started) == want
-			r.budget = max(0, r.budget-len(started))
-			r.more = r.more && full
-			if r.push.claiming {
-				r.pushClaimed(full)
-			}
-			r.heldBack = r.managed.Load() && err == nil && len(started) < want
-			if !r.more {
-				r.budget = 0 // a share is for the burst its turn saw
-			}
-			r.mu.Unlock()
+			r.refilled(want, started, err)
 			r.claimMu.Unlock()
 			if err != nil && ctx.Err() == nil {
 				r.opts.Logger.Warn("claiming again as calls ended failed; waiting for the next turn", "err", err)

@@ -37,20 +37,7 @@ func (s *Store) JobsFinish(ctx context.Context, given []Finish) ([]bool, error) 
 	if len(fs) > MaxFinishBatch {
 		return nil, fmt.Errorf("record results of %d jobs: at most %d in one statement", len(fs), MaxFinishBatch)
 	}
-	// In id order, as every other statement that writes several jobs, so
-	// that two of them lock shared rows in the same order.
-	fs = slices.Clone(fs)
-	slices.SortFunc(fs, func(a, b Finish) int { return cmp.Compare(a.ID, b.ID) })
-	rows := make([]finishRow, len(fs))
-	for i, f := range fs {
-		o := f.Outcome
-		rows[i] = finishRow{id: f.ID, token: f.Token, state: o.State, status: o.Status, err: o.Error,
-			suffix: historySuffix(o.State, o.Status, o.Error)}
-		if o.State == StateReady {
-			rows[i].retry = millis(o.RetryAfter)
-			rows[i].suffix = historySuffix(OutcomeRetry, o.Status, o.Error)
-		}
-	}
+	rows := finishRowsOf(fs)
 	var ids []int64
 	var err error
 	if s.writesBack() {
@@ -77,6 +64,25 @@ func (s *Store) JobsFinish(ctx context.Context, given []Finish) ([]bool, error) 
 		out[i] = written[f.ID]
 	}
 	return out, nil
+}
+
+// finishRowsOf is a batch of results as JobsFinish writes them: in id
+// order, as every other statement that writes several jobs, so that two
+// of them lock shared rows in the same order.
+func finishRowsOf(given []Finish) []finishRow {
+	fs := slices.Clone(given)
+	slices.SortFunc(fs, func(a, b Finish) int { return cmp.Compare(a.ID, b.ID) })
+	rows := make([]finishRow, len(fs))
+	for i, f := range fs {
+		o := f.Outcome
+		rows[i] = finishRow{id: f.ID, token: f.Token, state: o.State, status: o.Status, err: o.Error,
+			suffix: historySuffix(o.State, o.Status, o.Error)}
+		if o.State == StateReady {
+			rows[i].retry = millis(o.RetryAfter)
+			rows[i].suffix = historySuffix(OutcomeRetry, o.Status, o.Error)
+		}
+	}
+	return rows
 }
 
 // finishRow is one result as JobsFinish writes it.

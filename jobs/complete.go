@@ -26,6 +26,7 @@ const DefaultFinishWindow = 5 * time.Millisecond
 type finishing struct {
 	f    store.Finish
 	done chan finished
+	res  finished // its answer, when a claim carried it (claimWithResults)
 }
 
 type finished struct {
@@ -123,26 +124,66 @@ func (r *Runner) finish(c store.Claim, o store.Outcome, within time.Duration) (b
 // finishAndClaim records batch (its results fs) in the statement that
 // claims what Refill would claim once these calls are recorded, and
 // reports whether it did. It does not when the database cannot join them,
-// when the node knows of no due work or has too little room to claim yet
-// (Refill's rules, nextRefill), when a claim is under way or the node
-// drains, or when the claim would be a managed one: the batch is then
-// written alone.
+// when the node knows of no due work or may not claim more of it
+// (Refill's rules, nextRefill, but for the cooldown), when a claim is
+// under way or the node drains, or when the claim would be a managed one:
+// the batch is then written alone.
 func (r *Runner) finishAndClaim(batch []*finishing, fs []store.Finish) bool {
-	if !r.store.FusesFinishAndClaim() || r.opts.PushManaged || r.managed.Load() || r.draining.Load() {
+	if !r.fusesResults() || !r.claimMu.TryLock() {
 		return false
 	}
-	if !r.claimMu.TryLock() {
-		return false
-	}
-	var roomSince clock.Instant
+	// No cooldown: Refill waits one so that a claim takes the room of
+	// several calls in one statement, and this claim costs none of its own.
+	now := clock.Mono(r.opts.Clock)
+	roomSince := now.Add(-r.opts.RefillCooldown)
 	want := 0
 	if !r.draining.Load() {
-		want, _ = r.nextRefillFreeing(clock.Mono(r.opts.Clock), &roomSince, len(batch))
+		want, _ = r.nextRefillFreeing(now, &roomSince, len(batch))
 	}
 	if want == 0 {
 		r.claimMu.Unlock()
 		return false
 	}
+	started, err := r.claimWithResults(batch, fs, want)
+	r.refilled(want, started, err)
+	r.claimMu.Unlock()
+	if err != nil {
+		r.opts.Logger.Warn("recording results and claiming again failed; waiting for the next turn", "err", err)
+	}
+	r.opts.Logger.Debug("recorded results and claimed again", "results", len(fs), "asked", want, "claimed", len(started))
+	for _, f := range started {
+		r.start(f)
+	}
+	r.deliver(batch)
+	r.pushBacklog(context.Background())
+	return true
+}
+
+// fusesResults says whether a claim of Refill's may carry the results
+// waiting for the completer, and a batch of results Refill's claim: where
+// the database joins them, and the claim is the plain one.
+func (r *Runner) fusesResults() bool {
+	return r.store.FusesFinishAndClaim() && !r.opts.PushManaged && !r.managed.Load() && !r.draining.Load()
+}
+
+// takePending takes the results waiting for the completer's next batch,
+// for a claim to carry: the completer then finds fewer, or none.
+func (r *Runner) takePending() ([]*finishing, []store.Finish) {
+	r.fmu.Lock()
+	n := min(len(r.pending), store.MaxFinishBatch)
+	batch := r.pending[:n:n]
+	r.pending = r.pending[n:]
+	r.fmu.Unlock()
+	fs := make([]store.Finish, n)
+	for i, w := range batch {
+		fs[i] = w.f
+	}
+	return batch, fs
+}
+
+// claimWithResults claims want jobs in the statement that records batch,
+// and keeps each result's answer for deliver. r.claimMu is held.
+func (r *Runner) claimWithResults(batch []*finishing, fs []store.Finish, want int) ([]*inflight, error) {
 	var written []bool
 	started, err := r.claimWith(context.Background(), func(ctx context.Context) ([]store.Claim, error) {
 		oks, claims, err := r.store.JobsFinishAndClaim(ctx, fs, r.opts.Incarnation, r.opts.Node, want, r.hold())
@@ -150,26 +191,22 @@ func (r *Runner) finishAndClaim(batch []*finishing, fs []store.Finish) bool {
 		return claims, err
 	})
 	r.finishes.Add(1)
-	r.refilled(want, started, err)
-	r.claimMu.Unlock()
-	if err != nil {
-		r.opts.Logger.Warn("recording results and claiming again failed; waiting for the next turn", "err", err)
-	}
-	r.opts.Logger.Debug("recorded results and claimed again", "results", len(fs), "asked", want, "claimed", len(started))
-	// The new calls start before the ended ones are let go: a drain that
-	// waits for the calls in flight never sees none between them.
-	for _, f := range started {
-		r.start(f)
-	}
 	for i, w := range batch {
-		res := finished{err: err}
+		w.res = finished{err: err}
 		if written != nil {
 			// The results were written even if the claim's rows could not
 			// all be set aside (the claim's error, a doubt).
-			res = finished{ok: written[i]}
+			w.res = finished{ok: written[i]}
 		}
-		w.done <- res
 	}
-	r.pushBacklog(context.Background())
-	return true
+	return started, err
+}
+
+// deliver hands each result of a batch written with a claim to its call.
+// The claim's new calls start first: a drain that waits for the calls in
+// flight never sees none between them.
+func (r *Runner) deliver(batch []*finishing) {
+	for _, w := range batch {
+		w.done <- w.res
+	}
 }

@@ -15,9 +15,8 @@ import (
 
 // On PostgreSQL a batch of results carries the claim for the room its
 // calls make while the node knows of due work: one statement per round
-// of the node's calls where Refill would send a second. A batch too small
-// for Refill to claim at once goes alone, and the claim follows Refill's
-// cooldown as before.
+// of the node's calls where Refill would send a second. Once the node
+// knows of no more due work, results go alone.
 func TestResultsCarryTheClaimOfTheirRoom(t *testing.T) {
 	storetest.RequirePostgres(t)
 	s, _ := storetest.Open(t, "postgres")
@@ -46,23 +45,77 @@ func TestResultsCarryTheClaimOfTheirRoom(t *testing.T) {
 	require.Equal(t, int64(1), r.Stats().Finishes)
 	require.Equal(t, 8, countState(t, s, store.StateDone))
 
-	// One call ends: too little room to claim at once, so its result goes
-	// alone and Refill claims its place after the cooldown.
+	// One call ends: its result carries the claim of its place, with no
+	// cooldown (Refill waits one only to gather claims into a statement).
 	before = s.Statements()
 	g.release(1)
 	require.Eventually(t, func() bool { return r.Pending() == 1 }, 10*time.Second, time.Millisecond)
 	c.Advance(5 * time.Millisecond)
-	require.Eventually(t, func() bool { return r.Running() == 7 }, 10*time.Second, time.Millisecond)
-	require.Equal(t, int64(16), r.Stats().Claimed, "no claim with a lone result")
+	claimedReaches(t, r, 17)
+	require.Equal(t, int64(1), s.Statements()-before)
 	require.Equal(t, int64(2), r.Stats().Finishes)
-	claimedReachesCooling(t, r, c, 17)
-	require.Equal(t, int64(2), s.Statements()-before, "the result, then Refill's claim")
+
+	// Another node takes the rest: the next claim comes back short, and
+	// the node knows of no more work; a result then goes alone.
+	other, err := s.JobsClaim(ctx, "inc-b", "node-b", 13, store.Lease(time.Minute))
+	require.NoError(t, err)
+	require.Len(t, other, 13)
+	g.release(1)
+	require.Eventually(t, func() bool { return r.Pending() == 1 }, 10*time.Second, time.Millisecond)
+	c.Advance(5 * time.Millisecond)
+	require.Eventually(t, func() bool { return r.Stats().Finishes == 3 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, int64(17), r.Stats().Claimed, "the claim came back empty")
+	before = s.Statements()
+	g.release(1)
+	require.Eventually(t, func() bool { return r.Pending() == 1 }, 10*time.Second, time.Millisecond)
+	c.Advance(5 * time.Millisecond)
+	require.Eventually(t, func() bool { return r.Stats().Finishes == 4 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, int64(1), s.Statements()-before, "the result alone, no claim")
+	require.Equal(t, int64(17), r.Stats().Claimed)
 
 	g.release(100)
 	require.Eventually(t, func() bool {
 		c.Advance(5 * time.Millisecond)
-		return countState(t, s, store.StateDone) == 30
+		return countState(t, s, store.StateDone) == 17
 	}, 10*time.Second, time.Millisecond)
 	_, most := g.stats()
 	require.LessOrEqual(t, most, 8, "never more calls than the capacity")
+}
+
+// A claim of Refill's (here one answering a note of new jobs) carries the
+// results waiting for the completer's window: one statement, not two.
+func TestAClaimCarriesTheResultsWaiting(t *testing.T) {
+	storetest.RequirePostgres(t)
+	s, _ := storetest.Open(t, "postgres")
+	ctx := context.Background()
+	g, base := newGate(t)
+	c := clock.NewFake(t0)
+	r := jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: 8,
+		Lease: 3 * time.Second, Timeout: 5 * time.Second, Clock: c, FinishWindow: 5 * time.Millisecond})
+	for range 4 {
+		enqueue(t, s, "/gate", 1)
+	}
+	refilling(t, r)
+	res, err := r.Poll(ctx, alone(8))
+	require.NoError(t, err)
+	require.Equal(t, 4, res.Claimed)
+
+	g.release(1)
+	require.Eventually(t, func() bool { return r.Pending() == 1 }, 10*time.Second, time.Millisecond)
+	enqueue(t, s, "/gate", 1)
+	enqueue(t, s, "/gate", 1)
+	before := s.Statements()
+	r.Due() // the enqueues' note
+	claimedReaches(t, r, 6)
+	require.Equal(t, int64(1), s.Statements()-before, "the claim and the waiting result in one statement")
+	require.Equal(t, int64(1), r.Stats().Finishes)
+	require.Equal(t, 0, r.Pending())
+	require.Equal(t, 1, countState(t, s, store.StateDone))
+
+	c.Advance(5 * time.Millisecond) // the completer's window ends: nothing left to write
+	g.release(100)
+	require.Eventually(t, func() bool {
+		c.Advance(5 * time.Millisecond)
+		return countState(t, s, store.StateDone) == 6
+	}, 10*time.Second, time.Millisecond)
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/slotpoller/slotpoller/internal/clock"
+	"github.com/slotpoller/slotpoller/internal/store"
 )
 
 // DefaultRefillCooldown is Options.RefillCooldown's default.
@@ -118,7 +119,18 @@ func (r *Runner) Refill(ctx context.Context) error {
 		want, after := r.nextRefill(clock.Mono(r.opts.Clock), &roomSince)
 		if want > 0 {
 			roomSince = clock.Instant{}
-			started, err := r.refillClaim(ctx, want)
+			var batch []*finishing
+			var fs []store.Finish
+			if r.fusesResults() {
+				batch, fs = r.takePending()
+			}
+			var started []*inflight
+			var err error
+			if len(batch) > 0 {
+				started, err = r.claimWithResults(batch, fs, want)
+			} else {
+				started, err = r.refillClaim(ctx, want)
+			}
 			r.refilled(want, started, err)
 			r.claimMu.Unlock()
 			if err != nil && ctx.Err() == nil {
@@ -128,6 +140,7 @@ func (r *Runner) Refill(ctx context.Context) error {
 			for _, f := range started {
 				r.start(f)
 			}
+			r.deliver(batch)
 			r.pushBacklog(ctx)
 			if ctx.Err() != nil {
 				return ctx.Err()

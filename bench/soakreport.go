@@ -196,7 +196,7 @@ func (r *soakResult) print(w io.Writer) {
 		if enqueued == 0 {
 			return "—"
 		}
-		return benchNum(float64(d.Milliseconds()) * 1000 / float64(enqueued))
+		return benchkit.Num(float64(d.Milliseconds()) * 1000 / float64(enqueued))
 	}
 	atOnce, afterDeath, unexplained, perDeath := repeatKinds(r.calls.repeats, r.deaths)
 	var delays []time.Duration
@@ -208,7 +208,7 @@ func (r *soakResult) print(w io.Writer) {
 	slices.Sort(delays)
 
 	fmt.Fprintf(w, "| jobs | |\n|---|---:|\n")
-	fed := fmt.Sprintf("%d (%s jobs/s over %s)", enqueued, benchNum(float64(enqueued)/r.feed.took.Seconds()), shortDur(r.feed.took))
+	fed := fmt.Sprintf("%d (%s jobs/s over %s)", enqueued, benchkit.Num(float64(enqueued)/r.feed.took.Seconds()), shortDur(r.feed.took))
 	if r.feed.failed > 0 {
 		fed += fmt.Sprintf("; %d batches failed and left out, the last: %v", r.feed.failed, r.feed.lastErr)
 	}
@@ -237,11 +237,11 @@ func (r *soakResult) print(w io.Writer) {
 	fmt.Fprintf(w, "| jobs by node (its last call's) | %s |\n", r.byNode())
 	if len(delays) > 0 {
 		fmt.Fprintf(w, "| start delay p50 / p99 / max (enqueue to first call) | %s / %s / %s ms |\n",
-			benchNum(msOf(benchkit.Percentile(delays, 0.5))), benchNum(msOf(benchkit.Percentile(delays, 0.99))), benchNum(msOf(delays[len(delays)-1])))
+			benchkit.Num(msOf(benchkit.Percentile(delays, 0.5))), benchkit.Num(msOf(benchkit.Percentile(delays, 0.99))), benchkit.Num(msOf(delays[len(delays)-1])))
 	}
 	if len(r.marks) >= 2 && enqueued > 0 {
 		stmts := r.marks[len(r.marks)-1].stmts - r.marks[0].stmts
-		fmt.Fprintf(w, "| statements per job (load and drain) | %s (%d statements) |\n", benchNum(float64(stmts)/float64(enqueued)), stmts)
+		fmt.Fprintf(w, "| statements per job (load and drain) | %s (%d statements) |\n", benchkit.Num(float64(stmts)/float64(enqueued)), stmts)
 	}
 	if r.dbCPUNote == "" {
 		fmt.Fprintf(w, "| database server CPU ms / 1,000 jobs (feeder's inserts included) | %s |\n", per1000(r.dbCPU))
@@ -265,10 +265,10 @@ func (r *soakResult) print(w io.Writer) {
 		}
 		perJob, delay := "—", "—"
 		if win.called > 0 {
-			perJob = benchNum(float64(win.stmts) / float64(win.called))
+			perJob = benchkit.Num(float64(win.stmts) / float64(win.called))
 		}
 		if len(win.delays) > 0 {
-			delay = fmt.Sprintf("%s / %s ms", benchNum(msOf(benchkit.Percentile(win.delays, 0.5))), benchNum(msOf(benchkit.Percentile(win.delays, 0.99))))
+			delay = fmt.Sprintf("%s / %s ms", benchkit.Num(msOf(benchkit.Percentile(win.delays, 0.5))), benchkit.Num(msOf(benchkit.Percentile(win.delays, 0.99))))
 		}
 		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %s | %s |\n", label, win.enqueued, win.called, win.deaths, win.stmts, perJob, delay)
 	}
@@ -382,23 +382,3 @@ func signedDur(d time.Duration) string {
 	return shortDur(d)
 }
 
-// benchNum writes a figure with three significant digits or so, as the
-// compare tables do.
-func benchNum(v float64) string {
-	a := v
-	if a < 0 {
-		a = -a
-	}
-	switch {
-	case a == 0:
-		return "0"
-	case a >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case a >= 10:
-		return fmt.Sprintf("%.1f", v)
-	case a >= 0.1:
-		return fmt.Sprintf("%.2f", v)
-	default:
-		return fmt.Sprintf("%.3f", v)
-	}
-}

@@ -18,14 +18,8 @@ import (
 // of the node's calls where Refill would send a second. Once the node
 // knows of no more due work, results go alone.
 func TestResultsCarryTheClaimOfTheirRoom(t *testing.T) {
-	storetest.RequirePostgres(t)
-	s, _ := storetest.Open(t, "postgres")
-	require.True(t, s.FusesFinishAndClaim())
+	s, g, c, r := joiningRunner(t)
 	ctx := context.Background()
-	g, base := newGate(t)
-	c := clock.NewFake(t0)
-	r := jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: 8,
-		Lease: 3 * time.Second, Timeout: 5 * time.Second, Clock: c, FinishWindow: 5 * time.Millisecond})
 	for range 30 {
 		enqueue(t, s, "/gate", 1)
 	}
@@ -85,13 +79,8 @@ func TestResultsCarryTheClaimOfTheirRoom(t *testing.T) {
 // A claim of Refill's (here one answering a note of new jobs) carries the
 // results waiting for the completer's window: one statement, not two.
 func TestAClaimCarriesTheResultsWaiting(t *testing.T) {
-	storetest.RequirePostgres(t)
-	s, _ := storetest.Open(t, "postgres")
+	s, g, c, r := joiningRunner(t)
 	ctx := context.Background()
-	g, base := newGate(t)
-	c := clock.NewFake(t0)
-	r := jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: 8,
-		Lease: 3 * time.Second, Timeout: 5 * time.Second, Clock: c, FinishWindow: 5 * time.Millisecond})
 	for range 4 {
 		enqueue(t, s, "/gate", 1)
 	}
@@ -118,4 +107,18 @@ func TestAClaimCarriesTheResultsWaiting(t *testing.T) {
 		c.Advance(5 * time.Millisecond)
 		return countState(t, s, store.StateDone) == 6
 	}, 10*time.Second, time.Millisecond)
+}
+
+// joiningRunner is a runner of capacity 8 on PostgreSQL, where results
+// and claims join, with a completer's window of 5 ms on a fake clock,
+// calling a gate.
+func joiningRunner(t *testing.T) (*store.Store, *gate, *clock.Fake, *jobs.Runner) {
+	storetest.RequirePostgres(t)
+	s, _ := storetest.Open(t, "postgres")
+	require.True(t, s.FusesFinishAndClaim())
+	g, base := newGate(t)
+	c := clock.NewFake(t0)
+	r := jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: 8,
+		Lease: 3 * time.Second, Timeout: 5 * time.Second, Clock: c, FinishWindow: 5 * time.Millisecond})
+	return s, g, c, r
 }

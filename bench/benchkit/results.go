@@ -223,9 +223,9 @@ func Tables(w io.Writer, sides []string, results []Result, intervals map[[2]stri
 			fmt.Fprintf(w, "| %s |", row)
 			for _, s := range sides {
 				if r, ok := v[s]; ok && r.Max > r.Min {
-					fmt.Fprintf(w, " %s (%s–%s) |", num(r.Value), num(r.Min), num(r.Max))
+					fmt.Fprintf(w, " %s (%s–%s) |", Num(r.Value), Num(r.Min), Num(r.Max))
 				} else if ok {
-					fmt.Fprintf(w, " %s |", num(r.Value))
+					fmt.Fprintf(w, " %s |", Num(r.Value))
 				} else {
 					fmt.Fprint(w, " — |")
 				}
@@ -263,7 +263,8 @@ func ratio(a, b Result) string {
 	return fmt.Sprintf("%.2f×", x/y)
 }
 
-func num(v float64) string {
+// Num writes a figure as the tables do: three significant digits or so.
+func Num(v float64) string {
 	switch a := math.Abs(v); {
 	case a == 0:
 		return "0"

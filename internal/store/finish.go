@@ -55,6 +55,12 @@ func (s *Store) JobsFinish(ctx context.Context, given []Finish) ([]bool, error) 
 	if err != nil {
 		return nil, err
 	}
+	return writtenOf(given, ids), nil
+}
+
+// writtenOf says, in the order given, whether each result is among those
+// a statement reported written (ids).
+func writtenOf(given []Finish, ids []int64) []bool {
 	written := make(map[int64]bool, len(ids))
 	for _, id := range ids {
 		written[id] = true
@@ -63,7 +69,7 @@ func (s *Store) JobsFinish(ctx context.Context, given []Finish) ([]bool, error) 
 	for i, f := range given {
 		out[i] = written[f.ID]
 	}
-	return out, nil
+	return out
 }
 
 // finishRowsOf is a batch of results as JobsFinish writes them: in id

@@ -86,14 +86,7 @@ func (s *Store) JobsFinishAndClaim(ctx context.Context, given []Finish, owner, o
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", what, err)
 	}
-	written := make(map[int64]bool, len(finished))
-	for _, id := range finished {
-		written[id] = true
-	}
-	out := make([]bool, len(given))
-	for i, f := range given {
-		out[i] = written[f.ID]
-	}
+	out := writtenOf(given, finished)
 	claims, err := s.setAsideOdd(ctx, owner, claimed)
 	if err != nil {
 		return out, nil, err

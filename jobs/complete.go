@@ -129,7 +129,10 @@ func (r *Runner) finish(c store.Claim, o store.Outcome, within time.Duration) (b
 // under way or the node drains, or when the claim would be a managed one:
 // the batch is then written alone.
 func (r *Runner) finishAndClaim(batch []*finishing, fs []store.Finish) bool {
-	if !r.fusesResults() || !r.claimMu.TryLock() {
+	// Only while Refill runs: the claim is Refill's, sent early; a node
+	// that stops claiming (its loops ended, it left the farm) records its
+	// results alone.
+	if !r.refilling.Load() || !r.fusesResults() || !r.claimMu.TryLock() {
 		return false
 	}
 	// No cooldown: Refill waits one so that a claim takes the room of
@@ -138,7 +141,7 @@ func (r *Runner) finishAndClaim(batch []*finishing, fs []store.Finish) bool {
 	roomSince := now.Add(-r.opts.RefillCooldown)
 	want := 0
 	if !r.draining.Load() {
-		want, _ = r.nextRefillFreeing(now, &roomSince, len(batch))
+		want, _ = r.nextRefillFreeing(now, &roomSince, r.stillRunning(batch))
 	}
 	if want == 0 {
 		r.claimMu.Unlock()
@@ -149,14 +152,32 @@ func (r *Runner) finishAndClaim(batch []*finishing, fs []store.Finish) bool {
 	r.claimMu.Unlock()
 	if err != nil {
 		r.opts.Logger.Warn("recording results and claiming again failed; waiting for the next turn", "err", err)
+	} else {
+		r.opts.Logger.Debug("recorded results and claimed again", "results", len(fs), "asked", want, "claimed", len(started))
 	}
-	r.opts.Logger.Debug("recorded results and claimed again", "results", len(fs), "asked", want, "claimed", len(started))
 	for _, f := range started {
 		r.start(f)
 	}
 	r.deliver(batch)
-	r.pushBacklog(context.Background())
+	// A backlog to tell the farm of is Refill's to send, on its own
+	// deadline: the completer sends nothing but batches.
+	r.nudge()
 	return true
+}
+
+// stillRunning counts the calls of batch still in flight: the room their
+// results make. A result whose call gave up waiting for its batch (the
+// database was away) has left the calls in flight already.
+func (r *Runner) stillRunning(batch []*finishing) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, w := range batch {
+		if _, ok := r.inflight[store.Held{ID: w.f.ID, Token: w.f.Token}]; ok {
+			n++
+		}
+	}
+	return n
 }
 
 // fusesResults says whether a claim of Refill's may carry the results

@@ -109,6 +109,30 @@ func TestAClaimCarriesTheResultsWaiting(t *testing.T) {
 	}, 10*time.Second, time.Millisecond)
 }
 
+// A node whose Refill has ended (it is stopping: its loops are over, it
+// left the farm) records its results alone and claims nothing more, though
+// it knew of due work.
+func TestResultsClaimNothingOnceRefillEnds(t *testing.T) {
+	s, g, c, r := joiningRunner(t)
+	ctx := context.Background()
+	for range 30 {
+		enqueue(t, s, "/gate", 1)
+	}
+	stop := refilling(t, r)
+	res, err := r.Poll(ctx, alone(8))
+	require.NoError(t, err)
+	require.Equal(t, 8, res.Claimed)
+	stop()
+
+	g.release(8)
+	require.Eventually(t, func() bool { return r.Pending() == 8 }, 10*time.Second, time.Millisecond)
+	c.Advance(5 * time.Millisecond)
+	require.Eventually(t, func() bool { return r.Running() == 0 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, int64(8), r.Stats().Claimed, "no claim once Refill has ended")
+	require.Equal(t, 8, countState(t, s, store.StateDone))
+	require.Equal(t, 22, countState(t, s, store.StateReady))
+}
+
 // joiningRunner is a runner of capacity 8 on PostgreSQL, where results
 // and claims join, with a completer's window of 5 ms on a fake clock,
 // calling a gate.

@@ -113,6 +113,8 @@ func (r *Runner) refilled(want int, started []*inflight, err error) {
 // claim per turn. A claim that comes back short means the queue ran dry:
 // the node goes back to its turns.
 func (r *Runner) Refill(ctx context.Context) error {
+	r.refilling.Store(true)
+	defer r.refilling.Store(false)
 	var roomSince clock.Instant
 	for {
 		r.claimMu.Lock()

@@ -162,6 +162,9 @@ type Runner struct {
 	heldBack, heldRetry bool
 	// push is what the node heard of due jobs enqueued (Due), under mu.
 	push pushState
+	// refilling is set while Refill runs: only then may the completer
+	// send Refill's claim with a batch of results (finishAndClaim).
+	refilling atomic.Bool
 
 	// draining is set when the drain begins: nothing new starts then.
 	draining atomic.Bool

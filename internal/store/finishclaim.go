@@ -30,7 +30,9 @@ func (s *Store) FusesFinishAndClaim() bool {
 // rows of kind 0, then the claim's rows (kind 1) from the claim function.
 // A result row carries placeholder claim columns, never read. The two
 // parts touch different rows: the results rows this node holds (running),
-// the claim ready ones.
+// the claim ready ones. The claim function, a later command of the
+// statement, sees what the results wrote: a retry due at once may be
+// claimed again by it, under a new token, as a later claim would.
 func (d Postgres) finishAndClaimJobs() string {
 	return `WITH fin AS (` + d.finishArrayJobs() + `)
 SELECT 0, fin.id, CAST(1 AS bigint), 1, 1, '', '', CAST(NULL AS bytea), '', CAST(0 AS bigint), clock_timestamp(),

@@ -90,6 +90,9 @@ func soak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-logs: %w", err)
 	}
 	logf("building slotpoller")
+	// The commit the nodes are built from, read now: the checkout may
+	// move on during a half-hour run.
+	commit := gitCommit(ctx)
 	bin, err := buildSlotpoller(ctx, tmp, stderr)
 	if err != nil {
 		return err
@@ -169,7 +172,7 @@ func soak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		res.command = strings.Join(append([]string{"go run ./bench soak"}, args...), " ")
 	}
 	res.load = load
-	res.commit = gitCommit(ctx)
+	res.commit = commit
 	res.privateServer = o.dsn == ""
 	res.print(stdout)
 	if o.logs != filepath.Join(tmp, "logs") {

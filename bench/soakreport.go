@@ -381,4 +381,3 @@ func signedDur(d time.Duration) string {
 	}
 	return shortDur(d)
 }
-

@@ -18,15 +18,8 @@ import (
 // of the node's calls where Refill would send a second. Once the node
 // knows of no more due work, results go alone.
 func TestResultsCarryTheClaimOfTheirRoom(t *testing.T) {
-	s, g, c, r := joiningRunner(t)
+	s, g, c, r, _ := joiningRunner(t, 30, 8)
 	ctx := context.Background()
-	for range 30 {
-		enqueue(t, s, "/gate", 1)
-	}
-	refilling(t, r)
-	res, err := r.Poll(ctx, alone(8))
-	require.NoError(t, err)
-	require.Equal(t, 8, res.Claimed)
 
 	// All eight calls end within the completer's window: their results and
 	// eight new claims, one statement.
@@ -79,15 +72,7 @@ func TestResultsCarryTheClaimOfTheirRoom(t *testing.T) {
 // A claim of Refill's (here one answering a note of new jobs) carries the
 // results waiting for the completer's window: one statement, not two.
 func TestAClaimCarriesTheResultsWaiting(t *testing.T) {
-	s, g, c, r := joiningRunner(t)
-	ctx := context.Background()
-	for range 4 {
-		enqueue(t, s, "/gate", 1)
-	}
-	refilling(t, r)
-	res, err := r.Poll(ctx, alone(8))
-	require.NoError(t, err)
-	require.Equal(t, 4, res.Claimed)
+	s, g, c, r, _ := joiningRunner(t, 4, 4)
 
 	g.release(1)
 	require.Eventually(t, func() bool { return r.Pending() == 1 }, 10*time.Second, time.Millisecond)
@@ -113,15 +98,7 @@ func TestAClaimCarriesTheResultsWaiting(t *testing.T) {
 // left the farm) records its results alone and claims nothing more, though
 // it knew of due work.
 func TestResultsClaimNothingOnceRefillEnds(t *testing.T) {
-	s, g, c, r := joiningRunner(t)
-	ctx := context.Background()
-	for range 30 {
-		enqueue(t, s, "/gate", 1)
-	}
-	stop := refilling(t, r)
-	res, err := r.Poll(ctx, alone(8))
-	require.NoError(t, err)
-	require.Equal(t, 8, res.Claimed)
+	s, g, c, r, stop := joiningRunner(t, 30, 8)
 	stop()
 
 	g.release(8)
@@ -135,8 +112,9 @@ func TestResultsClaimNothingOnceRefillEnds(t *testing.T) {
 
 // joiningRunner is a runner of capacity 8 on PostgreSQL, where results
 // and claims join, with a completer's window of 5 ms on a fake clock,
-// calling a gate.
-func joiningRunner(t *testing.T) (*store.Store, *gate, *clock.Fake, *jobs.Runner) {
+// calling a gate, whose Refill runs (stop ends it): queued jobs were
+// enqueued and a turn claimed the first claimed of them.
+func joiningRunner(t *testing.T, queued, claimed int) (*store.Store, *gate, *clock.Fake, *jobs.Runner, func()) {
 	storetest.RequirePostgres(t)
 	s, _ := storetest.Open(t, "postgres")
 	require.True(t, s.FusesFinishAndClaim())
@@ -144,5 +122,12 @@ func joiningRunner(t *testing.T) (*store.Store, *gate, *clock.Fake, *jobs.Runner
 	c := clock.NewFake(t0)
 	r := jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: 8,
 		Lease: 3 * time.Second, Timeout: 5 * time.Second, Clock: c, FinishWindow: 5 * time.Millisecond})
-	return s, g, c, r
+	for range queued {
+		enqueue(t, s, "/gate", 1)
+	}
+	stop := refilling(t, r)
+	res, err := r.Poll(context.Background(), alone(8))
+	require.NoError(t, err)
+	require.Equal(t, claimed, res.Claimed)
+	return s, g, c, r, stop
 }

@@ -382,20 +382,7 @@ func checkMySQLReads(t *testing.T, s *store.Store, r adminRead, q string, args [
 	c, err := s.DB().Conn(ctx)
 	require.NoError(t, err)
 	defer c.Close()
-	reads := func() float64 {
-		rows, err := c.QueryContext(ctx, "SHOW SESSION STATUS LIKE 'Handler_read%'")
-		require.NoError(t, err)
-		defer rows.Close()
-		var sum float64
-		for rows.Next() {
-			var name string
-			var v float64
-			require.NoError(t, rows.Scan(&name, &v))
-			sum += v
-		}
-		require.NoError(t, rows.Err())
-		return sum
-	}
+	reads := func() float64 { return float64(mysqlRowsRead(t, c)) }
 	var plan []string
 	scans := 0
 	rows, err := c.QueryContext(ctx, "EXPLAIN "+q, args...)

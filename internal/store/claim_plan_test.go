@@ -71,16 +71,29 @@ func jobsRowsRead(t *testing.T, tx *sql.Tx, driver string) int64 {
 FROM pg_class r WHERE r.oid = 'slotpoller_jobs'::regclass
   OR r.oid IN (SELECT i.indexrelid FROM pg_index i WHERE i.indrelid = 'slotpoller_jobs'::regclass)`).Scan(&n))
 	case "mysql":
-		rows, err := tx.QueryContext(ctx, "SHOW SESSION STATUS LIKE 'Handler_read%'")
-		require.NoError(t, err)
-		defer rows.Close()
-		for rows.Next() {
-			var name string
-			var v int64
-			require.NoError(t, rows.Scan(&name, &v))
-			n += v
-		}
-		require.NoError(t, rows.Err())
+		n = mysqlRowsRead(t, tx)
 	}
+	return n
+}
+
+// mysqlRowsRead is how many rows InnoDB has handed the server in the
+// session of q (a transaction's or a connection's): the session's
+// Handler_read_* counters, which do not tell one table or scan from
+// another.
+func mysqlRowsRead(t *testing.T, q interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}) int64 {
+	t.Helper()
+	rows, err := q.QueryContext(context.Background(), "SHOW SESSION STATUS LIKE 'Handler_read%'")
+	require.NoError(t, err)
+	defer rows.Close()
+	var n int64
+	for rows.Next() {
+		var name string
+		var v int64
+		require.NoError(t, rows.Scan(&name, &v))
+		n += v
+	}
+	require.NoError(t, rows.Err())
 	return n
 }

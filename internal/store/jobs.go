@@ -157,15 +157,14 @@ func (s *Store) jobValues(j NewJob) (string, []any) {
 // ErrDuplicate along with the id of the job that holds it; a payload over
 // the server's packet limit, ErrPacketTooLarge before anything is sent.
 func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
-	bytes, err := s.jobFits(ctx, "enqueue job for "+j.Endpoint, j)
-	if err != nil {
+	if err := s.jobFits(ctx, "enqueue job for "+j.Endpoint, j); err != nil {
 		return 0, err
 	}
 	values, args := s.jobValues(j)
 	q := s.statement(`INSERT INTO {jobs} (` + jobInsertColumns + `) {output id}
 VALUES (` + values + `) {returning id}`)
 	var id int64
-	err = s.retry(ctx, func() error {
+	err := s.retry(ctx, func() error {
 		if s.writesBack() {
 			var err error
 			id, err = s.insertedID(ctx, q, args)
@@ -177,7 +176,7 @@ VALUES (` + values + `) {returning id}`)
 		return s.duplicate(ctx, j.UniqueKey)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("enqueue job for %s: %w", j.Endpoint, s.packetError(ctx, "the statement", []NewJob{j}, bytes, err))
+		return 0, fmt.Errorf("enqueue job for %s: %w", j.Endpoint, s.packetError(ctx, "the statement", []NewJob{j}, s.rowBytes(j), err))
 	}
 	return id, nil
 }
@@ -202,8 +201,7 @@ func (s *Store) duplicate(ctx context.Context, key string) (int64, error) {
 // queue (given or routed) is paused is not written: ErrQueueHeld, and
 // the caller enqueues it as usual, to wait for the queue's resume.
 func (s *Store) JobInsertClaimed(ctx context.Context, j NewJob, owner, ownerNode string, hold Hold) (Claim, error) {
-	bytes, err := s.jobFits(ctx, "enqueue job for "+j.Endpoint+", claimed by this node", j)
-	if err != nil {
+	if err := s.jobFits(ctx, "enqueue job for "+j.Endpoint+", claimed by this node", j); err != nil {
 		return Claim{}, err
 	}
 	exclusive := 0
@@ -222,7 +220,7 @@ WHERE ` + notHeld("rq") + `
 		nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive, owner, ownerNode, millis(hold.For(j.Timeout))},
 		queueArgs(j)...)
 	var c Claim
-	err = s.retry(ctx, func() error {
+	err := s.retry(ctx, func() error {
 		var err error
 		if s.writesBack() {
 			var id int64
@@ -243,7 +241,7 @@ WHERE ` + notHeld("rq") + `
 		return c, fmt.Errorf("enqueue job for %s: %w", j.Endpoint, ErrQueueHeld)
 	}
 	if err != nil {
-		return c, fmt.Errorf("enqueue job for %s, claimed by this node: %w", j.Endpoint, s.packetError(ctx, "the statement", []NewJob{j}, bytes, err))
+		return c, fmt.Errorf("enqueue job for %s, claimed by this node: %w", j.Endpoint, s.packetError(ctx, "the statement", []NewJob{j}, s.rowBytes(j), err))
 	}
 	return c, nil
 }

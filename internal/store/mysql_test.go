@@ -324,14 +324,7 @@ func deadlockCount(db *sql.DB) (int64, error) {
 // not. No server: the errors are the driver's, as a server sends them.
 func TestMySQLRetriesDeadlockVictims(t *testing.T) {
 	failures := []error{&mysql.MySQLError{Number: 1213}, &mysql.MySQLError{Number: 1205}, &mysql.MySQLError{Number: 3572}}
-	s, tr := storetest.NewTrace(t, store.MySQL{}, func(storetest.Call) storetest.Reply {
-		if len(failures) > 0 {
-			err := failures[0]
-			failures = failures[1:]
-			return storetest.Reply{Err: err}
-		}
-		return storetest.Reply{Affected: 1}
-	})
+	s, tr := storetest.NewTrace(t, store.MySQL{}, failFirst(&failures))
 	ok, err := s.JobRenewLeaseIfRunning(context.Background(), 1, 1, time.Second)
 	require.NoError(t, err)
 	require.True(t, ok)

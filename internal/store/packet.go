@@ -159,14 +159,18 @@ func (s *Store) insertBatches(ctx context.Context, what string, jobs []NewJob) (
 }
 
 // jobFits refuses, before anything is sent, a job whose payload no
-// statement carries (payloadsFit), and returns the estimate of the bytes
-// of the statement that writes it, for packetError.
-func (s *Store) jobFits(ctx context.Context, what string, j NewJob) (int64, error) {
-	b, err := s.insertBatches(ctx, what, []NewJob{j})
-	if err != nil {
-		return 0, err
+// statement carries (payloadsFit). It sends nothing and counts nothing
+// where the dialect has no packet limit: every enqueue comes here.
+func (s *Store) jobFits(ctx context.Context, what string, j NewJob) error {
+	if _, bound := s.d.(packetBound); !bound {
+		return nil
 	}
-	return b[0].bytes, nil
+	// Unknown when the server does not answer: the enqueue's own
+	// statement then says why.
+	if limit, err := s.maxPacket(ctx, false); err == nil && limit > 0 {
+		return s.payloadsFit(ctx, what, []NewJob{j}, limit)
+	}
+	return nil
 }
 
 // payloadsFit refuses the first of jobs whose payload is over the

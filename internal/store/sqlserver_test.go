@@ -587,18 +587,24 @@ func TestSQLServerMillisSplit(t *testing.T) {
 	}
 }
 
+// failFirst answers each call with the next of failures, then, once they
+// are spent, with one row changed.
+func failFirst(failures *[]error) func(storetest.Call) storetest.Reply {
+	return func(storetest.Call) storetest.Reply {
+		if len(*failures) > 0 {
+			err := (*failures)[0]
+			*failures = (*failures)[1:]
+			return storetest.Reply{Err: err}
+		}
+		return storetest.Reply{Affected: 1}
+	}
+}
+
 // Deadlock victims and lock timeouts are sent again with backoff; other
 // errors are not.
 func TestSQLServerRetriesDeadlockVictims(t *testing.T) {
 	failures := []error{mssql.Error{Number: 1205}, mssql.Error{Number: 1222}}
-	s, tr := storetest.NewTrace(t, store.SQLServer{}, func(storetest.Call) storetest.Reply {
-		if len(failures) > 0 {
-			err := failures[0]
-			failures = failures[1:]
-			return storetest.Reply{Err: err}
-		}
-		return storetest.Reply{Affected: 1}
-	})
+	s, tr := storetest.NewTrace(t, store.SQLServer{}, failFirst(&failures))
 	ok, err := s.JobRenewLeaseIfRunning(context.Background(), 1, 1, time.Second)
 	require.NoError(t, err)
 	require.True(t, ok)

@@ -41,7 +41,10 @@ func pauseStopsALimitedQueueWithinASlot(t *testing.T, driver string) {
 	began := time.Now()
 	s, db := storetest.OpenDB(t, driver)
 	ctx := context.Background()
-	rec := newSpanRecorder(func(int64) time.Duration { return 100 * time.Millisecond })
+	// Calls of 250 ms at the limit of 3: the backlog lasts 12 s, past a
+	// pause command started on a loaded machine (at 100 ms calls, a CLI
+	// that took 5 s to start found the backlog drained).
+	rec := newSpanRecorder(func(int64) time.Duration { return 250 * time.Millisecond })
 	srv := httptest.NewServer(http.HandlerFunc(rec.handler))
 	defer srv.Close()
 

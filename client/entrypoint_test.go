@@ -56,16 +56,21 @@ func enqueueSQL(ctx context.Context, q interface {
 		return id, err
 	case "mysql":
 		// A procedure takes every argument, by position: NULL is the
-		// default.
+		// default. v1 has no traceparent (a procedure takes no defaults,
+		// so it could not gain one): v2 is v1's ten and a traceparent.
 		byName := map[string]any{}
 		for _, a := range args {
 			byName[a.name] = a.value
 		}
+		call, names := "CALL slotpoller_enqueue_v1(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", mysqlEnqueueArgs
+		if _, ok := byName["traceparent"]; ok {
+			call, names = "CALL slotpoller_enqueue_v2(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", append(names[:len(names):len(names)], "traceparent")
+		}
 		var all []any
-		for _, n := range mysqlEnqueueArgs {
+		for _, n := range names {
 			all = append(all, byName[n])
 		}
-		err := q.QueryRowContext(ctx, "CALL slotpoller_enqueue_v1(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", all...).Scan(&id)
+		err := q.QueryRowContext(ctx, call, all...).Scan(&id)
 		return id, err
 	case "sqlserver":
 		err := q.QueryRowContext(ctx, "EXEC ["+schema+"].[enqueue_v1] "+strings.Join(params, ", "), values...).Scan(&id)
@@ -326,6 +331,100 @@ func TestEntryPointRefuses(t *testing.T) {
 			require.NoError(t, jobs.ValidateEndpoint(ep), ep)
 			_, err := enqueueSQL(ctx, db, driver, f.schema, arg{"endpoint", ep})
 			require.NoError(t, err, ep)
+		}
+	})
+}
+
+// A trace parent through the entry point (schema version 17; MySQL's v2):
+// a W3C traceparent of any case is stored lowercased in the job's
+// trace_parent, none (omitted, NULL or empty) is NULL, and anything else is
+// refused with its field, as other bad input is, and nothing written.
+func TestEntryPointTraceparent(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		f := newFarm(t, driver)
+		ctx := context.Background()
+		db := f.s.DB()
+		traceOf := func(id int64) sql.NullString {
+			t.Helper()
+			var tp sql.NullString
+			require.NoError(t, db.QueryRowContext(ctx, store.Expand(f.s.Dialect(), `SELECT trace_parent FROM {jobs} WHERE id = ?`), id).Scan(&tp))
+			return tp
+		}
+		const valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+		for _, c := range []struct {
+			name string
+			args []arg
+			want sql.NullString
+		}{
+			{"lowercase", []arg{{"traceparent", valid}}, sql.NullString{String: valid, Valid: true}},
+			{"uppercase", []arg{{"traceparent", strings.ToUpper(valid)}}, sql.NullString{String: valid, Valid: true}},
+			{"mixed case, a later version, flags not 01", []arg{{"traceparent", "Cc-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-0A"}},
+				sql.NullString{String: "cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0a", Valid: true}},
+			{"with the other arguments", []arg{{"method", "PUT"}, {"queue", "traced"}, {"traceparent", valid}}, sql.NullString{String: valid, Valid: true}},
+			{"omitted", nil, sql.NullString{}},
+			{"NULL", []arg{{"traceparent", sql.NullString{}}}, sql.NullString{}},
+			{"empty", []arg{{"traceparent", ""}}, sql.NullString{}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				id, err := enqueueSQL(ctx, db, driver, f.schema, append([]arg{{"endpoint", "/traced"}}, c.args...)...)
+				require.NoError(t, err)
+				require.Equal(t, c.want, traceOf(id))
+			})
+		}
+
+		var before int
+		require.NoError(t, db.QueryRowContext(ctx, store.Expand(f.s.Dialect(), `SELECT COUNT(*) FROM {jobs}`)).Scan(&before))
+		for _, c := range []struct{ name, tp string }{
+			{"one character short", valid[:54]},
+			{"one character long", valid + "0"},
+			{"a trailing space", valid[:54] + " "},
+			{"a trailing newline", valid[:54] + "\n"},
+			{"a space", " "},
+			{"spaces", strings.Repeat(" ", 55)},
+			{"not hex (g)", "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01"},
+			{"not hex (G)", "00-4BF92F3577B34DA6A3CE929D0E0E473G-00F067AA0BA902B7-01"},
+			{"not hex in the flags", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0x"},
+			{"not ASCII", "00-4bf92f3577b34da6a3ce929d0e0e473é-00f067aa0ba902b7-01"},
+			{"dash misplaced", "00-4bf92f3577b34da6a3ce929d0e0e47-36-00f067aa0ba902b701"},
+			{"dash where a digit goes", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b-701"},
+			{"no dashes", "004bf92f3577b34da6a3ce929d0e0e4736000f067aa0ba902b7001"},
+			{"version ff", "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+			{"version FF", "FF-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+			{"trace id all zeros", "00-00000000000000000000000000000000-00f067aa0ba902b7-01"},
+			{"parent id all zeros", "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				_, err := enqueueSQL(ctx, db, driver, f.schema, arg{"endpoint", "/traced"}, arg{"traceparent", c.tp})
+				require.Error(t, err)
+				require.Contains(t, err.Error(), "traceparent: ")
+				require.Contains(t, err.Error(), "not a W3C traceparent")
+				switch driver {
+				case "postgres":
+					var pe *pgconn.PgError
+					require.ErrorAs(t, err, &pe)
+					require.Equal(t, "22023", pe.Code)
+				case "sqlserver":
+					var me mssql.Error
+					require.ErrorAs(t, err, &me)
+					require.EqualValues(t, 51000, me.Number)
+				case "mysql":
+					var me *mysqldriver.MySQLError
+					require.ErrorAs(t, err, &me)
+					require.Equal(t, [5]byte{'2', '2', '0', '2', '3'}, me.SQLState)
+				}
+			})
+		}
+		var after int
+		require.NoError(t, db.QueryRowContext(ctx, store.Expand(f.s.Dialect(), `SELECT COUNT(*) FROM {jobs}`)).Scan(&after))
+		require.Equal(t, before, after, "nothing written")
+
+		// MySQL's v1, which takes no traceparent, still enqueues: no
+		// trace parent.
+		if driver == "mysql" {
+			var id int64
+			require.NoError(t, db.QueryRowContext(ctx, "CALL slotpoller_enqueue_v1('/v1', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)").Scan(&id))
+			require.Equal(t, sql.NullString{}, traceOf(id))
 		}
 	})
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/client"
 	"github.com/slotpoller/slotpoller/config"
+	"github.com/slotpoller/slotpoller/internal/jobspec"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/schema"
@@ -33,6 +34,7 @@ func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	timeout := fs.Duration("timeout", 0, "deadline of one call (default jobs.timeout); if the node running it dies, the job waits this long (at least jobs.lease) for another node")
 	unique := fs.String("unique-key", "", "refuse the job if one with this key exists")
 	queue := fs.String("queue", "", "the job's `queue` (default: the queue its endpoint is routed to by the config's queues, else default)")
+	traceparent := fs.String("traceparent", os.Getenv("TRACEPARENT"), "the W3C `traceparent` the job belongs to: its calls join that trace (default $TRACEPARENT)")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -43,6 +45,9 @@ func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	}
 	if *endpoint == "" {
 		return usageError{"-endpoint is required"}
+	}
+	if _, err := jobspec.CheckTraceparent(*traceparent); err != nil {
+		return usageError{fmt.Sprintf("-traceparent (or $TRACEPARENT): %v", err)}
 	}
 	if *in < 0 {
 		return usageError{fmt.Sprintf("-in %v: must not be negative", *in)}
@@ -95,7 +100,7 @@ func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 		// once when the node has room. A node that does not answer leaves
 		// the job to the database, as below.
 		id, err := enqueueLocal(cfg.Admin, localJob{Endpoint: *endpoint, Method: *method, PayloadBase64: base64.StdEncoding.EncodeToString(body),
-			MaxAttempts: *maxAttempts, Timeout: durationText(*timeout), UniqueKey: *unique, Queue: *queue})
+			MaxAttempts: *maxAttempts, Timeout: durationText(*timeout), UniqueKey: *unique, Queue: *queue, Traceparent: *traceparent})
 		if !errors.Is(err, errNodeAway) {
 			if err != nil {
 				return fmt.Errorf("enqueue: %w", err)
@@ -106,7 +111,7 @@ func cmdEnqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	}
 	return withClient(cfg, dbWrite, func(ctx context.Context, c *client.Client) error {
 		id, err := c.Enqueue(ctx, client.Job{Endpoint: *endpoint, Method: *method, Payload: body,
-			RunAt: runAt, Delay: *in, MaxAttempts: *maxAttempts, Timeout: *timeout, UniqueKey: *unique, Queue: *queue})
+			RunAt: runAt, Delay: *in, MaxAttempts: *maxAttempts, Timeout: *timeout, UniqueKey: *unique, Queue: *queue, Traceparent: *traceparent})
 		if err != nil {
 			return fmt.Errorf("enqueue: %w", err)
 		}
@@ -127,6 +132,7 @@ type localJob struct {
 	Timeout       string `json:"timeout,omitempty"`
 	UniqueKey     string `json:"unique_key,omitempty"`
 	Queue         string `json:"queue,omitempty"`
+	Traceparent   string `json:"traceparent,omitempty"`
 }
 
 func durationText(d time.Duration) string {

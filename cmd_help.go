@@ -38,7 +38,7 @@ func commands() []command {
 		{"config show", "[-config PATH] [-env-file PATH] [-json] [-log-format F] [-log-level L] [-node-name NAME] [-admin-listen ADDR]",
 			"the effective configuration, secrets masked, and where each value came from",
 			[]string{"slotpoller config show", "slotpoller config show -env-file /etc/default/slotpoller", "slotpoller config show -json"}},
-		{"enqueue", "-endpoint PATH [-in D | -at TIME] [-payload TEXT | -payload-file FILE|-] [-method M] [-max-attempts N] [-timeout D] [-unique-key K] [-queue Q]",
+		{"enqueue", "-endpoint PATH [-in D | -at TIME] [-payload TEXT | -payload-file FILE|-] [-method M] [-max-attempts N] [-timeout D] [-unique-key K] [-queue Q] [-traceparent TP]",
 			"add a one-off job and print its id",
 			[]string{"slotpoller enqueue -endpoint /jobs/report -payload '{\"day\":\"2026-11-30\"}'",
 				"slotpoller enqueue -endpoint /jobs/cleanup -in 30m -unique-key cleanup-2026-11-30 -queue maintenance",

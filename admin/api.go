@@ -11,7 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slotpoller/slotpoller/callproto"
 	"github.com/slotpoller/slotpoller/client"
+	"github.com/slotpoller/slotpoller/internal/jobspec"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/service"
@@ -160,7 +162,7 @@ func (a *api) startNow(ctx context.Context, j client.Job) (id int64, taken bool,
 		return 0, false, nil
 	}
 	nj := store.NewJob{Endpoint: j.Endpoint, Method: j.Method, Payload: j.Payload, MaxAttempts: j.MaxAttempts,
-		Timeout: j.Timeout, UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey, Queue: j.Queue}
+		Timeout: j.Timeout, UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey, Queue: j.Queue, Traceparent: j.Traceparent}
 	if nj.MaxAttempts == 0 {
 		nj.MaxAttempts = a.n.cfg.Jobs.MaxAttempts
 	}
@@ -183,6 +185,7 @@ func (a *api) enqueue(ctx context.Context, c *client.Client, r *http.Request) (i
 	if err != nil {
 		return 0, nil, err
 	}
+	j.Traceparent = traceparentOr(j.Traceparent, r)
 	id, taken, err := a.startNow(ctx, j)
 	if !taken {
 		id, err = c.Enqueue(ctx, j)
@@ -197,6 +200,9 @@ func (a *api) enqueueBatch(ctx context.Context, c *client.Client, r *http.Reques
 	js, err := decodeBatch(r)
 	if err != nil {
 		return 0, nil, err
+	}
+	for i := range js {
+		js[i].Traceparent = traceparentOr(js[i].Traceparent, r)
 	}
 	ids, err := c.EnqueueMany(ctx, js)
 	var dup *client.DuplicateError
@@ -453,4 +459,20 @@ func queryLimit(q url.Values) (int, error) {
 		return 0, &client.FieldError{Field: "limit", Problem: fmt.Sprintf("limit %q must be a whole number from 1 to %d", raw, client.MaxListLimit)}
 	}
 	return n, nil
+}
+
+// traceparentOr is a job's own traceparent, else the request's
+// traceparent header when it holds a valid one: a web request traced by
+// OpenTelemetry sends it on the calls it makes, and a job it enqueues
+// joins its trace. A header that is not valid is ignored, as the W3C
+// recommendation asks of a receiver; a job's own field is checked.
+func traceparentOr(own string, r *http.Request) string {
+	if own != "" {
+		return own
+	}
+	tp, err := jobspec.CheckTraceparent(r.Header.Get(callproto.HeaderTraceparent))
+	if err != nil {
+		return ""
+	}
+	return tp
 }

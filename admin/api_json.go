@@ -282,12 +282,15 @@ type jobRequest struct {
 	IdempotencyKey string `json:"idempotency_key"`
 	// Queue is the job's queue; "" for the one its endpoint is routed to.
 	Queue string `json:"queue"`
+	// Traceparent is the W3C trace context the job belongs to; "" takes
+	// the request's traceparent header, when it holds a valid one.
+	Traceparent string `json:"traceparent"`
 }
 
 // job converts the request; the client validates the rest.
 func (j jobRequest) job(index int) (client.Job, error) {
 	out := client.Job{Endpoint: j.Endpoint, Method: j.Method, MaxAttempts: j.MaxAttempts, UniqueKey: j.UniqueKey,
-		IdempotencyKey: j.IdempotencyKey, Queue: j.Queue}
+		IdempotencyKey: j.IdempotencyKey, Queue: j.Queue, Traceparent: j.Traceparent}
 	bad := func(field, problem string, args ...any) error {
 		return &client.FieldError{Index: index, Field: field, Problem: fmt.Sprintf(problem, args...)}
 	}
@@ -393,6 +396,7 @@ type jobView struct {
 	Schedule       string      `json:"schedule,omitempty"`
 	ScheduledFor   *apiTime    `json:"scheduled_for,omitempty"`
 	Queue          string      `json:"queue"`
+	Traceparent    string      `json:"traceparent,omitempty"`
 	History        []eventView `json:"history,omitempty"`
 	// A running job whose cancel was requested (a job's page only): who
 	// asked and when; its node stops the call at its next lease renewal.
@@ -416,7 +420,7 @@ func view(j client.JobInfo, full bool) jobView {
 		PayloadBytes: len(j.Payload), RunAt: apiTime(j.RunAt), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
 		UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey, Node: j.Node, LeaseUntil: optTime(j.LeaseUntil),
 		Created: apiTime(j.Created), Started: optTime(j.Started), Finished: optTime(j.Finished), LastStatus: j.LastStatus, LastError: j.LastError,
-		Schedule: j.Schedule, ScheduledFor: optTime(j.ScheduledFor), Queue: j.Queue}
+		Schedule: j.Schedule, ScheduledFor: optTime(j.ScheduledFor), Queue: j.Queue, Traceparent: j.Traceparent}
 	if j.Timeout != 0 {
 		v.Timeout = j.Timeout.String()
 	}

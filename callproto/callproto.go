@@ -40,6 +40,11 @@ const (
 	// HeaderScheduledFor carries an occurrence's fire time (RFC 3339) on
 	// the calls of a schedule's job.
 	HeaderScheduledFor = "X-Slotpoller-Scheduled-For"
+	// HeaderTraceparent is the W3C trace context of the call: the trace
+	// its job was enqueued in (or one the node started), with the call's
+	// own span as the parent of the endpoint's work. It is not signed: it
+	// steers where the endpoint's spans are recorded, never what it does.
+	HeaderTraceparent = "Traceparent"
 	// HeaderTimestamp and HeaderSignature are sent only by a node with a
 	// signing key; see Sign.
 	HeaderTimestamp = "X-Slotpoller-Timestamp"

@@ -29,6 +29,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/slotpoller/slotpoller/internal/jobspec"
 	"github.com/slotpoller/slotpoller/internal/store"
 )
@@ -154,12 +156,19 @@ type Job struct {
 	// its endpoint to (queues:), else "default". A paused queue's jobs
 	// wait (Client.PauseQueue).
 	Queue string
+	// Traceparent is the W3C trace context the job belongs to: every
+	// call of it carries it, with the node's call as the parent span, so
+	// that the request that enqueued the job, the job's calls and their
+	// retries are one trace. "" takes the OpenTelemetry span of the
+	// enqueue's context, if it carries one; with neither, the node starts
+	// a trace of the job's own.
+	Traceparent string
 }
 
 // FieldError is a job refused by validation: which field, and why.
 type FieldError struct {
 	Index   int    // the job's index in a batch; 0 for one job
-	Field   string // endpoint, method, max_attempts, timeout, delay, run_at, unique_key, idempotency_key, payload, queue
+	Field   string // endpoint, method, max_attempts, timeout, delay, run_at, unique_key, idempotency_key, payload, queue, traceparent
 	Problem string
 }
 
@@ -235,7 +244,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx *sql.Tx, j Job) (int64, error
 }
 
 func (c *Client) enqueue(ctx context.Context, s *store.Store, j Job) (int64, error) {
-	nj, err := c.newJob(j, 0)
+	nj, err := c.newJob(ctx, j, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -272,7 +281,7 @@ func (c *Client) enqueueMany(ctx context.Context, s *store.Store, js []Job) ([]i
 	batch := make([]store.NewJob, len(js))
 	keys := map[string]int{}
 	for i, j := range js {
-		nj, err := c.newJob(j, i)
+		nj, err := c.newJob(ctx, j, i)
 		if err != nil {
 			return nil, err
 		}
@@ -323,9 +332,13 @@ func (c *Client) checkKeys(ctx context.Context, s *store.Store, batch []store.Ne
 }
 
 // newJob validates j (the CLI's rules) and converts it.
-func (c *Client) newJob(j Job, index int) (store.NewJob, error) {
+func (c *Client) newJob(ctx context.Context, j Job, index int) (store.NewJob, error) {
 	nj := store.NewJob{Endpoint: j.Endpoint, Method: j.Method, Payload: j.Payload, Delay: j.Delay,
-		MaxAttempts: j.MaxAttempts, Timeout: j.Timeout, UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey, Queue: j.Queue}
+		MaxAttempts: j.MaxAttempts, Timeout: j.Timeout, UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey, Queue: j.Queue,
+		Traceparent: j.Traceparent}
+	if nj.Traceparent == "" {
+		nj.Traceparent = traceparentOf(ctx)
+	}
 	if nj.MaxAttempts == 0 {
 		nj.MaxAttempts = c.maxAttempts
 	}
@@ -341,4 +354,14 @@ func (c *Client) newJob(j Job, index int) (store.NewJob, error) {
 		return nj, err
 	}
 	return nj, nil
+}
+
+// traceparentOf is the traceparent of ctx's OpenTelemetry span, "" when
+// it carries none.
+func traceparentOf(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ""
+	}
+	return jobspec.Trace{ID: sc.TraceID(), Parent: sc.SpanID(), Flags: byte(sc.TraceFlags())}.String()
 }

@@ -35,6 +35,9 @@ type JobInfo struct {
 	Schedule       string        `json:"schedule,omitempty"`      // the schedule whose occurrence it is
 	ScheduledFor   *time.Time    `json:"scheduled_for,omitempty"` // the occurrence's fire time
 	Queue          string        `json:"queue"`
+	// Traceparent is the W3C trace context the job was enqueued in, as
+	// its row holds it; "" when it was enqueued in none.
+	Traceparent string `json:"traceparent,omitempty"`
 	// History lists the last attempts and actions, oldest first (Get only;
 	// about the last twenty are kept).
 	History []Event `json:"history,omitempty"`
@@ -229,7 +232,7 @@ func info(j store.Job) JobInfo {
 		Retrying: j.State == StateReady && j.Attempt > 0, RunAt: j.RunAt, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
 		Timeout: j.Timeout, UniqueKey: j.UniqueKey, IdempotencyKey: j.IdempotencyKey, Node: j.OwnerNode,
 		LeaseUntil: j.LeaseUntil, Created: j.Created, Started: j.Started, Finished: j.Finished, LastStatus: j.LastStatus,
-		LastError: j.LastError, Schedule: j.Schedule, ScheduledFor: j.ScheduledFor, Queue: j.Queue,
+		LastError: j.LastError, Schedule: j.Schedule, ScheduledFor: j.ScheduledFor, Queue: j.Queue, Traceparent: j.Traceparent,
 		CancelRequestedBy: j.CancelRequestedBy, CancelRequestedAt: j.CancelRequestedAt}
 	for _, e := range j.History {
 		out.History = append(out.History, Event(e))

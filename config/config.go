@@ -38,6 +38,7 @@ type Config struct {
 	Clock    ClockConfig    `yaml:"clock"`
 	Log      LogConfig      `yaml:"log"`
 	Admin    AdminConfig    `yaml:"admin"`
+	Tracing  TracingConfig  `yaml:"tracing"`
 	// Schedules are created or updated at start (config as code). They are
 	// a list, so environment variables do not reach into them.
 	Schedules []ScheduleConfig `yaml:"schedules"`
@@ -183,6 +184,17 @@ type AdminConfig struct {
 	// through SLOTPOLLER_ADMIN_TOKEN; it is never logged or shown. 16 to
 	// 256 printable ASCII characters, no spaces.
 	Token string `yaml:"token"`
+}
+
+// TracingConfig is where the node records its spans (OpenTelemetry).
+// Every call carries its job's traceparent whether or not spans are
+// recorded.
+type TracingConfig struct {
+	// OTLPEndpoint, when set, is an OTLP/HTTP endpoint (a collector's,
+	// e.g. http://127.0.0.1:4318; spans go to /v1/traces unless the URL
+	// has a path) that receives a span for every claim and call. Empty
+	// (the default) records none.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
 }
 
 // AdminAddr is the address the admin endpoint binds: loopback unless a

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slotpoller/slotpoller/internal/tracing"
+
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 )
@@ -122,6 +124,12 @@ func (c Config) problems() []problem {
 	}
 	if why := checkToken(c.Admin.Token); why != "" {
 		ps = append(ps, problem{key: "admin.token", text: "config: admin.token (value hidden): " + why})
+	}
+
+	if e := c.Tracing.OTLPEndpoint; e != "" {
+		if err := tracing.CheckEndpoint(e); err != nil {
+			bad("tracing.otlp_endpoint", e, "%v", err)
+		}
 	}
 
 	// schedules: each must compile and names must be unique

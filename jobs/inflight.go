@@ -6,6 +6,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/slotpoller/slotpoller/internal/jobspec"
+	"github.com/slotpoller/slotpoller/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/slotpoller/slotpoller/callproto"
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
@@ -141,9 +145,14 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 	r.mu.Lock()
 	end := f.leaseUntil.Add(-r.margin())
 	r.mu.Unlock()
-	res := r.inv.Invoke(ctx, Call{JobID: c.ID, Node: r.opts.Node, Token: c.Token, Attempt: c.Attempt,
+	callCtx, tc := tracing.StartCall(ctx, r.opts.Tracer, traceOf(c), "slotpoller job",
+		attribute.Int64("slotpoller.job.id", c.ID), attribute.Int("slotpoller.job.attempt", c.Attempt),
+		attribute.String("slotpoller.queue", c.Queue), attribute.String("slotpoller.node", r.opts.Node),
+		attribute.String("http.request.method", c.Method), attribute.String("url.path", c.Endpoint))
+	res := r.inv.Invoke(callCtx, Call{JobID: c.ID, Node: r.opts.Node, Token: c.Token, Attempt: c.Attempt,
 		IdempotencyKey: c.IdempotencyKey, Method: c.Method, Endpoint: c.Endpoint, Payload: c.Payload, Timeout: timeout,
-		Budget: func() time.Duration { return end.Sub(clock.Mono(r.opts.Clock)) }, Headers: headers})
+		Budget: func() time.Duration { return end.Sub(clock.Mono(r.opts.Clock)) }, Headers: headers, Traceparent: tc.Traceparent})
+	tc.End(res.Status, res.Err)
 	r.mu.Lock()
 	f.calling, f.ended = false, true
 	r.mu.Unlock()
@@ -217,4 +226,16 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 		r.retried.Add(1)
 		log().Info("job will be retried", "status", res.Status, "error", res.Err, "after", o.RetryAfter)
 	}
+}
+
+// traceOf is the trace a job's call belongs to: the one it was enqueued
+// in, else (none given, or a row holding what is not a traceparent) the
+// job's own (jobspec.JobTrace), the same on every attempt.
+func traceOf(c store.Claim) jobspec.Trace {
+	if c.Traceparent != "" {
+		if t, err := jobspec.ParseTraceparent(c.Traceparent); err == nil {
+			return t
+		}
+	}
+	return jobspec.JobTrace(c.ID, c.IdempotencyKey)
 }

@@ -27,8 +27,8 @@ const (
 
 	// callHeaders is how many of callproto's headers every call carries
 	// (User-Agent aside): job or task, node, token, attempt, idempotency
-	// key, deadline and timeout.
-	callHeaders = 7
+	// key, deadline, timeout and trace context.
+	callHeaders = 8
 
 	// maxResponseBody is how much of a response body the invoker reads.
 	maxResponseBody = 64 << 10
@@ -74,6 +74,9 @@ type Call struct {
 	// between the two can only make the deadline earlier. A budget spent
 	// before the call is sent fails the call with Retry, unsent.
 	Budget func() time.Duration
+	// Traceparent is the call's W3C trace context (tracing.StartCall);
+	// "" sends none.
+	Traceparent string
 	// Headers are extra request headers (e.g. X-Slotpoller-Task,
 	// X-Slotpoller-Scheduled-For); may be nil. They may replace Content-Type
 	// and User-Agent but never the reserved X-Slotpoller-Job, -Node, -Token,
@@ -345,6 +348,9 @@ func (inv *Invoker) invoke(ctx context.Context, c Call, start time.Time) Result 
 	set(callproto.HeaderIdempotencyKey, key)
 	set(callproto.HeaderDeadline, start.Add(c.Timeout).UTC().Format(callproto.DeadlineFormat))
 	set(callproto.HeaderTimeoutMs, strconv.FormatInt(c.Timeout.Milliseconds(), 10))
+	if c.Traceparent != "" {
+		set(callproto.HeaderTraceparent, c.Traceparent)
+	}
 	if len(inv.SigningKey) > 0 {
 		// Signed last, over exactly what is sent: the method and request
 		// line target of req, the headers set above, and the payload as

@@ -40,6 +40,7 @@ func baseCall() Call {
 		Token:          7,
 		Attempt:        3,
 		IdempotencyKey: "run-42",
+		Traceparent:    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		Endpoint:       "/jobs/x",
 		Timeout:        5 * time.Second,
 	}
@@ -101,7 +102,7 @@ func TestInvokeSendsHeaders(t *testing.T) {
 // extra headers say, however they spell its name: the invoker sets the
 // reserved ones by their canonical names, after the extra ones.
 func TestInvokeReservedHeadersWinInAnySpelling(t *testing.T) {
-	reserved := []string{callproto.HeaderJob, callproto.HeaderNode, callproto.HeaderToken, callproto.HeaderAttempt, callproto.HeaderIdempotencyKey, callproto.HeaderDeadline, callproto.HeaderTimeoutMs}
+	reserved := []string{callproto.HeaderJob, callproto.HeaderNode, callproto.HeaderToken, callproto.HeaderAttempt, callproto.HeaderIdempotencyKey, callproto.HeaderDeadline, callproto.HeaderTimeoutMs, callproto.HeaderTraceparent}
 	for _, name := range append(reserved, callproto.HeaderTask, callproto.HeaderTimestamp, callproto.HeaderSignature) {
 		require.Equal(t, textproto.CanonicalMIMEHeaderKey(name), name, "the invoker sets %s without canonicalizing it", name)
 	}
@@ -127,6 +128,7 @@ func TestInvokeReservedHeadersWinInAnySpelling(t *testing.T) {
 		}
 		require.Equal(t, "42", h.Get(callproto.HeaderJob))
 		require.Equal(t, "run-42", h.Get(callproto.HeaderIdempotencyKey))
+		require.Equal(t, baseCall().Traceparent, h.Get("traceparent"))
 	}
 }
 

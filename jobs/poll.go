@@ -185,7 +185,9 @@ func (r *Runner) claimWith(ctx context.Context, stmt func(context.Context) ([]st
 	r.claiming++
 	r.mu.Unlock()
 	sent := clock.Mono(r.opts.Clock)
+	ctx, span := r.claimSpan(ctx)
 	claims, err := bounded(ctx, r.statementTimeout(), stmt)
+	endClaimSpan(span, claims, err)
 	now := clock.Mono(r.opts.Clock)
 	r.mu.Lock()
 	defer r.mu.Unlock()

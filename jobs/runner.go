@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/slotpoller/slotpoller/internal/tracing"
+
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 )
@@ -58,6 +60,10 @@ type Options struct {
 	// writes a batch; zero writes at once whatever has come in while the
 	// previous batch was written.
 	FinishWindow time.Duration
+	// Tracer, when set, records a span for every job call and claim
+	// (tracing.Recorder); nil records none. Either way every call carries
+	// a traceparent.
+	Tracer tracing.Tracer
 	// OnCall, when set, is called after every job call returns, with its
 	// verdict and how long it took (for the node's metrics). It runs on
 	// the call's goroutine and must not block.

@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/slotpoller/slotpoller/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 )
@@ -42,9 +45,12 @@ type TaskOptions struct {
 	// own node, which calls it at once, rather than to one that would find
 	// it only at its next turn.
 	TakeOverOrphans bool
-	Clock           clock.Clock
-	Logger          *slog.Logger
-	Rand            func() float64
+	// Tracer, when set, records a span for every task call; each call is
+	// a trace of its own.
+	Tracer tracing.Tracer
+	Clock  clock.Clock
+	Logger *slog.Logger
+	Rand   func() float64
 }
 
 // Keeper holds this node's endless tasks: it learns at every heartbeat
@@ -370,10 +376,14 @@ func (k *Keeper) work(ctx context.Context, w *taskWorker) {
 		}
 		timeout = min(timeout, left)
 		end := now.Add(left)
-		res := k.inv.Invoke(ctx, Call{Task: task.Name, Node: k.opts.Node, Token: task.Token, Attempt: failures + 1,
+		callCtx, tc := tracing.StartCall(ctx, k.opts.Tracer, tracing.NewTrace(), "slotpoller task",
+			attribute.String("slotpoller.task", task.Name), attribute.Int64("slotpoller.token", task.Token),
+			attribute.String("slotpoller.node", k.opts.Node))
+		res := k.inv.Invoke(callCtx, Call{Task: task.Name, Node: k.opts.Node, Token: task.Token, Attempt: failures + 1,
 			IdempotencyKey: fmt.Sprintf("slotpoller-task-%s-%d-%d", task.Name, task.Token, seq),
 			Method:         task.Method, Endpoint: task.Endpoint, Payload: task.Payload, Timeout: timeout,
-			Budget: func() time.Duration { return end.Sub(clock.Mono(k.opts.Clock)) }})
+			Budget: func() time.Duration { return end.Sub(clock.Mono(k.opts.Clock)) }, Traceparent: tc.Traceparent})
+		tc.End(res.Status, res.Err)
 		if ctx.Err() != nil {
 			return
 		}

@@ -138,7 +138,9 @@ func (n *Node) Run(ctx context.Context) error {
 		log.Info("database clock measured", "offset", e.Offset, "error_bound", e.Error)
 	}
 
-	w := n.wire(s, est, log)
+	tracer, stopTracing := n.startTracing(log)
+	defer stopTracing()
+	w := n.wire(s, est, log, tracer)
 	if err := retry(ctx, n.clock, log, "check in to the node registry", func() error { return w.reg.Join(ctx) }); err != nil {
 		if ctx.Err() != nil {
 			// Stopped while checking in: the check-in may have been written

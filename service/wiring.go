@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/slotpoller/slotpoller/internal/tracing"
+
 	"github.com/slotpoller/slotpoller/checkin"
 	"github.com/slotpoller/slotpoller/clocksync"
 	"github.com/slotpoller/slotpoller/config"
@@ -43,7 +45,7 @@ type wiring struct {
 }
 
 // wire builds the node's parts and publishes them to the admin endpoint.
-func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) *wiring {
+func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger, tracer tracing.Tracer) *wiring {
 	cfg := n.cfg
 	w := &wiring{n: n, log: log, store: s, est: est,
 		nudge: make(chan struct{}, 1), renewTasks: make(chan struct{}, 1)}
@@ -71,6 +73,7 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 		SlotOwner:   w.ownsSlot,
 		PushBacklog: func(ctx context.Context) error { return w.reg.SignalBacklog(ctx, w.turner.hold) },
 		PushManaged: managedQueues(cfg),
+		Tracer:      tracer,
 	})
 	heartbeat, ttl := time.Duration(cfg.Checkin.Heartbeat), time.Duration(cfg.Checkin.TTL)
 	w.keeper = jobs.NewKeeper(s, &jobs.Invoker{Base: base, Client: client, SigningKey: signingKey}, jobs.TaskOptions{
@@ -86,6 +89,7 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger) 
 		// SQLite, and MySQL, whose nodes hold session locks but get no
 		// notes) would find a task given to them a rotation later.
 		TakeOverOrphans: !s.HearsNotes(),
+		Tracer:          tracer,
 	})
 	w.reg = checkin.New(s, checkin.Options{
 		Name: cfg.Node.Name, Capacity: cfg.Node.Capacity, Incarnation: incarnation,

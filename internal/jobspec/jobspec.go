@@ -145,7 +145,7 @@ const (
 
 // FieldError says which field of a new job is wrong, and why.
 type FieldError struct {
-	Field   string // endpoint, method, max_attempts, timeout, delay, run_at, unique_key, idempotency_key, payload
+	Field   string // endpoint, method, max_attempts, timeout, delay, run_at, unique_key, idempotency_key, payload, queue, traceparent
 	Problem string
 }
 
@@ -188,6 +188,11 @@ func CheckNewJob(j *store.NewJob) error {
 			return &FieldError{"queue", err.Error()}
 		}
 	}
+	tp, err := CheckTraceparent(j.Traceparent)
+	if err != nil {
+		return &FieldError{"traceparent", err.Error()}
+	}
+	j.Traceparent = tp
 	return nil
 }
 

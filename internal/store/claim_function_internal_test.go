@@ -8,11 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// PostgreSQL's plain claim is a function of the schema (version 16), the
+// PostgreSQL's plain claim is a function of the schema (version 16, returning trace_parent since 17), the
 // other databases' a statement built here: the function must take the
 // rows claimable takes, and hold them as holdMillis holds them.
 func TestPostgresClaimFunctionIsTheClaim(t *testing.T) {
-	b, err := os.ReadFile("../../schema/migrations/postgres/0016_claim_plan.sql")
+	b, err := os.ReadFile("../../schema/migrations/postgres/0017_trace_context.sql")
 	require.NoError(t, err)
 	fn := strings.Join(strings.Fields(string(b)), " ")
 	same := func(what, sql string) {

@@ -36,10 +36,10 @@ func (s *Store) FusesFinishAndClaim() bool {
 func (d Postgres) finishAndClaimJobs() string {
 	return `WITH fin AS (` + d.finishArrayJobs() + `)
 SELECT 0, fin.id, CAST(1 AS bigint), 1, 1, '', '', CAST(NULL AS bytea), '', CAST(0 AS bigint), clock_timestamp(),
-  CAST(NULL AS timestamptz), CAST('' AS varchar) FROM fin
+  CAST(NULL AS timestamptz), CAST('' AS varchar), CAST(NULL AS varchar) FROM fin
 UNION ALL
 SELECT 1, c.id, c.token, c.attempt, c.max_attempts, c.endpoint, c.method, c.payload, c.idem_key, c.timeout_ms,
-  c.run_at, c.scheduled_for, c.queue FROM slotpoller_claim_jobs(?, ?, ?, ?, ?, ?, ?) c`
+  c.run_at, c.scheduled_for, c.queue, c.trace_parent FROM slotpoller_claim_jobs(?, ?, ?, ?, ?, ?, ?) c`
 }
 
 // JobsFinishAndClaim records the ends of several calls, as JobsFinish

@@ -46,6 +46,10 @@ type NewJob struct {
 	// Queue is the job's queue; "" for the queue its endpoint is routed to
 	// (QueueRoutesPut), else DefaultQueue.
 	Queue string
+
+	// Traceparent is the W3C trace context the job was enqueued in
+	// (jobspec.CheckTraceparent's form); "" for none.
+	Traceparent string
 }
 
 // Job is a row of the queue.
@@ -73,6 +77,7 @@ type Job struct {
 	Schedule       string
 	ScheduledFor   *time.Time
 	Queue          string
+	Traceparent    string  // the W3C trace context it was enqueued in; "" for none
 	History        []Event // JobGet only: the last attempts and actions, oldest first
 	// JobGet only: who asked that the running call be cancelled, and when
 	// (database time); "" and nil when nobody did (see cancel.go).
@@ -94,10 +99,14 @@ type Claim struct {
 	RunAt          time.Time  // when it was due
 	ScheduledFor   *time.Time // the occurrence's fire time, for a schedule's job
 	Queue          string
+	// Traceparent is the trace it was enqueued in, as the row holds it:
+	// "" for none, and not checked (an application may have written the
+	// row), so the caller parses it (jobspec.ParseTraceparent).
+	Traceparent string
 }
 
 // claimedColumns are the columns a claim hands back, in Claim's order.
-const claimedColumns = "id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue"
+const claimedColumns = "id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue, trace_parent"
 
 // claimable is the condition, beyond ready and due, for the plain claim
 // (and the count of due work) to take job alias j: its queue is neither
@@ -136,7 +145,7 @@ func qualified(table, cols string) string {
 // jobInsertColumns are the columns a new job writes, in the order of
 // jobValues.
 const jobInsertColumns = `endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue`
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, trace_parent, queue`
 
 // jobValues returns the value list of a new job for jobInsertColumns and
 // its arguments. The list is the same for every job (a run time, or NULL
@@ -147,9 +156,10 @@ func (s *Store) jobValues(j NewJob) (string, []any) {
 	if j.Exclusive {
 		exclusive = 1
 	}
-	return `?, ?, ?, 'ready', COALESCE(?, {now+?}), 0, ?, ?, ?, ?, 0, {now}, ?, ?, ?, ?, ` + s.queueOf(),
+	return `?, ?, ?, 'ready', COALESCE(?, {now+?}), 0, ?, ?, ?, ?, 0, {now}, ?, ?, ?, ?, ?, ` + s.queueOf(),
 		append([]any{j.Endpoint, j.Method, j.Payload, nullTime(j.RunAt), millis(j.Delay), j.MaxAttempts, millis(j.Timeout),
-			nullString(j.UniqueKey), j.IdempotencyKey, nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive},
+			nullString(j.UniqueKey), j.IdempotencyKey, nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive,
+			nullString(j.Traceparent)},
 			queueArgs(j)...)
 }
 
@@ -212,12 +222,12 @@ func (s *Store) JobInsertClaimed(ctx context.Context, j NewJob, owner, ownerNode
 	// written only where that queue is not paused: one statement still.
 	q := s.statement(`INSERT INTO {jobs} (` + jobInsertColumns + `, owner, owner_node, lease_until, started_at)
 {output ` + claimedColumns + `}
-SELECT ?, ?, ?, 'running', {now}, 1, ?, ?, ?, ?, 1, {now}, ?, ?, ?, ?, rq.queue, ?, ?, {now+?}, {now}
+SELECT ?, ?, ?, 'running', {now}, 1, ?, ?, ?, ?, 1, {now}, ?, ?, ?, ?, ?, rq.queue, ?, ?, {now+?}, {now}
 FROM (SELECT ` + s.queueOf() + ` AS queue) AS rq
 WHERE ` + notHeld("rq") + `
 {returning ` + claimedColumns + `}`)
 	args := append([]any{j.Endpoint, j.Method, j.Payload, j.MaxAttempts, millis(j.Timeout), nullString(j.UniqueKey), j.IdempotencyKey,
-		nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive, owner, ownerNode, millis(hold.For(j.Timeout))},
+		nullString(j.Schedule), nullTime(j.ScheduledFor), nullTime(j.StartBy), exclusive, nullString(j.Traceparent), owner, ownerNode, millis(hold.For(j.Timeout))},
 		queueArgs(j)...)
 	var c Claim
 	err := s.retry(ctx, func() error {
@@ -468,7 +478,7 @@ func (s *Store) execCount(ctx context.Context, what, q string, args ...any) (int
 }
 
 const jobColumns = `id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue`
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue, trace_parent`
 
 func scanJob(sc rowScanner) (Job, error) {
 	var j Job
@@ -476,11 +486,11 @@ func scanJob(sc rowScanner) (Job, error) {
 	// well as it can be, never refused.
 	var runAt, lease, created, started, finished, scheduledFor shownTime
 	var attempt, maxAttempts, token, timeoutMS shownInt
-	var unique, owner, ownerNode, lastErr, schedule sql.NullString
+	var unique, owner, ownerNode, lastErr, schedule, trace sql.NullString
 	var status sql.NullInt64
 	err := sc.Scan(&j.ID, &j.Endpoint, &j.Method, &j.Payload, &j.State, &runAt, &attempt, &maxAttempts, &timeoutMS,
 		&unique, &j.IdempotencyKey, &owner, &ownerNode, &token, &lease, &created, &started, &finished, &status, &lastErr,
-		&schedule, &scheduledFor, &j.Queue)
+		&schedule, &scheduledFor, &j.Queue, &trace)
 	if err != nil {
 		return j, err
 	}
@@ -490,6 +500,7 @@ func scanJob(sc rowScanner) (Job, error) {
 	j.LeaseUntil, j.Created, j.Started, j.Finished = lease.ptr(), created.T, started.ptr(), finished.ptr()
 	j.LastStatus = int(status.Int64)
 	j.Schedule, j.ScheduledFor = schedule.String, scheduledFor.ptr()
+	j.Traceparent = trace.String
 	return j, nil
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -55,7 +56,7 @@ type claimRaw struct {
 	id                                               int64
 	token, attempt, maxAttempts, endpoint, method    any
 	payload, idemKey, timeoutMS, runAt, scheduledFor any
-	queue                                            any
+	queue, trace                                     any
 }
 
 // readClaim reads a row of claimedColumns. A row it can read but not use
@@ -72,7 +73,7 @@ func readClaim(r rowScanner) (Claim, string, error) {
 	}
 	var raw claimRaw
 	if err := r.Scan(&raw.id, &raw.token, &raw.attempt, &raw.maxAttempts, &raw.endpoint, &raw.method, &raw.payload,
-		&raw.idemKey, &raw.timeoutMS, &raw.runAt, &raw.scheduledFor, &raw.queue); err != nil {
+		&raw.idemKey, &raw.timeoutMS, &raw.runAt, &raw.scheduledFor, &raw.queue, &raw.trace); err != nil {
 		return Claim{}, "", err
 	}
 	c := Claim{ID: raw.id}
@@ -152,6 +153,9 @@ func readClaim(r rowScanner) (Claim, string, error) {
 	if c.Queue, ok = rawText(raw.queue); !ok {
 		bad("queue " + rawShown(raw.queue) + " is not text")
 	}
+	// A trace parent is the job's context, not its work: one that is not
+	// text is dropped, and the caller judges one that is (see Claim).
+	c.Traceparent, _ = rawText(raw.trace)
 	if len(problems) > 0 {
 		return c, CannotRun + strings.Join(problems, "; "), nil
 	}
@@ -168,11 +172,12 @@ func readSoundClaim(r rowScanner) (Claim, bool) {
 	var token, attempt, maxAttempts, timeoutMS int64
 	var runAt, scheduledFor dbTime
 	var payload bytesOnly
+	var trace sql.NullString
 	if err := r.Scan(&c.ID, &token, &attempt, &maxAttempts, &c.Endpoint, &c.Method, &payload,
-		&c.IdempotencyKey, &timeoutMS, &runAt, &scheduledFor, &c.Queue); err != nil {
+		&c.IdempotencyKey, &timeoutMS, &runAt, &scheduledFor, &c.Queue, &trace); err != nil {
 		return c, false
 	}
-	c.Payload = payload
+	c.Payload, c.Traceparent = payload, trace.String
 	// In whole milliseconds: SQLite's times are, and dbTime clamps them.
 	inside := func(t dbTime) bool {
 		ms := t.T.UnixMilli()

@@ -173,7 +173,7 @@ var sqlServerOutputTypes = map[string]string{
 	"method": "NVARCHAR(16)", "payload": "VARBINARY(MAX)", "idem_key": "NVARCHAR(MAX)", "timeout_ms": "BIGINT",
 	"run_at": "DATETIME2(7)", "scheduled_for": "DATETIME2(7)", "name": "NVARCHAR(200)", "state": "NVARCHAR(20)",
 	"every_ms": "BIGINT", "handoff": "INT", "failures": "INT",
-	"cancel_requested_by": "NVARCHAR(200)", "queue": "NVARCHAR(100)",
+	"cancel_requested_by": "NVARCHAR(200)", "queue": "NVARCHAR(100)", "trace_parent": "VARCHAR(55)",
 }
 
 // ClaimJobs picks the due jobs in order in a derived table (TOP with ORDER

@@ -525,11 +525,11 @@ func TestSQLServerClaim(t *testing.T) {
 	d, err := store.NewSQLServer("sp_unit")
 	require.NoError(t, err)
 	s, tr := storetest.NewTrace(t, d, func(c storetest.Call) storetest.Reply {
-		cols := strings.Split("id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue", ", ")
+		cols := strings.Split("id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue, trace_parent", ", ")
 		runAt := time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)
 		return storetest.Reply{Columns: cols, Rows: [][]any{
-			{int64(7), int64(1), int64(1), int64(3), "/a", "POST", []byte("p"), "k7", int64(1500), runAt, nil, "default"},
-			{int64(9), int64(4), int64(2), int64(3), "/b", "GET", nil, "k9", int64(0), runAt, runAt, "reports"},
+			{int64(7), int64(1), int64(1), int64(3), "/a", "POST", []byte("p"), "k7", int64(1500), runAt, nil, "default", nil},
+			{int64(9), int64(4), int64(2), int64(3), "/b", "GET", nil, "k9", int64(0), runAt, runAt, "reports", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 		}}
 	})
 	claims, err := s.JobsClaim(context.Background(), "inc-a", "node-a", 7, store.Lease(15*time.Second))
@@ -537,6 +537,8 @@ func TestSQLServerClaim(t *testing.T) {
 	require.Len(t, claims, 2)
 	require.Equal(t, int64(9), claims[1].ID)
 	require.Equal(t, 1500*time.Millisecond, claims[0].Timeout)
+	require.Empty(t, claims[0].Traceparent)
+	require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", claims[1].Traceparent)
 
 	calls := tr.Calls()
 	require.Len(t, calls, 1)
@@ -556,7 +558,7 @@ func TestSQLServerClaim(t *testing.T) {
 		"lease_until = DATEADD(millisecond, CAST(CASE WHEN j.timeout_ms <= 0 OR j.timeout_ms > 86400000 THEN CAST(@p4 AS BIGINT) WHEN j.timeout_ms > CAST(@p5 AS BIGINT) " +
 			"THEN j.timeout_ms + CAST(@p6 AS BIGINT) ELSE CAST(@p7 AS BIGINT) END AS int), SYSUTCDATETIME())",
 		"OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, " +
-			"inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for, inserted.queue INTO @out",
+			"inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for, inserted.queue, inserted.trace_parent INTO @out",
 		"FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN (",
 		// One winner without READPAST: the update re-checks the row it writes.
 		"WHERE j.state = 'ready'",

@@ -85,35 +85,35 @@ SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, sta
 FROM [sp_unit].[nodes];
 
 -- JobInsert (delay)
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int, @p14 sql.NullString, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int, @p14 sql.NullString, @p15 sql.NullString, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue) OUTPUT inserted.id INTO @out
-VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, COALESCE(@p14, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
-    WHERE qr.prefix = SUBSTRING(@p15, 1, qr.prefix_len)
-      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p16, 1, qm.prefix_len))),
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, trace_parent, queue) OUTPUT inserted.id INTO @out
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, @p14, COALESCE(@p15, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p16, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p17, 1, qm.prefix_len))),
   'default'));
 SELECT id FROM @out ORDER BY id;
 
 -- JobInsert (run at)
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 sql.NullString, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int, @p14 sql.NullString, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 sql.NullString, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int, @p14 sql.NullString, @p15 sql.NullString, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue) OUTPUT inserted.id INTO @out
-VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, COALESCE(@p14, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
-    WHERE qr.prefix = SUBSTRING(@p15, 1, qr.prefix_len)
-      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p16, 1, qm.prefix_len))),
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, trace_parent, queue) OUTPUT inserted.id INTO @out
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, @p14, COALESCE(@p15, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p16, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p17, 1, qm.prefix_len))),
   'default'));
 SELECT id FROM @out ORDER BY id;
 
 -- JobInsert (unique key taken)
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int, @p14 sql.NullString, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int, @p14 sql.NullString, @p15 sql.NullString, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue) OUTPUT inserted.id INTO @out
-VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, COALESCE(@p14, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
-    WHERE qr.prefix = SUBSTRING(@p15, 1, qr.prefix_len)
-      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p16, 1, qm.prefix_len))),
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, trace_parent, queue) OUTPUT inserted.id INTO @out
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, @p14, COALESCE(@p15, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p16, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p17, 1, qm.prefix_len))),
   'default'));
 SELECT id FROM @out ORDER BY id;
 -- @p1 mssql.NVarCharMax
@@ -149,11 +149,11 @@ FROM (SELECT TOP (@p3) j.run_at, j.start_by,
 
 -- JobsClaim
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int, @p4 int64, @p5 int64, @p6 int64, @p7 int64
-DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7), queue NVARCHAR(100));
+DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7), queue NVARCHAR(100), trace_parent VARCHAR(55));
 UPDATE j SET state = 'running', owner = @p1, owner_node = @p2, token = j.token + CASE WHEN j.token < 9223372036854775807 THEN 1 ELSE 0 END,
   attempt = j.attempt + CASE WHEN j.attempt < 2147483647 THEN 1 ELSE 0 END, started_at = SYSUTCDATETIME(), start_by = NULL,
   lease_until = DATEADD(millisecond, CAST(CASE WHEN j.timeout_ms <= 0 OR j.timeout_ms > 86400000 THEN CAST(@p4 AS BIGINT) WHEN j.timeout_ms > CAST(@p5 AS BIGINT) THEN j.timeout_ms + CAST(@p6 AS BIGINT) ELSE CAST(@p7 AS BIGINT) END AS int), SYSUTCDATETIME())
-OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for, inserted.queue INTO @out
+OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for, inserted.queue, inserted.trace_parent INTO @out
 FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN (
   SELECT TOP (@p3) c.id FROM [sp_unit].[jobs] AS c WITH (UPDLOCK, READPAST, ROWLOCK, INDEX(jobs_due), FORCESEEK)
   WHERE c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] pq WHERE pq.name = c.queue AND (pq.paused = 1 OR pq.managed = 1)) AND (c.exclusive = 0 OR (
@@ -163,7 +163,7 @@ FROM [sp_unit].[jobs] AS j WITH (ROWLOCK) INNER JOIN (
       AND e.scheduled_for < c.scheduled_for)))
   ORDER BY c.run_at, c.id) AS picked ON j.id = picked.id
 WHERE j.state = 'ready';
-SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue FROM @out ORDER BY id;
+SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue, trace_parent FROM @out ORDER BY id;
 
 -- JobRenewLeaseIfRunning
 -- @p1 int64, @p2 int64, @p3 int64
@@ -204,18 +204,18 @@ WHERE j.state = 'running' AND j.id IN (SELECT y.v_id FROM @v AS y WHERE y.v_toke
 SELECT id FROM @out ORDER BY id;
 
 -- JobInsertClaimed
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int, @p5 int64, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 sql.NullString, @p9 mssql.NullDateTime, @p10 mssql.NullDateTime, @p11 int, @p12 mssql.NVarCharMax, @p13 mssql.NVarCharMax, @p14 int64, @p15 sql.NullString, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax
-DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7), queue NVARCHAR(100));
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 int, @p5 int64, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 sql.NullString, @p9 mssql.NullDateTime, @p10 mssql.NullDateTime, @p11 int, @p12 sql.NullString, @p13 mssql.NVarCharMax, @p14 mssql.NVarCharMax, @p15 int64, @p16 sql.NullString, @p17 mssql.NVarCharMax, @p18 mssql.NVarCharMax
+DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7), queue NVARCHAR(100), trace_parent VARCHAR(55));
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue, owner, owner_node, lease_until, started_at)
-OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for, inserted.queue INTO @out
-SELECT @p1, @p2, @p3, 'running', SYSUTCDATETIME(), 1, @p4, @p5, @p6, @p7, 1, SYSUTCDATETIME(), @p8, @p9, @p10, @p11, rq.queue, @p12, @p13, DATEADD(millisecond, CAST(@p14 % 86400000 AS int), DATEADD(day, CAST(@p14 / 86400000 AS int), SYSUTCDATETIME())), SYSUTCDATETIME()
-FROM (SELECT COALESCE(@p15, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
-    WHERE qr.prefix = SUBSTRING(@p16, 1, qr.prefix_len)
-      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p17, 1, qm.prefix_len))),
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, trace_parent, queue, owner, owner_node, lease_until, started_at)
+OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for, inserted.queue, inserted.trace_parent INTO @out
+SELECT @p1, @p2, @p3, 'running', SYSUTCDATETIME(), 1, @p4, @p5, @p6, @p7, 1, SYSUTCDATETIME(), @p8, @p9, @p10, @p11, @p12, rq.queue, @p13, @p14, DATEADD(millisecond, CAST(@p15 % 86400000 AS int), DATEADD(day, CAST(@p15 / 86400000 AS int), SYSUTCDATETIME())), SYSUTCDATETIME()
+FROM (SELECT COALESCE(@p16, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p17, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p18, 1, qm.prefix_len))),
   'default') AS queue) AS rq
 WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[queues] pq WHERE pq.name = rq.queue AND (pq.paused = 1 OR pq.managed = 1));
-SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue FROM @out ORDER BY id;
+SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue, trace_parent FROM @out ORDER BY id;
 
 -- JobReleaseIfRunning
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 mssql.NVarCharMax, @p7 mssql.NVarCharMax, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 int64, @p11 int64
@@ -240,12 +240,12 @@ WHERE owner = @p10 AND state = 'running';
 -- JobGet
 -- @p1 int64
 SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue, history, cancel_requested_by, cancel_requested_at FROM [sp_unit].[jobs] WHERE id = @p1;
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue, trace_parent, history, cancel_requested_by, cancel_requested_at FROM [sp_unit].[jobs] WHERE id = @p1;
 
 -- JobsList
 -- @p1 int, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 int, @p5 mssql.NVarCharMax, @p6 int64, @p7 int64
 SELECT TOP (@p1) id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
-  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue FROM [sp_unit].[jobs] WHERE 1 = 1 AND state = 'ready' AND attempt > 0 AND endpoint_head >= @p2 AND endpoint_head < @p3 AND SUBSTRING(endpoint, 1, @p4) = @p5 AND created_at >= DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME())) AND id < @p7 ORDER BY id DESC OPTION (RECOMPILE);
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue, trace_parent FROM [sp_unit].[jobs] WHERE 1 = 1 AND state = 'ready' AND attempt > 0 AND endpoint_head >= @p2 AND endpoint_head < @p3 AND SUBSTRING(endpoint, 1, @p4) = @p5 AND created_at >= DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME())) AND id < @p7 ORDER BY id DESC OPTION (RECOMPILE);
 
 -- JobCancelIfWaiting
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int64
@@ -282,17 +282,17 @@ WHERE id IN (SELECT TOP (@p6) id FROM [sp_unit].[jobs] WHERE 1 = 1 AND state IN 
 SELECT unique_key, id FROM [sp_unit].[jobs] WHERE unique_key IN (@p1, @p2);
 
 -- JobInsertMany
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int, @p14 sql.NullString, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax, @p18 mssql.NVarCharMax, @p19 []uint8, @p20 civil.DateTime, @p21 int64, @p22 int, @p23 int64, @p24 sql.NullString, @p25 mssql.NVarCharMax, @p26 sql.NullString, @p27 mssql.NullDateTime, @p28 mssql.NullDateTime, @p29 int, @p30 sql.NullString, @p31 mssql.NVarCharMax, @p32 mssql.NVarCharMax
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 mssql.NullDateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 sql.NullString, @p11 mssql.NullDateTime, @p12 mssql.NullDateTime, @p13 int, @p14 sql.NullString, @p15 sql.NullString, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax, @p18 mssql.NVarCharMax, @p19 mssql.NVarCharMax, @p20 []uint8, @p21 civil.DateTime, @p22 int64, @p23 int, @p24 int64, @p25 sql.NullString, @p26 mssql.NVarCharMax, @p27 sql.NullString, @p28 mssql.NullDateTime, @p29 mssql.NullDateTime, @p30 int, @p31 sql.NullString, @p32 sql.NullString, @p33 mssql.NVarCharMax, @p34 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT, idem_key NVARCHAR(MAX));
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue) OUTPUT inserted.id, inserted.idem_key INTO @out
-VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, COALESCE(@p14, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
-    WHERE qr.prefix = SUBSTRING(@p15, 1, qr.prefix_len)
-      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p16, 1, qm.prefix_len))),
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, trace_parent, queue) OUTPUT inserted.id, inserted.idem_key INTO @out
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, @p14, COALESCE(@p15, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p16, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p17, 1, qm.prefix_len))),
   'default')),
-  (@p17, @p18, @p19, 'ready', COALESCE(@p20, DATEADD(millisecond, CAST(@p21 % 86400000 AS int), DATEADD(day, CAST(@p21 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p22, @p23, @p24, @p25, 0, SYSUTCDATETIME(), @p26, @p27, @p28, @p29, COALESCE(@p30, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
-    WHERE qr.prefix = SUBSTRING(@p31, 1, qr.prefix_len)
-      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p32, 1, qm.prefix_len))),
+  (@p18, @p19, @p20, 'ready', COALESCE(@p21, DATEADD(millisecond, CAST(@p22 % 86400000 AS int), DATEADD(day, CAST(@p22 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p23, @p24, @p25, @p26, 0, SYSUTCDATETIME(), @p27, @p28, @p29, @p30, @p31, COALESCE(@p32, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p33, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p34, 1, qm.prefix_len))),
   'default'));
 SELECT id, idem_key FROM @out ORDER BY id;
 
@@ -442,13 +442,13 @@ SELECT name, every_ms, cron, time_zone, endpoint, method, payload, timeout_ms, m
 -- ScheduleMaterialize
 -- @p1 civil.DateTime, @p2 int64, @p3 civil.DateTime, @p4 mssql.NVarCharMax, @p5 int64
 UPDATE [sp_unit].[schedules] SET next_fire_at = @p1, missed = missed + @p2, version = version + 1, last_fire_at = @p3 WHERE name = @p4 AND version = @p5 AND enabled = 1;
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax, @p11 civil.DateTime, @p12 civil.DateTime, @p13 int, @p14 sql.NullString, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax, @p11 civil.DateTime, @p12 civil.DateTime, @p13 int, @p14 sql.NullString, @p15 sql.NullString, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax, @p18 mssql.NVarCharMax
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue)
-SELECT @p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, COALESCE(@p14, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
-    WHERE qr.prefix = SUBSTRING(@p15, 1, qr.prefix_len)
-      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p16, 1, qm.prefix_len))),
-  'default') WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE unique_key = @p17);
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, trace_parent, queue)
+SELECT @p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, @p14, COALESCE(@p15, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p16, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p17, 1, qm.prefix_len))),
+  'default') WHERE NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE unique_key = @p18);
 
 -- ScheduleMaterialize (schedule moved on)
 -- @p1 civil.DateTime, @p2 int64, @p3 mssql.NVarCharMax, @p4 int64
@@ -468,13 +468,13 @@ WHERE schedule = @p2 AND state = 'ready';
 -- ScheduleTrigger
 -- @p1 mssql.NVarCharMax
 UPDATE [sp_unit].[schedules] SET updated_at = SYSUTCDATETIME() WHERE name = @p1;
--- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax, @p11 civil.DateTime, @p12 civil.DateTime, @p13 int, @p14 sql.NullString, @p15 mssql.NVarCharMax, @p16 mssql.NVarCharMax
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 []uint8, @p4 civil.DateTime, @p5 int64, @p6 int, @p7 int64, @p8 mssql.NVarCharMax, @p9 mssql.NVarCharMax, @p10 mssql.NVarCharMax, @p11 civil.DateTime, @p12 civil.DateTime, @p13 int, @p14 sql.NullString, @p15 sql.NullString, @p16 mssql.NVarCharMax, @p17 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT);
 INSERT INTO [sp_unit].[jobs] (endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms,
-  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, queue) OUTPUT inserted.id INTO @out
-VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, COALESCE(@p14, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
-    WHERE qr.prefix = SUBSTRING(@p15, 1, qr.prefix_len)
-      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p16, 1, qm.prefix_len))),
+  unique_key, idem_key, token, created_at, schedule, scheduled_for, start_by, exclusive, trace_parent, queue) OUTPUT inserted.id INTO @out
+VALUES (@p1, @p2, @p3, 'ready', COALESCE(@p4, DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME()))), 0, @p6, @p7, @p8, @p9, 0, SYSUTCDATETIME(), @p10, @p11, @p12, @p13, @p14, COALESCE(@p15, (SELECT qr.queue FROM [sp_unit].[queue_routes] qr
+    WHERE qr.prefix = SUBSTRING(@p16, 1, qr.prefix_len)
+      AND qr.prefix_len = (SELECT MAX(qm.prefix_len) FROM [sp_unit].[queue_routes] qm WHERE qm.prefix = SUBSTRING(@p17, 1, qm.prefix_len))),
   'default'));
 SELECT id FROM @out ORDER BY id;
 
@@ -544,10 +544,10 @@ WHERE q.managed = 1 AND q.paused = 0
 ORDER BY q.name;
 SELECT SYSUTCDATETIME();
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 civil.DateTime, @p4 int64, @p5 int64, @p6 int64, @p7 int64, @p8 int, @p9 int, @p10 int, @p11 mssql.NVarCharMax, @p12 int
-DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7), queue NVARCHAR(100));
+DECLARE @out TABLE (id BIGINT, token BIGINT, attempt INT, max_attempts INT, endpoint NVARCHAR(MAX), method NVARCHAR(16), payload VARBINARY(MAX), idem_key NVARCHAR(MAX), timeout_ms BIGINT, run_at DATETIME2(7), scheduled_for DATETIME2(7), queue NVARCHAR(100), trace_parent VARCHAR(55));
 UPDATE [sp_unit].[jobs] SET state = 'running', owner = @p1, owner_node = @p2, token = token + CASE WHEN token < 9223372036854775807 THEN 1 ELSE 0 END,
   attempt = attempt + CASE WHEN attempt < 2147483647 THEN 1 ELSE 0 END, started_at = @p3, start_by = NULL, lease_until = DATEADD(millisecond, CAST(CASE WHEN timeout_ms <= 0 OR timeout_ms > 86400000 THEN CAST(@p4 AS BIGINT) WHEN timeout_ms > CAST(@p5 AS BIGINT) THEN timeout_ms + CAST(@p6 AS BIGINT) ELSE CAST(@p7 AS BIGINT) END AS int), SYSUTCDATETIME())
-OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for, inserted.queue INTO @out
+OUTPUT inserted.id, inserted.token, inserted.attempt, inserted.max_attempts, inserted.endpoint, inserted.method, inserted.payload, inserted.idem_key, inserted.timeout_ms, inserted.run_at, inserted.scheduled_for, inserted.queue, inserted.trace_parent INTO @out
 WHERE state = 'ready' AND id IN (SELECT TOP (@p8) p.id FROM (SELECT b.id, b.run_at, CAST(@p9 AS INTEGER) AS pr FROM (SELECT TOP (@p10) c.id, c.run_at FROM [sp_unit].[jobs] c
     WHERE c.queue = @p11 AND c.state = 'ready' AND c.run_at <= SYSUTCDATETIME() AND (c.exclusive = 0 OR (
     EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WITH (UPDLOCK, READPAST, ROWLOCK) WHERE s.name = c.schedule)
@@ -562,7 +562,7 @@ UNION ALL SELECT b.id, b.run_at, 0 AS pr FROM (SELECT TOP (@p12) c.id, c.run_at 
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = c.schedule AND e.state = 'ready'
       AND e.scheduled_for < c.scheduled_for)))
     ORDER BY c.run_at, c.id) b) p ORDER BY p.pr DESC, p.run_at, p.id);
-SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue FROM @out ORDER BY id;
+SELECT id, token, attempt, max_attempts, endpoint, method, payload, idem_key, timeout_ms, run_at, scheduled_for, queue, trace_parent FROM @out ORDER BY id;
 
 -- QueueWork
 -- @p1 int, @p2 mssql.NVarCharMax, @p3 int, @p4 mssql.NVarCharMax

@@ -197,6 +197,7 @@ func badInputs(t *testing.T) []badInput {
 		flagCase("enqueue -max-attempts 1001", "-max-attempts 1001: must be between 1 and 1000", "enqueue", "-endpoint", "/x", "-max-attempts", "1001"),
 		flagCase("enqueue -max-attempts -1", "-max-attempts -1: must be between 1 and 1000", "enqueue", "-endpoint", "/x", "-max-attempts", "-1"),
 		flagCase("enqueue -max-attempts int4", "-max-attempts 2147483648: must be between 1 and 1000", "enqueue", "-endpoint", "/x", "-max-attempts", "2147483648"),
+		flagCase("enqueue -traceparent", `-traceparent (or $TRACEPARENT): traceparent "00-zz" is not a W3C traceparent`, "enqueue", "-endpoint", "/x", "-traceparent", "00-zz"),
 		flagCase("enqueue -max-attempts word", `invalid value "three" for flag -max-attempts`, "enqueue", "-endpoint", "/x", "-max-attempts", "three"),
 		flagCase("enqueue -at year 9999", `-at "9999-12-31T00:00:00Z": a job may be due at most 366 days ahead`, "enqueue", "-endpoint", "/x", "-at", "9999-12-31T00:00:00Z"),
 		flagCase("enqueue -at year 1", `-at "0001-01-01T00:00:00Z": a job's run time must not be before 1970-01-01`, "enqueue", "-endpoint", "/x", "-at", "0001-01-01T00:00:00Z"),

@@ -270,6 +270,9 @@ func writeJob(w io.Writer, j client.JobInfo) error {
 	if j.Schedule != "" {
 		row("schedule", j.Schedule+" at "+optTime(j.ScheduledFor))
 	}
+	if j.Traceparent != "" {
+		row("traceparent", j.Traceparent)
+	}
 	row("created", j.Created.Format(jobTime))
 	row("run at", j.RunAt.Format(jobTime))
 	if j.State == client.StateRunning {

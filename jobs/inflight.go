@@ -145,10 +145,13 @@ func (r *Runner) run(ctx context.Context, f *inflight) {
 	r.mu.Lock()
 	end := f.leaseUntil.Add(-r.margin())
 	r.mu.Unlock()
-	callCtx, tc := tracing.StartCall(ctx, r.opts.Tracer, traceOf(c), "slotpoller job",
-		attribute.Int64("slotpoller.job.id", c.ID), attribute.Int("slotpoller.job.attempt", c.Attempt),
-		attribute.String("slotpoller.queue", c.Queue), attribute.String("slotpoller.node", r.opts.Node),
-		attribute.String("http.request.method", c.Method), attribute.String("url.path", c.Endpoint))
+	var attrs []attribute.KeyValue // built only for a span that records them
+	if r.opts.Tracer != nil {
+		attrs = []attribute.KeyValue{attribute.Int64("slotpoller.job.id", c.ID), attribute.Int("slotpoller.job.attempt", c.Attempt),
+			attribute.String("slotpoller.queue", c.Queue), attribute.String("slotpoller.node", r.opts.Node),
+			attribute.String("http.request.method", c.Method), attribute.String("url.path", c.Endpoint)}
+	}
+	callCtx, tc := tracing.StartCall(ctx, r.opts.Tracer, traceOf(c), "slotpoller job", attrs...)
 	res := r.inv.Invoke(callCtx, Call{JobID: c.ID, Node: r.opts.Node, Token: c.Token, Attempt: c.Attempt,
 		IdempotencyKey: c.IdempotencyKey, Method: c.Method, Endpoint: c.Endpoint, Payload: c.Payload, Timeout: timeout,
 		Budget: func() time.Duration { return end.Sub(clock.Mono(r.opts.Clock)) }, Headers: headers, Traceparent: tc.Traceparent})

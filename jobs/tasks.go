@@ -376,9 +376,12 @@ func (k *Keeper) work(ctx context.Context, w *taskWorker) {
 		}
 		timeout = min(timeout, left)
 		end := now.Add(left)
-		callCtx, tc := tracing.StartCall(ctx, k.opts.Tracer, tracing.NewTrace(), "slotpoller task",
-			attribute.String("slotpoller.task", task.Name), attribute.Int64("slotpoller.token", task.Token),
-			attribute.String("slotpoller.node", k.opts.Node))
+		var attrs []attribute.KeyValue // built only for a span that records them
+		if k.opts.Tracer != nil {
+			attrs = []attribute.KeyValue{attribute.String("slotpoller.task", task.Name), attribute.Int64("slotpoller.token", task.Token),
+				attribute.String("slotpoller.node", k.opts.Node)}
+		}
+		callCtx, tc := tracing.StartCall(ctx, k.opts.Tracer, tracing.NewTrace(), "slotpoller task", attrs...)
 		res := k.inv.Invoke(callCtx, Call{Task: task.Name, Node: k.opts.Node, Token: task.Token, Attempt: failures + 1,
 			IdempotencyKey: fmt.Sprintf("slotpoller-task-%s-%d-%d", task.Name, task.Token, seq),
 			Method:         task.Method, Endpoint: task.Endpoint, Payload: task.Payload, Timeout: timeout,

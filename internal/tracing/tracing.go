@@ -11,7 +11,7 @@
 //   - Each call has a span id of its own, sent as the traceparent's parent
 //     id: the span the endpoint's work is a child of. With a recorder it
 //     is the id of the span exported for the call.
-//   - Off (no Recorder), tracing costs a call two random numbers and a
+//   - Off (no Recorder), tracing costs a call a random span id and a
 //     string, and nothing is exported.
 package tracing
 

@@ -77,3 +77,26 @@ func TestCheckEndpoint(t *testing.T) {
 		require.Error(t, tracing.CheckEndpoint(bad), bad)
 	}
 }
+
+// What a call's trace context costs with no recorder: the figure
+// docs/tracing.md gives (go test -bench StartCall ./internal/tracing).
+func BenchmarkStartCallOff(b *testing.B) {
+	parent := jobspec.JobTrace(42, "slotpoller-0123456789abcdef0123456789abcdef")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, c := tracing.StartCall(ctx, nil, parent, "slotpoller job")
+		c.End(204, "")
+	}
+}
+
+// The same with a job's own trace derived first, as a call of a job
+// enqueued without one pays.
+func BenchmarkStartCallOffDerived(b *testing.B) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		_, c := tracing.StartCall(ctx, nil, jobspec.JobTrace(int64(i), "slotpoller-0123456789abcdef0123456789abcdef"), "slotpoller job")
+		c.End(204, "")
+	}
+}

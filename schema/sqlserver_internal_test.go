@@ -62,7 +62,7 @@ func TestSQLServerTablesMatchTheOtherDialects(t *testing.T) {
 	pg := tables(t, store.Postgres{})
 	require.Equal(t, pg, tables(t, store.SQLite{}), "postgres and sqlite agree")
 	ms := tables(t, store.SQLServer{})
-	require.Equal(t, []string{"jobs", "nodes", "queue_routes", "queues", "schedules", "schema_version", "tasks"}, slices.Sorted(maps.Keys(ms)))
+	require.Equal(t, []string{"audit", "jobs", "nodes", "queue_routes", "queues", "schedules", "schema_version", "tasks"}, slices.Sorted(maps.Keys(ms)))
 	require.Equal(t, pg, ms)
 }
 

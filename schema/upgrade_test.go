@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/schema"
 )
@@ -93,7 +94,7 @@ func TestMySQLTraceContextUpgrade(t *testing.T) {
 
 	applied, err := schema.Migrate(ctx, s)
 	require.NoError(t, err)
-	require.Equal(t, []int{17}, applied)
+	require.Equal(t, []int{17, 18}, applied)
 	require.NoError(t, schema.RunVersion(ctx, s, 17), "version 17 again, as after a migration cut short")
 
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -111,4 +112,30 @@ func TestMySQLTraceContextUpgrade(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, map[int64]sql.NullString{before: {}, v1: {}, v2: {String: tp, Valid: true}}, got)
+}
+
+// MySQL's version 18 runs again without harm (a migration cut short is
+// finished by running it again, its DDL having committed statement by
+// statement), and leaves the audit entries written before the rerun.
+func TestMySQLAuditUpgrade(t *testing.T) {
+	db := storetest.New(t, "mysql")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := db.Open(ctx)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = schema.MigrateTo(ctx, s, 17)
+	require.NoError(t, err)
+
+	applied, err := schema.Migrate(ctx, s)
+	require.NoError(t, err)
+	require.Equal(t, []int{18}, applied)
+	id, err := s.AuditAdd(ctx, store.AuditEntry{Actor: "alice", Origin: "host", Action: "queue.pause", Target: "reports"})
+	require.NoError(t, err)
+	require.NoError(t, schema.RunVersion(ctx, s, 18), "version 18 again, as after a migration cut short")
+
+	got, err := s.AuditList(ctx, store.AuditFilter{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, id, got[0].ID)
 }

@@ -54,7 +54,7 @@ type Dialect interface {
 	NowPlusMillisOf(expr string) string
 	// Table returns the qualified name of one of slotpoller's tables
 	// ("nodes", "jobs", "schema_version", "tasks", "schedules", "queues",
-	// "queue_routes").
+	// "queue_routes", "audit").
 	Table(name string) string
 	// TimeArg converts a time to the value a time column takes.
 	TimeArg(t time.Time) any
@@ -152,7 +152,7 @@ type sqlRewriter interface {
 // tableMarkers pairs each table marker with the dialect's name for it.
 func tableMarkers(d Dialect) []string {
 	var pairs []string
-	for _, t := range []string{"nodes", "jobs", "schema_version", "tasks", "schedules", "queues", "queue_routes"} {
+	for _, t := range []string{"nodes", "jobs", "schema_version", "tasks", "schedules", "queues", "queue_routes", "audit"} {
 		pairs = append(pairs, "{"+t+"}", d.Table(t))
 	}
 	return pairs

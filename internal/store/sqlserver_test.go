@@ -348,6 +348,26 @@ func sqlServerOps() []op {
 			_, err := s.QueueStartDelays(ctx, 5*time.Minute, 1000)
 			return err
 		}},
+		{name: "AuditAdd", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.AuditAdd(ctx, store.AuditEntry{Actor: "actor-MARK", Origin: "host-MARK", Action: "queue.pause", Target: "q-MARK", Detail: "MARK"})
+			return err
+		}},
+		{name: "AuditAdd (no actor)", sends: 0, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.AuditAdd(ctx, store.AuditEntry{Action: "queue.pause", Target: "q-MARK"})
+			return err
+		}},
+		{name: "AuditList", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.AuditList(ctx, store.AuditFilter{Since: time.Hour, Before: 99, Actor: "actor-MARK", Action: "queue", Limit: 50})
+			return err
+		}},
+		{name: "AuditList (unfiltered)", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.AuditList(ctx, store.AuditFilter{Limit: 50})
+			return err
+		}},
+		{name: "AuditPrune", sends: 1, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.AuditPrune(ctx, 30*24*time.Hour, 500)
+			return err
+		}},
 	}
 }
 

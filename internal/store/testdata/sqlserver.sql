@@ -608,3 +608,24 @@ SELECT queue, delay_ms FROM (SELECT TOP (@p1) queue, DATEDIFF_BIG(millisecond, r
 UNION ALL SELECT queue, delay_ms FROM (SELECT TOP (@p3) queue, DATEDIFF_BIG(millisecond, run_at, started_at) AS delay_ms FROM [sp_unit].[jobs] WHERE state = 'failed' AND finished_at IS NOT NULL AND finished_at > DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME())) AND started_at IS NOT NULL ORDER BY finished_at DESC) f1
 UNION ALL SELECT queue, delay_ms FROM (SELECT TOP (@p5) queue, DATEDIFF_BIG(millisecond, run_at, started_at) AS delay_ms FROM [sp_unit].[jobs] WHERE state = 'dead' AND finished_at IS NOT NULL AND finished_at > DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME())) AND started_at IS NOT NULL ORDER BY finished_at DESC) f2
 UNION ALL SELECT queue, delay_ms FROM (SELECT TOP (@p7) queue, DATEDIFF_BIG(millisecond, run_at, started_at) AS delay_ms FROM [sp_unit].[jobs] WHERE state = 'running' AND started_at IS NOT NULL) r OPTION (RECOMPILE);
+
+-- AuditAdd
+-- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax
+DECLARE @out TABLE (id BIGINT);
+INSERT INTO [sp_unit].[audit] (at, actor, origin, action, target, detail) OUTPUT inserted.id INTO @out
+VALUES (SYSUTCDATETIME(), @p1, @p2, @p3, @p4, @p5);
+SELECT id FROM @out ORDER BY id;
+
+-- AuditAdd (no actor)
+
+-- AuditList
+-- @p1 int, @p2 int64, @p3 int64, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax, @p6 int, @p7 mssql.NVarCharMax
+SELECT TOP (@p1) id, at, actor, origin, action, target, detail FROM [sp_unit].[audit] WHERE 1 = 1 AND at >= DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME())) AND id < @p3 AND actor = @p4 AND (action = @p5 OR SUBSTRING(action, 1, @p6) = @p7) ORDER BY id DESC OPTION (RECOMPILE);
+
+-- AuditList (unfiltered)
+-- @p1 int
+SELECT TOP (@p1) id, at, actor, origin, action, target, detail FROM [sp_unit].[audit] WHERE 1 = 1 ORDER BY id DESC OPTION (RECOMPILE);
+
+-- AuditPrune
+-- @p1 int, @p2 int64
+DELETE FROM [sp_unit].[audit] WHERE id IN (SELECT TOP (@p1) id FROM [sp_unit].[audit] WHERE at < DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME())) ORDER BY at);

@@ -197,6 +197,8 @@ func badInputs(t *testing.T) []badInput {
 		flagCase("enqueue -max-attempts 1001", "-max-attempts 1001: must be between 1 and 1000", "enqueue", "-endpoint", "/x", "-max-attempts", "1001"),
 		flagCase("enqueue -max-attempts -1", "-max-attempts -1: must be between 1 and 1000", "enqueue", "-endpoint", "/x", "-max-attempts", "-1"),
 		flagCase("enqueue -max-attempts int4", "-max-attempts 2147483648: must be between 1 and 1000", "enqueue", "-endpoint", "/x", "-max-attempts", "2147483648"),
+		flagCase("audit -cursor", `-cursor "x": not a cursor a page of the audit log gave`, "audit", "-cursor", "x"),
+		flagCase("audit -limit", "-limit 0: must be between 1 and 1000", "audit", "-limit", "0"),
 		flagCase("enqueue -traceparent", `-traceparent (or $TRACEPARENT): traceparent "00-zz" is not a W3C traceparent`, "enqueue", "-endpoint", "/x", "-traceparent", "00-zz"),
 		flagCase("enqueue -max-attempts word", `invalid value "three" for flag -max-attempts`, "enqueue", "-endpoint", "/x", "-max-attempts", "three"),
 		flagCase("enqueue -at year 9999", `-at "9999-12-31T00:00:00Z": a job may be due at most 366 days ahead`, "enqueue", "-endpoint", "/x", "-at", "9999-12-31T00:00:00Z"),

@@ -231,6 +231,12 @@ func flagGiven(fs *flag.FlagSet, name string) bool {
 // withClient connects a client for a one-shot verb, once the schema is
 // in place.
 func withClient(cfg config.Config, use dbUse, f func(context.Context, *client.Client) error) error {
+	return withClientStore(cfg, use, func(ctx context.Context, c *client.Client, _ *store.Store) error { return f(ctx, c) })
+}
+
+// withClientStore is withClient with the client's store too: the CLI's
+// operator actions record themselves in the audit log (cmd_audit.go).
+func withClientStore(cfg config.Config, use dbUse, f func(context.Context, *client.Client, *store.Store) error) error {
 	ctx := context.Background()
 	s, err := openStore(ctx, cfg, use)
 	if err != nil {
@@ -244,7 +250,7 @@ func withClient(cfg config.Config, use dbUse, f func(context.Context, *client.Cl
 	if err != nil {
 		return err
 	}
-	return f(ctx, c)
+	return f(ctx, c, s)
 }
 
 func newClient(s *store.Store, cfg config.Config) (*client.Client, error) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/client"
 	"github.com/slotpoller/slotpoller/config"
+	"github.com/slotpoller/slotpoller/internal/store"
 )
 
 // jobTime is how job commands write a database time: UTC, to the
@@ -82,7 +83,7 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return withClient(cfg, dbWrite, func(ctx context.Context, c *client.Client) error {
+		return withClientStore(cfg, dbWrite, func(ctx context.Context, c *client.Client, s *store.Store) error {
 			res, err := c.CancelJob(ctx, id)
 			if err != nil {
 				return err
@@ -92,10 +93,10 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 				// the lease (the farm's, as this configuration gives it).
 				fmt.Fprintf(stdout, "job %d: cancel requested; the node stops the call within %s (a third of jobs.lease)\n",
 					id, config.Duration(time.Duration(cfg.Jobs.Lease)/3))
-				return nil
+				return recordAction(ctx, s, "job.cancel", strconv.FormatInt(id, 10), "cancel requested while running", fmt.Sprintf("job %d: cancel requested", id))
 			}
 			fmt.Fprintf(stdout, "job %d cancelled\n", id)
-			return nil
+			return recordAction(ctx, s, "job.cancel", strconv.FormatInt(id, 10), "cancelled", fmt.Sprintf("job %d cancelled", id))
 		})
 	case "retry":
 		state := fs.String("state", "", "retry every job in this state: dead, failed, cancelled or missed")
@@ -124,13 +125,17 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 		if err := checkFilter(f, *limit < 1); err != nil {
 			return err
 		}
-		return jobClient(*cfgPath, dbWrite, func(ctx context.Context, c *client.Client) error {
+		cfg, err := loadConfig(*cfgPath)
+		if err != nil {
+			return err
+		}
+		return withClientStore(cfg, dbWrite, func(ctx context.Context, c *client.Client, s *store.Store) error {
 			if id != 0 {
 				if err := c.Retry(ctx, id); err != nil {
 					return err
 				}
 				fmt.Fprintf(stdout, "job %d is ready again with a fresh attempt budget\n", id)
-				return nil
+				return recordAction(ctx, s, "job.retry", strconv.FormatInt(id, 10), "", fmt.Sprintf("job %d retried", id))
 			}
 			n, err := c.RetryMatching(ctx, f)
 			if err != nil {
@@ -140,7 +145,8 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 			if n == int64(f.Limit) {
 				fmt.Fprintf(stdout, "there may be more: run it again (at most %d at a time)\n", f.Limit)
 			}
-			return nil
+			filter := fmt.Sprintf("state=%s since=%v until=%v limit=%d", *state, *since, *until, *limit)
+			return recordAction(ctx, s, "job.retry_matching", filter, fmt.Sprintf("retried %d", n), fmt.Sprintf("%d jobs retried", n))
 		})
 	}
 	return usageError{fmt.Sprintf("unknown job verb %q: say %s", sub, orList(subVerbs("job")))}

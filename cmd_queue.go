@@ -9,6 +9,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/client"
 	"github.com/slotpoller/slotpoller/config"
+	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/jobs"
 )
 
@@ -49,19 +50,23 @@ func cmdQueue(args []string, stdout io.Writer) error {
 		if err := jobs.ValidateQueueName(*name); err != nil {
 			return usageError{fmt.Sprintf("-name %q: %v", *name, err)}
 		}
-		return jobClient(*cfgPath, dbWrite, func(ctx context.Context, c *client.Client) error {
+		cfg, err := loadConfig(*cfgPath)
+		if err != nil {
+			return err
+		}
+		return withClientStore(cfg, dbWrite, func(ctx context.Context, c *client.Client, s *store.Store) error {
 			if sub == "pause" {
 				if err := c.PauseQueue(ctx, *name); err != nil {
 					return err
 				}
 				fmt.Fprintf(stdout, "queue %q paused: its jobs wait until `slotpoller queue resume -name %s`; calls running go on\n", *name, *name)
-				return nil
+				return recordAction(ctx, s, "queue.pause", *name, "", fmt.Sprintf("queue %q paused", *name))
 			}
 			if err := c.ResumeQueue(ctx, *name); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "queue %q resumed: its due jobs start from the next poll\n", *name)
-			return nil
+			return recordAction(ctx, s, "queue.resume", *name, "", fmt.Sprintf("queue %q resumed", *name))
 		})
 	case "cancel":
 		name := fs.String("name", "", "name of the queue (required)")
@@ -79,7 +84,7 @@ func cmdQueue(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return withClient(cfg, dbWrite, func(ctx context.Context, c *client.Client) error {
+		return withClientStore(cfg, dbWrite, func(ctx context.Context, c *client.Client, s *store.Store) error {
 			r, err := c.CancelQueue(ctx, *name, *waiting)
 			if err != nil {
 				return err
@@ -91,7 +96,8 @@ func cmdQueue(args []string, stdout io.Writer) error {
 			if *waiting {
 				fmt.Fprintf(stdout, "queue %q: %s waiting cancelled\n", *name, jobCount(r.Cancelled))
 			}
-			return nil
+			return recordAction(ctx, s, "queue.cancel", *name, fmt.Sprintf("requested %d running, cancelled %d waiting", r.Requested, r.Cancelled),
+				fmt.Sprintf("queue %q: cancel requested", *name))
 		})
 	}
 	return usageError{fmt.Sprintf("unknown queue verb %q: say %s", sub, orList(subVerbs("queue")))}

@@ -72,7 +72,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			fmt.Fprintf(stdout, "schedule %q added; first occurrence %s\n", *name, added.NextFireAt.Format(time.RFC3339))
-			return nil
+			return recordAction(ctx, s, "schedule.add", *name, scheduleDetail(sc), fmt.Sprintf("schedule %q added", *name))
 		})
 	case "list":
 		asJSON := fs.Bool("json", false, "print JSON")
@@ -109,7 +109,7 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 					return err
 				}
 				fmt.Fprintf(stdout, "schedule %q triggered: occurrence job %d, due now\n", *name, id)
-				return nil
+				return recordAction(ctx, s, "schedule.trigger", *name, fmt.Sprintf("job %d", id), fmt.Sprintf("schedule %q triggered", *name))
 			case "remove":
 				ok, err = s.ScheduleDelete(ctx, *name)
 			case "pause":
@@ -127,8 +127,20 @@ func cmdSchedule(args []string, stdout, stderr io.Writer) error {
 			}
 			done := map[string]string{"remove": "removed", "pause": "paused", "resume": "resumed"}[sub]
 			fmt.Fprintf(stdout, "schedule %q %s\n", *name, done)
-			return nil
+			return recordAction(ctx, s, "schedule."+sub, *name, "", fmt.Sprintf("schedule %q %s", *name, done))
 		})
 	}
 	return usageError{fmt.Sprintf("unknown schedule verb %q: say %s", sub, orList(subVerbs("schedule")))}
+}
+
+// scheduleDetail is what the audit log says of a schedule added.
+func scheduleDetail(sc store.Schedule) string {
+	when := "every " + sc.Every.String()
+	if sc.Cron != "" {
+		when = "cron " + sc.Cron
+		if sc.TimeZone != "" {
+			when += " " + sc.TimeZone
+		}
+	}
+	return when + ": " + sc.Method + " " + sc.Endpoint
 }

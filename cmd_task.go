@@ -54,7 +54,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			fmt.Fprintf(stdout, "task %q added; a node takes it within a slot or two\n", *name)
-			return nil
+			return recordAction(ctx, s, "task.add", *name, fmt.Sprintf("%s %s every %v", *method, *endpoint, *every), fmt.Sprintf("task %q added", *name))
 		})
 	case "list":
 		asJSON := fs.Bool("json", false, "print JSON")
@@ -106,7 +106,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 			default:
 				return fmt.Errorf("task %q is %s", *name, state)
 			}
-			return nil
+			return recordAction(ctx, s, "task.delete", *name, state, fmt.Sprintf("task %q: delete requested", *name))
 		})
 	}
 	return usageError{fmt.Sprintf("unknown task verb %q: say %s", sub, orList(subVerbs("task")))}

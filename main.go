@@ -92,6 +92,8 @@ func runWith(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdSchedule(rest, stdout, stderr)
 	case "queue":
 		err = cmdQueue(rest, stdout)
+	case "audit":
+		err = cmdAudit(rest, stdout)
 	case "version":
 		if err = newBareFlags("version", stdout).parse(rest); err == nil {
 			fmt.Fprintln(stdout, "slotpoller", version)

@@ -119,6 +119,9 @@ func (a *api) route(mux *http.ServeMux, pattern string, ms methods) {
 			writeAPIError(w, ae)
 			return
 		}
+		// Recorded before the answer: a caller that reads the audit log
+		// once it has its answer finds the action there.
+		a.audit(a.n.Store(), r, pattern, body)
 		writeJSON(w, status, body)
 	})
 }

@@ -50,7 +50,7 @@ func (n *endpoint) guard(next http.Handler, ses *sessions, table []route) http.H
 			return
 		}
 		if token == "" {
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, withCredential(r, credential{kind: credLoopback}))
 			return
 		}
 		auth := r.Header.Get("Authorization")
@@ -66,7 +66,7 @@ func (n *endpoint) guard(next http.Handler, ses *sessions, table []route) http.H
 					writeAPIError(w, err)
 					return
 				}
-				next.ServeHTTP(w, r)
+				next.ServeHTTP(w, withCredential(r, credential{kind: credSession, session: s.name()}))
 				return
 			}
 			if wantsPage(r) {
@@ -87,7 +87,7 @@ func (n *endpoint) guard(next http.Handler, ses *sessions, table []route) http.H
 				Message: "the bearer token is not admin.token"})
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, withCredential(r, credential{kind: credToken}))
 	})
 }
 

@@ -50,7 +50,13 @@ type sessions struct {
 type session struct {
 	csrf    string
 	expires time.Duration // on the clock's monotonic reading
+	// label names the session in the audit log: random, and nothing
+	// like its cookie or CSRF token, so that the log gives neither away.
+	label string
 }
+
+// name is how the audit log names who acted through the session.
+func (s session) name() string { return s.label }
 
 func newSessions(clk clock.Clock, cookie string) *sessions {
 	return &sessions{clk: clk, cookie: cookie, byID: map[[sha256.Size]byte]session{}}
@@ -97,7 +103,7 @@ func (s *sessions) start() string {
 		}
 		delete(s.byID, oldest)
 	}
-	s.byID[sha256.Sum256([]byte(id))] = session{csrf: randomHex(32), expires: now + sessionTTL}
+	s.byID[sha256.Sum256([]byte(id))] = session{csrf: randomHex(32), expires: now + sessionTTL, label: randomHex(4)}
 	return id
 }
 

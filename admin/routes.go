@@ -81,6 +81,7 @@ func (n *endpoint) routes(a *api, d *dashboard) []route {
 		{"POST", "/api/v1/queues/{name}/resume", authorized, "resume a queue", a.queueAction(false), nil},
 		{"POST", "/api/v1/queues/{name}/cancel", authorized, `stop a queue's running calls; {"waiting": true}: cancel its waiting jobs too (202)`, a.queueCancel, nil},
 		{"POST", "/api/v1/tasks/{name}/delete", authorized, "delete an endless task", a.nameAction("task", "delete requested", deleteTask), nil},
+		{"GET", "/api/v1/audit", authorized, "operator actions, newest first: ?since=&actor=&action=&limit=&cursor=", a.auditList, nil},
 		{"", "/api/", authorized, "any other path under /api/: a JSON 404", nil, page(noRoute)},
 	}
 }

@@ -151,6 +151,10 @@ type JobsConfig struct {
 	RetentionDead      Duration `yaml:"retention_dead"`
 	RetentionCancelled Duration `yaml:"retention_cancelled"`
 	RetentionMissed    Duration `yaml:"retention_missed"`
+	// RetentionAudit is how long an entry of the operators' audit log is
+	// kept, from when it was recorded on the database clock; default
+	// 2160h (90 days); 0 keeps them; otherwise 1m..87600h.
+	RetentionAudit Duration `yaml:"retention_audit"`
 	// DrainTimeout is how long a stop waits for in-flight calls before
 	// releasing them; default 20s; 0 releases at once; at most 1h.
 	DrainTimeout Duration `yaml:"drain_timeout"`
@@ -310,6 +314,7 @@ func Default() Config {
 			RetentionDead:      Duration(7 * 24 * time.Hour),
 			RetentionCancelled: Duration(7 * 24 * time.Hour),
 			RetentionMissed:    Duration(7 * 24 * time.Hour),
+			RetentionAudit:     Duration(90 * 24 * time.Hour),
 		},
 		Rotation: RotationConfig{Slot: Duration(time.Second)},
 		Checkin: CheckinConfig{

@@ -44,6 +44,7 @@ var durationBounds = map[string]bounds{
 	"jobs.retention_dead":      {min: time.Minute, max: maxRetention, lowWhy: keepWhy},
 	"jobs.retention_cancelled": {min: time.Minute, max: maxRetention, lowWhy: keepWhy},
 	"jobs.retention_missed":    {min: time.Minute, max: maxRetention, lowWhy: keepWhy},
+	"jobs.retention_audit":     {min: time.Minute, max: maxRetention, lowWhy: keepWhy},
 	"checkin.retention":        {min: time.Hour, max: maxRetention, lowWhy: " (more than any checkin.ttl), or 0 to keep nodes"},
 	"rotation.slot":            {min: 100 * time.Millisecond, max: time.Minute, lowWhy: " (the farm polls the database once per slot)", highWhy: " (due jobs wait up to a slot per node)"},
 	"checkin.heartbeat":        {min: 100 * time.Millisecond, max: time.Minute, lowWhy: " (every node writes its registry row once per heartbeat)"},

@@ -18,7 +18,8 @@ import (
 )
 
 // The dashboard's Queues page in a browser: it pauses a queue, whose jobs
-// then wait, and resumes it, after which they run.
+// then wait, and resumes it, after which they run. Both actions are in
+// the audit log as the dashboard's, and on its Audit page.
 func TestDashboardPausesAQueue(t *testing.T) {
 	b := startBrowser(t)
 	s, db := storetest.OpenDB(t, "sqlite")
@@ -56,6 +57,22 @@ func TestDashboardPausesAQueue(t *testing.T) {
 		require.NoError(t, err)
 		return j.State == store.StateDone
 	})
+
+	// The audit log has both actions, as the dashboard's: in the
+	// database, and on its Audit page.
+	entries, err := s.AuditList(ctx, store.AuditFilter{Action: "queue", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	require.Equal(t, "queue.resume", entries[0].Action, "newest first")
+	require.Equal(t, "queue.pause", entries[1].Action)
+	for _, e := range entries {
+		require.Equal(t, "reports", e.Target)
+		require.Equal(t, "dashboard (loopback, no admin.token)", e.Actor)
+		require.Equal(t, "127.0.0.1 via node-a", e.Origin)
+	}
+	b.open(fmt.Sprintf("http://127.0.0.1:%d/#/audit", port))
+	b.waitFor(`#audit tr[data-action="queue.pause"][data-target="reports"]`)
+	b.waitFor(`#audit tr[data-action="queue.resume"][data-target="reports"]`)
 	n.stop(t)
 }
 

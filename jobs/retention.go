@@ -32,6 +32,7 @@ const (
 type PruneStore interface {
 	JobsPrune(ctx context.Context, state string, age time.Duration, limit int) (int64, error)
 	NodesPrune(ctx context.Context, age time.Duration) (int64, error)
+	AuditPrune(ctx context.Context, age time.Duration, limit int) (int64, error)
 	JobsSetAsideUnreachable(ctx context.Context, beyond time.Duration, limit int) (int64, error)
 }
 
@@ -48,6 +49,10 @@ type PruneOptions struct {
 	Jobs map[string]time.Duration
 	// Nodes deletes registry rows not seen for this long; 0 keeps them.
 	Nodes time.Duration
+	// Audit deletes audit log entries older than this; 0 keeps them.
+	// One statement of Batch entries a look: an operators' log grows by
+	// far less than Batch an Idle.
+	Audit time.Duration
 	// Batch is the most rows one delete statement takes; default 500.
 	Batch int
 	// Budget is how long one turn may keep deleting while there is more;
@@ -77,11 +82,11 @@ type Pruner struct {
 
 // PruneResult is what one turn did.
 type PruneResult struct {
-	Jobs, Nodes int64 // rows deleted
-	SetAside    int64 // ready jobs due beyond Unreachable, set aside dead
-	Statements  int
-	Behind      bool // stopped by the budget with rows still due
-	Skipped     bool // caught up, and the idle pause is not over
+	Jobs, Nodes, Audit int64 // rows deleted
+	SetAside           int64 // ready jobs due beyond Unreachable, set aside dead
+	Statements         int
+	Behind             bool // stopped by the budget with rows still due
+	Skipped            bool // caught up, and the idle pause is not over
 }
 
 // NewPruner returns a pruner over s.
@@ -112,7 +117,7 @@ func NewPruner(s PruneStore, opts PruneOptions) *Pruner {
 
 // Enabled reports whether the pruner deletes anything at all. It looks for
 // unreachable jobs whether or not.
-func (p *Pruner) Enabled() bool { return len(p.states) > 0 || p.opts.Nodes > 0 }
+func (p *Pruner) Enabled() bool { return len(p.states) > 0 || p.opts.Nodes > 0 || p.opts.Audit > 0 }
 
 // Turn runs retention for one of the node's turns as slot owner. While
 // caught up it looks once per Idle; while behind, at every turn.
@@ -139,6 +144,14 @@ func (p *Pruner) Turn(ctx context.Context) (PruneResult, error) {
 		n, err := p.s.NodesPrune(ctx, p.opts.Nodes)
 		res.Statements++
 		res.Nodes = n
+		if err != nil {
+			return res, err
+		}
+	}
+	if !p.behind && p.opts.Audit > 0 {
+		n, err := p.s.AuditPrune(ctx, p.opts.Audit, p.opts.Batch)
+		res.Statements++
+		res.Audit = n
 		if err != nil {
 			return res, err
 		}
@@ -171,8 +184,8 @@ func (p *Pruner) Turn(ctx context.Context) (PruneResult, error) {
 	if !res.Behind {
 		p.cursor, p.next = 0, p.opts.Clock.Monotonic()+p.opts.Idle
 	}
-	if res.Jobs > 0 || res.Nodes > 0 {
-		p.opts.Logger.Debug("retention deleted", "jobs", res.Jobs, "nodes", res.Nodes, "statements", res.Statements, "behind", res.Behind)
+	if res.Jobs > 0 || res.Nodes > 0 || res.Audit > 0 {
+		p.opts.Logger.Debug("retention deleted", "jobs", res.Jobs, "nodes", res.Nodes, "audit_entries", res.Audit, "statements", res.Statements, "behind", res.Behind)
 	}
 	return res, nil
 }

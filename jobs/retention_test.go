@@ -21,6 +21,7 @@ type pruneDB struct {
 	limits []int                    // the limit of every job delete
 	ages   map[string]time.Duration // the age each state was pruned with
 	nodes  int                      // node deletes
+	audits []time.Duration          // the age of every audit delete
 	looks  int                      // looks for unreachable jobs
 	beyond time.Duration            // how far ahead they were looked for
 	fail   error
@@ -41,6 +42,12 @@ func (d *pruneDB) JobsPrune(_ context.Context, state string, age time.Duration, 
 func (d *pruneDB) NodesPrune(context.Context, time.Duration) (int64, error) {
 	d.clk.Advance(d.cost)
 	d.nodes++
+	return 0, nil
+}
+
+func (d *pruneDB) AuditPrune(_ context.Context, age time.Duration, _ int) (int64, error) {
+	d.clk.Advance(d.cost)
+	d.audits = append(d.audits, age)
 	return 0, nil
 }
 

@@ -146,6 +146,9 @@ func (m *metrics) observePrune(r jobs.PruneResult) {
 	if r.Nodes > 0 {
 		m.pruned.WithLabelValues("nodes").Add(float64(r.Nodes))
 	}
+	if r.Audit > 0 {
+		m.pruned.WithLabelValues("audit").Add(float64(r.Audit))
+	}
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {

@@ -72,4 +72,19 @@ func TestNodeWritesItsQueueSettingsAtStart(t *testing.T) {
 	old := read("old")
 	require.Equal(t, 0, old.managed)
 	require.Nil(t, old.limit)
+
+	// The changes are in the audit log, as the node's config's; an
+	// unchanged queue is not.
+	entries, err := s.AuditList(ctx, store.AuditFilter{Action: "queue.settings", Limit: 10})
+	require.NoError(t, err)
+	changed := map[string]string{}
+	for _, e := range entries {
+		changed[e.Target] = e.Detail
+		require.Equal(t, "node n1 (its config)", e.Actor)
+		require.Contains(t, e.Origin, "config of n1 on ")
+	}
+	require.Equal(t, map[string]string{
+		"old":     "limit 1 -> none",
+		"reports": "none -> priority 5, limit 3, node_limit 1, rate 10/1m0s",
+	}, changed)
 }

@@ -109,7 +109,7 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger, 
 		Nudge:   w.nudge,
 	}
 	w.pruner = jobs.NewPruner(s, jobs.PruneOptions{
-		Jobs: cfg.Jobs.Retention(), Nodes: time.Duration(cfg.Checkin.Retention),
+		Jobs: cfg.Jobs.Retention(), Nodes: time.Duration(cfg.Checkin.Retention), Audit: time.Duration(cfg.Jobs.RetentionAudit),
 		// A turn's deleting stays a fraction of the slot: the slot owner's
 		// next turn is due a slot later.
 		Budget: min(jobs.DefaultPruneBudget, time.Duration(cfg.Rotation.Slot)/5),

@@ -136,6 +136,7 @@ const pages = {
   queues: { title: "Queues", mount: mountQueues },
   tasks: { title: "Tasks", mount: mountTasks },
   throughput: { title: "Throughput", mount: mountThroughput },
+  audit: { title: "Audit", mount: mountAudit },
 };
 
 let current = null; // { refresh } of the page on screen
@@ -448,6 +449,34 @@ function mountQueues(main) {
             // API's -waiting cancel them too). Two clicks, as for a delete.
             q.running > 0 ? confirmButton("Cancel running", "danger", { "data-action": "cancel" }, "cancel queue " + q.name,
               () => act(path(q, "cancel"), { waiting: false }, (r) => `queue ${q.name}: cancel requested of ${r.requested} running; their nodes stop the calls at their next lease renewal`)) : null)))))) : el("div", { class: "empty" }, "No queue has jobs waiting or running, and none was paused. Pause one with slotpoller queue pause -name NAME."));
+    },
+  };
+}
+
+// ---- Audit ----
+
+// mountAudit lists the operators' actions, newest first, 100 a page
+// (older pages by the API's cursor).
+function mountAudit(main) {
+  const card = el("div", { class: "card" });
+  main.append(el("h1", {}, "Audit"), card);
+  let cursor = "";
+  return {
+    async refresh() {
+      const { entries, next_cursor } = await api("/api/v1/audit?limit=100" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
+      const heads = ["At (UTC)", "Actor", "From", "Action", "Target", "Detail"];
+      card.replaceChildren(entries.length ? el("table", { id: "audit" },
+        el("thead", {}, el("tr", {}, heads.map((h) => el("th", {}, h)))),
+        el("tbody", {}, entries.map((e) => el("tr", { "data-action": e.action, "data-target": e.target || "" },
+          el("td", {}, stampParts(e.at)),
+          el("td", {}, e.actor),
+          el("td", { class: "mono" }, e.origin),
+          el("td", {}, el("strong", {}, e.action)),
+          el("td", { class: "mono trunc", title: e.target || "" }, e.target || "–"),
+          el("td", { class: "mono trunc", title: e.detail || "" }, e.detail || "–"))))) : el("div", { class: "empty" }, "No action recorded yet. Retries, cancels, pauses, triggers and deletes appear here, from the CLI, the API and this dashboard."),
+        el("div", { class: "actions" },
+          cursor ? el("button", { type: "button", onclick: () => { cursor = ""; refreshNow(); } }, "Newest") : null,
+          next_cursor ? el("button", { type: "button", "data-action": "older", onclick: () => { cursor = next_cursor; refreshNow(); } }, "Older") : null));
     },
   };
 }

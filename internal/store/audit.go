@@ -81,15 +81,7 @@ func (s *Store) AuditAdd(ctx context.Context, e AuditEntry) (int64, error) {
 	q := s.statement(`INSERT INTO {audit} (at, actor, origin, action, target, detail) {output id}
 VALUES ({now}, ?, ?, ?, ?, ?) {returning id}`)
 	args := []any{e.Actor, e.Origin, e.Action, e.Target, e.Detail}
-	var id int64
-	err := s.retry(ctx, func() error {
-		if s.writesBack() {
-			var err error
-			id, err = s.insertedID(ctx, q, args)
-			return err
-		}
-		return s.queryRow(ctx, q, args...).Scan(&id)
-	})
+	id, err := s.insertOne(ctx, q, args)
 	if err != nil {
 		return 0, fmt.Errorf("record audit entry %q by %q: %w", e.Action, e.Actor, err)
 	}

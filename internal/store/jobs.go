@@ -173,6 +173,20 @@ func (s *Store) JobInsert(ctx context.Context, j NewJob) (int64, error) {
 	values, args := s.jobValues(j)
 	q := s.statement(`INSERT INTO {jobs} (` + jobInsertColumns + `) {output id}
 VALUES (` + values + `) {returning id}`)
+	id, err := s.insertOne(ctx, q, args)
+	if err != nil && s.drv.UniqueViolation(err) {
+		return s.duplicate(ctx, j.UniqueKey)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("enqueue job for %s: %w", j.Endpoint, s.packetError(ctx, "the statement", []NewJob{j}, s.rowBytes(j), err))
+	}
+	return id, nil
+}
+
+// insertOne runs an INSERT of one row that hands back its id ({output
+// id} ... {returning id}), or on MySQL, which hands back none, reads the
+// driver's last insert id; again on a transient conflict.
+func (s *Store) insertOne(ctx context.Context, q string, args []any) (int64, error) {
 	var id int64
 	err := s.retry(ctx, func() error {
 		if s.writesBack() {
@@ -182,13 +196,7 @@ VALUES (` + values + `) {returning id}`)
 		}
 		return s.queryRow(ctx, q, args...).Scan(&id)
 	})
-	if err != nil && s.drv.UniqueViolation(err) {
-		return s.duplicate(ctx, j.UniqueKey)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("enqueue job for %s: %w", j.Endpoint, s.packetError(ctx, "the statement", []NewJob{j}, s.rowBytes(j), err))
-	}
-	return id, nil
+	return id, err
 }
 
 // duplicate is the answer to an insert whose unique key is taken:

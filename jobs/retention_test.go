@@ -211,3 +211,28 @@ func TestPrunerInSlotsLooksOncePerIdleForTheWholeFarm(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Skipped)
 }
+
+// The audit log's entries go after jobs.retention_audit: one delete a
+// look, with that age; none without a retention.
+func TestPrunerDeletesOldAuditEntriesOncePerLook(t *testing.T) {
+	db := newPruneDB(time.Millisecond, map[string]int{})
+	p := jobs.NewPruner(db, jobs.PruneOptions{Audit: 90 * 24 * time.Hour, Idle: time.Minute, Clock: db.clk})
+	require.True(t, p.Enabled(), "an audit retention alone is something to prune")
+	ctx := context.Background()
+	res, err := p.Turn(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Statements, "the look for unreachable jobs, and the audit delete")
+	require.Equal(t, []time.Duration{90 * 24 * time.Hour}, db.audits)
+	res, err = p.Turn(ctx)
+	require.NoError(t, err)
+	require.True(t, res.Skipped)
+	db.clk.Advance(time.Minute)
+	_, err = p.Turn(ctx)
+	require.NoError(t, err)
+	require.Len(t, db.audits, 2, "once per look")
+
+	kept := newPruneDB(time.Millisecond, map[string]int{})
+	_, err = jobs.NewPruner(kept, jobs.PruneOptions{Clock: kept.clk}).Turn(ctx)
+	require.NoError(t, err)
+	require.Empty(t, kept.audits, "no retention keeps the log")
+}

@@ -27,7 +27,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	})
 	applied, err := schema.Migrate(context.Background(), s)
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}, applied)
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}, applied)
 
 	calls := tr.Calls()
 	for _, c := range calls {
@@ -75,15 +75,15 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	}
 	require.Equal(t, []string{"[farm_jobs].[nodes]", "[farm_jobs].[jobs]", "[farm_jobs].[tasks]", "[farm_jobs].[schedules]", "[farm_jobs].[queues]", "[farm_jobs].[queue_routes]", "[farm_jobs].[audit]"}, creates)
 	require.Equal(t, [][]any{{1, "init"}, {2, "tasks"}, {3, "schedules"}, {4, "history"}, {5, "retention"}, {6, "enqueue"},
-		{7, "placeholder"}, {8, "turns"}, {9, "liveness"}, {10, "admin_reads"}, {11, "odd_rows"}, {12, "queues"}, {13, "cancel_running"}, {14, "queue_limits"}, {15, "push"}, {16, "claim_plan"}, {17, "trace_context"}, {18, "audit"}}, versions)
+		{7, "placeholder"}, {8, "turns"}, {9, "liveness"}, {10, "admin_reads"}, {11, "odd_rows"}, {12, "queues"}, {13, "cancel_running"}, {14, "queue_limits"}, {15, "push"}, {16, "claim_plan"}, {17, "trace_context"}, {18, "audit"}, {19, "search"}}, versions)
 	require.Equal(t, []string{"[farm_jobs].[enqueue_v1]", "[farm_jobs].[enqueue_v1]", "[farm_jobs].[enqueue_v1]", "[farm_jobs].[enqueue_v1]"}, procs, "created (6), then altered (11, 12, 17)")
 	require.Equal(t, []string{"[farm_jobs].[jobs] schedule", "[farm_jobs].[jobs] scheduled_for", "[farm_jobs].[jobs] start_by",
 		"[farm_jobs].[jobs] exclusive", "[farm_jobs].[jobs] history", "[farm_jobs].[nodes] turns", "[farm_jobs].[nodes] live_until", "[farm_jobs].[nodes] lock_key",
 		"[farm_jobs].[jobs] endpoint_head", "[farm_jobs].[jobs] queue", "[farm_jobs].[jobs] cancel_requested_by", "[farm_jobs].[jobs] cancel_requested_at",
 		"[farm_jobs].[queues] managed", "[farm_jobs].[queues] priority", "[farm_jobs].[queues] max_running", "[farm_jobs].[queues] max_per_node",
 		"[farm_jobs].[queues] rate_limit", "[farm_jobs].[queues] rate_period_ms", "[farm_jobs].[queues] rate_window", "[farm_jobs].[queues] rate_used",
-		"[farm_jobs].[jobs] trace_parent"}, alters,
-		"schedules, then the history, add their columns to jobs, then the dashboard's turns to nodes, then the admin reads' endpoint key, the queue, the cancel request, the queues' limits, the trace parent, one per ALTER")
+		"[farm_jobs].[jobs] trace_parent", "[farm_jobs].[jobs] idem_key_200"}, alters,
+		"schedules, then the history, add their columns to jobs, then the dashboard's turns to nodes, then the admin reads' endpoint key, the queue, the cancel request, the queues' limits, the trace parent, the search's idempotency key, one per ALTER")
 	require.Equal(t, []string{
 		// Unique among the jobs that have a key (a plain unique index would allow one NULL).
 		"CREATE UNIQUE NONCLUSTERED INDEX jobs_unique_key ON [farm_jobs].[jobs] (unique_key) WHERE unique_key IS NOT NULL;",
@@ -109,6 +109,8 @@ func TestSQLServerMigrateSends(t *testing.T) {
 		"CREATE NONCLUSTERED INDEX jobs_queue ON [farm_jobs].[jobs] (queue, state, run_at, id);",
 		// The audit log's retention, oldest first.
 		"CREATE NONCLUSTERED INDEX audit_at ON [farm_jobs].[audit] (at);",
+		// The search's exact lookup by idempotency key, newest first.
+		"CREATE NONCLUSTERED INDEX jobs_idem_key ON [farm_jobs].[jobs] (idem_key_200, id);",
 	}, indexes)
 }
 

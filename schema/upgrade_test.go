@@ -94,7 +94,7 @@ func TestMySQLTraceContextUpgrade(t *testing.T) {
 
 	applied, err := schema.Migrate(ctx, s)
 	require.NoError(t, err)
-	require.Equal(t, []int{17, 18}, applied)
+	require.Equal(t, []int{17, 18, 19}, applied)
 	require.NoError(t, schema.RunVersion(ctx, s, 17), "version 17 again, as after a migration cut short")
 
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -129,7 +129,7 @@ func TestMySQLAuditUpgrade(t *testing.T) {
 
 	applied, err := schema.Migrate(ctx, s)
 	require.NoError(t, err)
-	require.Equal(t, []int{18}, applied)
+	require.Equal(t, []int{18, 19}, applied)
 	id, err := s.AuditAdd(ctx, store.AuditEntry{Actor: "alice", Origin: "host", Action: "queue.pause", Target: "reports"})
 	require.NoError(t, err)
 	require.NoError(t, schema.RunVersion(ctx, s, 18), "version 18 again, as after a migration cut short")
@@ -138,4 +138,35 @@ func TestMySQLAuditUpgrade(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, id, got[0].ID)
+}
+
+// MySQL's version 19 runs again without harm (its index is created only
+// when information_schema does not list it), and the exact lookup by
+// idempotency key finds its job after the rerun.
+func TestMySQLSearchUpgrade(t *testing.T) {
+	db := storetest.New(t, "mysql")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := db.Open(ctx)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = schema.MigrateTo(ctx, s, 18)
+	require.NoError(t, err)
+	id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/before", Method: "POST", MaxAttempts: 1, IdempotencyKey: "idem-before"})
+	require.NoError(t, err)
+
+	applied, err := schema.Migrate(ctx, s)
+	require.NoError(t, err)
+	require.Equal(t, []int{19}, applied)
+	require.NoError(t, schema.RunVersion(ctx, s, 19), "version 19 again, as after a migration cut short")
+	var n int
+	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics
+WHERE table_schema = DATABASE() AND table_name = 'slotpoller_jobs' AND index_name = 'slotpoller_jobs_idem_key'`).Scan(&n))
+	require.Equal(t, 1, n)
+
+	got, err := s.JobsSearch(ctx, store.JobSearch{Text: "idem-before", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, got.Hits, 1)
+	require.Equal(t, id, got.Hits[0].Job.ID)
+	require.Equal(t, "idempotency_key", got.Hits[0].Matched)
 }

@@ -91,6 +91,19 @@ type Dialect interface {
 	// (written as ?) of rows: top goes right after SELECT, limit at the end
 	// of the statement; one of them is "". rowLimit places its argument.
 	RowLimit() (top, limit string)
+	// IdemKey is the column an exact lookup by idempotency key compares,
+	// one an index holds (the key, or where it cannot be an index key a
+	// computed column of it): search.go.
+	IdemKey() string
+	// NthRow is the clause after an ORDER BY that skips a bind parameter
+	// (written as ?) of rows and returns the next one.
+	NthRow() string
+	// BytesContain is a condition that the binary column col holds the
+	// bytes of text (case-sensitive, byte for byte), and its arguments.
+	BytesContain(col, text string) (string, []any)
+	// TextContains is a condition that the text column col holds text as
+	// it is (case-sensitive, no wildcard), and its arguments.
+	TextContains(col, text string) (string, []any)
 	// MigrationLock returns a statement that takes a transaction-scoped lock
 	// serializing migrations across nodes, or "" when beginning the
 	// transaction already does (SQLite's BEGIN IMMEDIATE).

@@ -158,3 +158,15 @@ func mysqlNodeLockName(key string) string {
 // state's index would read a common state's every row for a window of
 // seconds.
 func (MySQL) ByState() string { return "{jobs} IGNORE INDEX FOR ORDER BY (PRIMARY)" }
+
+// The text search (search.go): LOCATE() on a blob and a binary string
+// compares bytes; on the text column, in the table's binary collation
+// (utf8mb4_bin), characters exactly.
+func (MySQL) IdemKey() string { return "idem_key" }
+func (MySQL) NthRow() string  { return "LIMIT 1 OFFSET ?" }
+func (MySQL) BytesContain(col, text string) (string, []any) {
+	return "LOCATE(?, " + col + ") > 0", []any{[]byte(text)}
+}
+func (MySQL) TextContains(col, text string) (string, []any) {
+	return "LOCATE(?, " + col + ") > 0", []any{text}
+}

@@ -106,3 +106,14 @@ func (Postgres) NowMillis() string {
 func (Postgres) ClaimManaged() string {
 	return "SELECT * FROM slotpoller_claim_managed($1, $2, $3, $4, $5, $6, $7, $8)"
 }
+
+// The text search (search.go): position() on bytea compares bytes, on text
+// characters, both exactly.
+func (Postgres) IdemKey() string { return "idem_key" }
+func (Postgres) NthRow() string  { return "LIMIT 1 OFFSET ?" }
+func (Postgres) BytesContain(col, text string) (string, []any) {
+	return "position(CAST(? AS bytea) in " + col + ") > 0", []any{[]byte(text)}
+}
+func (Postgres) TextContains(col, text string) (string, []any) {
+	return "position(CAST(? AS text) in " + col + ") > 0", []any{text}
+}

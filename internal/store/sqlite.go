@@ -105,3 +105,14 @@ ORDER BY id DESC LIMIT ?`
 
 // NowMillis: SQLite's times are epoch milliseconds already.
 func (SQLite) NowMillis() string { return SQLite{}.Now() }
+
+// The text search (search.go): instr() compares bytes when both arguments
+// are blobs, characters when they are text, both exactly.
+func (SQLite) IdemKey() string { return "idem_key" }
+func (SQLite) NthRow() string  { return "LIMIT 1 OFFSET ?" }
+func (SQLite) BytesContain(col, text string) (string, []any) {
+	return "instr(" + col + ", ?) > 0", []any{[]byte(text)}
+}
+func (SQLite) TextContains(col, text string) (string, []any) {
+	return "instr(" + col + ", ?) > 0", []any{text}
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -290,3 +291,28 @@ func (SQLServer) NowMillis() string {
 // ScheduleHint (scheduleLocker): an update lock on an exclusive schedule's
 // row, skipped where another claim holds it (see ClaimJobs).
 func (SQLServer) ScheduleHint() string { return " WITH (UPDLOCK, READPAST, ROWLOCK)" }
+
+// IdemKey is the computed column of migration 19: the idempotency key
+// (NVARCHAR(MAX), which cannot be an index key; at most 200 characters)
+// in a binary collation, which an index holds.
+func (SQLServer) IdemKey() string { return "idem_key_200" }
+func (SQLServer) NthRow() string  { return "OFFSET ? ROWS FETCH NEXT 1 ROWS ONLY" }
+
+// BytesContain: CHARINDEX of the bytes in the VARBINARY(MAX), which SQL
+// Server compares byte for byte. Babelfish 4.2 compares the two as the
+// text of their hexadecimal forms ('\x7a6263'), so that the bytes are
+// found only at the payload's start: there the second test, the bytes'
+// hexadecimal text in the payload's, finds them anywhere. It may also
+// match half a byte off, and on SQL Server it matches a payload holding
+// that hexadecimal text as characters: the store keeps only the rows
+// whose payload holds the bytes (searchMatch), so that the second test
+// only ever adds candidates.
+func (SQLServer) BytesContain(col, text string) (string, []any) {
+	return "(CHARINDEX(?, " + col + ") > 0 OR CHARINDEX(?, " + col + ") > 0)", []any{[]byte(text), hex.EncodeToString([]byte(text))}
+}
+
+// TextContains compares in a binary collation: case-sensitive, as on the
+// other databases, whatever the column's (the database's default).
+func (SQLServer) TextContains(col, text string) (string, []any) {
+	return "CHARINDEX(?, " + col + " COLLATE Latin1_General_100_BIN2) > 0", []any{text}
+}

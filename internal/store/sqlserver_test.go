@@ -348,6 +348,18 @@ func sqlServerOps() []op {
 			_, err := s.QueueStartDelays(ctx, 5*time.Minute, 1000)
 			return err
 		}},
+		{name: "JobsSearch", sends: 3, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsSearch(ctx, store.JobSearch{Text: "42", Limit: 20, Scan: 5000})
+			return err
+		}},
+		{name: "JobsSearch (text)", sends: 3, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsSearch(ctx, store.JobSearch{Text: "MARK", Limit: 20})
+			return err
+		}},
+		{name: "JobsSearch (no text)", sends: 0, run: func(ctx context.Context, s *store.Store) error {
+			_, err := s.JobsSearch(ctx, store.JobSearch{Limit: 20})
+			return err
+		}},
 		{name: "AuditAdd", sends: 1, run: func(ctx context.Context, s *store.Store) error {
 			_, err := s.AuditAdd(ctx, store.AuditEntry{Actor: "actor-MARK", Origin: "host-MARK", Action: "queue.pause", Target: "q-MARK", Detail: "MARK"})
 			return err

@@ -609,6 +609,37 @@ UNION ALL SELECT queue, delay_ms FROM (SELECT TOP (@p3) queue, DATEDIFF_BIG(mill
 UNION ALL SELECT queue, delay_ms FROM (SELECT TOP (@p5) queue, DATEDIFF_BIG(millisecond, run_at, started_at) AS delay_ms FROM [sp_unit].[jobs] WHERE state = 'dead' AND finished_at IS NOT NULL AND finished_at > DATEADD(millisecond, CAST(@p6 % 86400000 AS int), DATEADD(day, CAST(@p6 / 86400000 AS int), SYSUTCDATETIME())) AND started_at IS NOT NULL ORDER BY finished_at DESC) f2
 UNION ALL SELECT queue, delay_ms FROM (SELECT TOP (@p7) queue, DATEDIFF_BIG(millisecond, run_at, started_at) AS delay_ms FROM [sp_unit].[jobs] WHERE state = 'running' AND started_at IS NOT NULL) r OPTION (RECOMPILE);
 
+-- JobsSearch
+-- @p1 int64, @p2 mssql.NVarCharMax, @p3 int, @p4 mssql.NVarCharMax
+SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue, trace_parent FROM [sp_unit].[jobs] WHERE id = @p1
+UNION ALL
+SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue, trace_parent FROM [sp_unit].[jobs] WHERE unique_key = @p2
+UNION ALL
+SELECT * FROM (SELECT TOP (@p3) id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue, trace_parent FROM [sp_unit].[jobs] WHERE idem_key_200 = @p4 ORDER BY id DESC) AS i OPTION (RECOMPILE);
+-- @p1 int
+SELECT id FROM [sp_unit].[jobs] ORDER BY id DESC OFFSET @p1 ROWS FETCH NEXT 1 ROWS ONLY;
+-- @p1 int, @p2 int64, @p3 []uint8, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax
+SELECT TOP (@p1) id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue, trace_parent FROM [sp_unit].[jobs] WHERE id >= @p2 AND ((CHARINDEX(@p3, payload) > 0 OR CHARINDEX(@p4, payload) > 0) OR CHARINDEX(@p5, last_error COLLATE Latin1_General_100_BIN2) > 0) ORDER BY id DESC OPTION (RECOMPILE);
+
+-- JobsSearch (text)
+-- @p1 mssql.NVarCharMax, @p2 int, @p3 mssql.NVarCharMax
+SELECT id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue, trace_parent FROM [sp_unit].[jobs] WHERE unique_key = @p1
+UNION ALL
+SELECT * FROM (SELECT TOP (@p2) id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue, trace_parent FROM [sp_unit].[jobs] WHERE idem_key_200 = @p3 ORDER BY id DESC) AS i OPTION (RECOMPILE);
+-- @p1 int
+SELECT id FROM [sp_unit].[jobs] ORDER BY id DESC OFFSET @p1 ROWS FETCH NEXT 1 ROWS ONLY;
+-- @p1 int, @p2 int64, @p3 []uint8, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax
+SELECT TOP (@p1) id, endpoint, method, payload, state, run_at, attempt, max_attempts, timeout_ms, unique_key, idem_key,
+  owner, owner_node, token, lease_until, created_at, started_at, finished_at, last_status, last_error, schedule, scheduled_for, queue, trace_parent FROM [sp_unit].[jobs] WHERE id >= @p2 AND ((CHARINDEX(@p3, payload) > 0 OR CHARINDEX(@p4, payload) > 0) OR CHARINDEX(@p5, last_error COLLATE Latin1_General_100_BIN2) > 0) ORDER BY id DESC OPTION (RECOMPILE);
+
+-- JobsSearch (no text)
+
 -- AuditAdd
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 mssql.NVarCharMax, @p4 mssql.NVarCharMax, @p5 mssql.NVarCharMax
 DECLARE @out TABLE (id BIGINT);

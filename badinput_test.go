@@ -215,7 +215,7 @@ func badInputs(t *testing.T) []badInput {
 		flagCase("enqueue -payload-file over 1 MiB", "is over 1048576 bytes (1 MiB), the most a job's payload may be", "enqueue", "-endpoint", "/x", "-payload-file", big),
 
 		// job.
-		{name: "job without verb", args: []string{"job"}, code: 2, want: "say `job list`, `job show ID`, `job retry` or `job cancel ID`"},
+		{name: "job without verb", args: []string{"job"}, code: 2, want: "say `job list`, `job search TEXT`, `job show ID`, `job retry` or `job cancel ID`"},
 		flagCase("job unknown verb", `unknown job verb "frob"`, "job", "frob"),
 		flagCase("job show no id", "give the job's ID, e.g. `slotpoller job show 42`", "job", "show"),
 		flagCase("job show bad id", `job ID "abc": not a job id (a positive whole number)`, "job", "show", "abc"),

@@ -25,7 +25,7 @@ const jobTime = "2006-01-02 15:04:05.000Z"
 
 func cmdJob(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"say `job list`, `job show ID`, `job retry` or `job cancel ID`"}
+		return usageError{"say `job list`, `job search TEXT`, `job show ID`, `job retry` or `job cancel ID`"}
 	}
 	sub, args := args[0], args[1:]
 	fs, cfgPath := newFlags("job "+sub, stdout)
@@ -57,6 +57,35 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 				}{append([]client.JobInfo{}, page.Jobs...), page.NextCursor})
 			}
 			return writeJobList(stdout, page)
+		})
+	case "search":
+		limit := fs.Int("limit", client.DefaultSearchLimit, fmt.Sprintf("at most this many jobs, 1 to %d", client.MaxSearchLimit))
+		scan := fs.Int("scan", client.DefaultSearchScan, fmt.Sprintf("the text search reads the newest this many jobs, 1 to %d", client.MaxSearchScan))
+		asJSON := fs.Bool("json", false, "print JSON: an object with a hits array and from")
+		text, err := parseText(fs, args)
+		if err != nil {
+			return err
+		}
+		q := client.Search{Text: text, Limit: *limit, Scan: *scan}
+		var fe *client.FieldError
+		if err := client.CheckSearch(q); errors.As(err, &fe) {
+			if fe.Field == "text" {
+				return usageError{fe.Problem}
+			}
+			return usageError{fmt.Sprintf("-%s: %s", fe.Field, fe.Problem)}
+		}
+		if *limit < 1 || *scan < 1 {
+			return usageError{fmt.Sprintf("-limit %d, -scan %d: each must be at least 1", *limit, *scan)}
+		}
+		return jobClient(*cfgPath, dbRead, func(ctx context.Context, c *client.Client) error {
+			res, err := c.Search(ctx, q)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(stdout, res)
+			}
+			return writeSearch(stdout, res, *scan)
 		})
 	case "show":
 		asJSON := fs.Bool("json", false, "print JSON")
@@ -152,6 +181,28 @@ func cmdJob(args []string, stdout, stderr io.Writer) error {
 	return usageError{fmt.Sprintf("unknown job verb %q: say %s", sub, orList(subVerbs("job")))}
 }
 
+// parseText parses `TEXT [flags]` or `[flags] TEXT`: one argument.
+func parseText(fs *flagSet, args []string) (string, error) {
+	var text string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") && args[0] != "help" {
+		text, args = args[0], args[1:]
+	}
+	if err := fs.parseFlags(args); err != nil {
+		return "", err
+	}
+	rest := fs.Args()
+	if text == "" && len(rest) > 0 {
+		text, rest = rest[0], rest[1:]
+	}
+	if len(rest) > 0 {
+		return "", usageError{fmt.Sprintf("unexpected argument %q: quote a text with spaces", rest[0])}
+	}
+	if text == "" {
+		return "", usageError{"give what to look for, e.g. `" + fs.Name() + " invoice-42`"}
+	}
+	return text, nil
+}
+
 // parseID parses `ID [flags]` or `[flags] ID`: one job id, positive.
 func parseID(fs *flagSet, args []string) (int64, error) {
 	var raw string
@@ -212,6 +263,29 @@ func stateText(j client.JobInfo) string {
 		return client.StateRetrying
 	}
 	return j.State
+}
+
+// writeSearch is `job search`'s table, and how far back its text search
+// read.
+func writeSearch(w io.Writer, res client.SearchResult, scan int) error {
+	if len(res.Hits) == 0 {
+		fmt.Fprintln(w, "no job found")
+	} else {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tFOUND BY\tSTATE\tCREATED (UTC)\tENDPOINT\tLAST")
+		for _, h := range res.Hits {
+			j := h.Job
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s %s\t%s\n", j.ID, h.Matched, stateText(j), j.Created.Format(jobTime),
+				j.Method, j.Endpoint, lastResult(j.LastStatus, j.LastError, 60))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if res.From != 0 {
+		fmt.Fprintf(w, "the text was looked for in the newest %d jobs (from job %d on); -scan reads further back\n", scan, res.From)
+	}
+	return nil
 }
 
 func writeJobList(w io.Writer, p client.Page) error {

@@ -65,6 +65,7 @@ func (n *endpoint) routes(a *api, d *dashboard) []route {
 		{"POST", "/api/v1/jobs/batch", authorized, `enqueue {"jobs": [...]} in one transaction`, a.enqueueBatch, nil},
 		{"GET", "/api/v1/jobs", authorized, "list: ?state=&endpoint=&since=&until=&limit=&cursor=", a.list, nil},
 		{"GET", "/api/v1/jobs/counts", authorized, "jobs by state", a.counts, nil},
+		{"GET", "/api/v1/jobs/search", authorized, "find jobs: ?q= (an id, a unique or idempotency key, text in a payload or last error)&limit=&scan=", a.search, nil},
 		{"GET", "/api/v1/jobs/{id}", authorized, "a job with its history", a.get, nil},
 		{"POST", "/api/v1/jobs/{id}/cancel", authorized, "cancel a waiting job (200), or stop a running one's call (202)", a.cancel, nil},
 		{"POST", "/api/v1/jobs/{id}/retry", authorized, "retry a finished job", a.retry, nil},

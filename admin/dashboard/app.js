@@ -131,6 +131,7 @@ const colour = (name) => nodeColours[name] || "#98a0b0";
 const pages = {
   farm: { title: "Farm", mount: mountFarm },
   jobs: { title: "Jobs", mount: mountJobs },
+  search: { title: "Search", mount: mountSearch },
   job: { title: "Job", mount: mountJob },
   schedules: { title: "Schedules", mount: mountSchedules },
   queues: { title: "Queues", mount: mountQueues },
@@ -449,6 +450,41 @@ function mountQueues(main) {
             // API's -waiting cancel them too). Two clicks, as for a delete.
             q.running > 0 ? confirmButton("Cancel running", "danger", { "data-action": "cancel" }, "cancel queue " + q.name,
               () => act(path(q, "cancel"), { waiting: false }, (r) => `queue ${q.name}: cancel requested of ${r.requested} running; their nodes stop the calls at their next lease renewal`)) : null)))))) : el("div", { class: "empty" }, "No queue has jobs waiting or running, and none was paused. Pause one with slotpoller queue pause -name NAME."));
+    },
+  };
+}
+
+// ---- Search ----
+
+// mountSearch finds jobs by id, unique or idempotency key (seeks), or by
+// text in a payload or last error among the newest jobs (the API's scan).
+function mountSearch(main, params) {
+  const text = params.get("q") || "";
+  const input = el("input", { name: "q", id: "f-q", placeholder: "a job id, a key, or text in a payload or error", value: text, size: 50 });
+  const form = el("form", { class: "filters", onsubmit: (e) => {
+    e.preventDefault();
+    location.hash = "#/search" + (input.value ? "?" + new URLSearchParams({ q: input.value }) : "");
+  } }, el("label", {}, "Find", input), el("button", { type: "submit", class: "primary" }, "Search"));
+  const card = el("div", { class: "card" });
+  main.append(el("h1", {}, "Search"), el("div", { class: "card" }, form), card);
+  return {
+    async refresh() {
+      if (!text) {
+        card.replaceChildren(el("div", { class: "empty" }, "Ids, unique keys and idempotency keys are found in any table; text in payloads and errors among the newest 10,000 jobs."));
+        return;
+      }
+      const r = await api("/api/v1/jobs/search?" + new URLSearchParams({ q: text }));
+      const heads = ["Job", "Found by", "Endpoint", "State", "Created (UTC)", "Last"];
+      card.replaceChildren(r.hits.length ? el("table", { id: "search" },
+        el("thead", {}, el("tr", {}, heads.map((h) => el("th", {}, h)))),
+        el("tbody", {}, r.hits.map(({ matched, job: j }) => el("tr", { "data-job": j.id, "data-matched": matched },
+          el("td", { class: "num" }, el("a", { href: "#/jobs/" + j.id }, "#" + j.id)),
+          el("td", {}, matched.replace("_", " ")),
+          el("td", { class: "trunc mono", title: j.endpoint }, j.method + " " + j.endpoint),
+          el("td", {}, badge(jobState(j))),
+          el("td", { class: "nowrap" }, fmtTime(j.created)),
+          el("td", { class: "trunc", title: j.last_error || "" }, j.last_status ? String(j.last_status) + " " : "", j.last_error || ""))))) : el("div", { class: "empty" }, "No job found."),
+        r.from ? el("p", { class: "muted", id: "search-from" }, `Text was looked for in the newest jobs, from #${r.from} on.`) : null);
     },
   };
 }

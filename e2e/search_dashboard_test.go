@@ -1,0 +1,42 @@
+//go:build unix
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/slotpoller/slotpoller/internal/store"
+	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/slotpoller/slotpoller/jobs"
+	"github.com/stretchr/testify/require"
+)
+
+// The dashboard's Search page in a browser: the search box finds a job
+// by its unique key and by text in its payload, and links to its page.
+func TestDashboardFindsAJob(t *testing.T) {
+	b := startBrowser(t)
+	s, db := storetest.OpenDB(t, "sqlite")
+	ctx := context.Background()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	defer srv.Close()
+	port := freePort(t)
+	n := startNode(t, env("sqlite", db.DSN, "node-a", srv.URL, append(db.ExtraEnv(), "SLOTPOLLER_ADMIN_LISTEN=127.0.0.1:"+strconv.Itoa(port))...), "node-a")
+	waitFor(t, 30*time.Second, "the node live", func() bool { return liveNodes(t, s) == 1 })
+	id, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/jobs/invoice", MaxAttempts: 1, Delay: time.Hour,
+		UniqueKey: "invoice-42", Payload: []byte(`{"customer":"ACME Corp"}`)})
+	require.NoError(t, err)
+
+	b.open(fmt.Sprintf("http://127.0.0.1:%d/#/search", port))
+	b.waitFor(`#f-q`)
+	b.waitJS("a search typed and sent", `const q = document.querySelector('#f-q'); q.value = 'invoice-42'; q.form.requestSubmit(); return true`)
+	b.waitFor(fmt.Sprintf(`#search tr[data-job="%d"][data-matched="unique_key"] a[href="#/jobs/%d"]`, id, id))
+	b.open(fmt.Sprintf("http://127.0.0.1:%d/#/search?q=%s", port, "ACME%20Corp"))
+	b.waitFor(fmt.Sprintf(`#search tr[data-job="%d"][data-matched="payload"]`, id))
+	n.stop(t)
+}

@@ -332,18 +332,28 @@ func limitHoldsThroughAKill(t *testing.T, driver string) {
 		perNode[sp.node]++
 	}
 	require.Len(t, byJob, total, "every job was called")
-	rerun, cut := 0, 0
+	rerun, cut, gaveUp := 0, 0, 0
 	for job, list := range byJob {
 		slices.SortFunc(list, func(a, b span) int { return a.start.Compare(b.start) })
 		for i, sp := range list[:len(list)-1] {
 			// Only a call by the killed node from before the kill (cut
 			// off, or answered to a node that did not live to record
-			// it) is followed by another, of a later claim, after it.
-			require.Equal(t, victim, sp.node, "job %s called again after a call by %s: %+v", job, sp.node, list)
-			require.True(t, sp.start.Before(killed), "job %s: its call by the killed node began after the kill", job)
+			// it), or one its node cut off because it could not confirm
+			// its lease in time (a claim or a renewal slowed by a loaded
+			// database: the node gives the job up rather than call past
+			// its hold), is followed by another, of a later claim, after
+			// it.
+			if sp.node != victim {
+				require.True(t, sp.cut, "job %s called again after a call by %s that was not cut off: %+v", job, sp.node, list)
+				gaveUp++
+			} else {
+				require.True(t, sp.start.Before(killed), "job %s: its call by the killed node began after the kill", job)
+			}
 			require.False(t, list[i+1].start.Before(sp.end), "job %s ran twice at once: %+v", job, list)
 			require.Greater(t, list[i+1].token, sp.token, "job %s: a new claim calls again", job)
-			rerun++
+			if sp.node == victim {
+				rerun++
+			}
 		}
 		for _, sp := range list {
 			if sp.cut {
@@ -353,8 +363,8 @@ func limitHoldsThroughAKill(t *testing.T, driver string) {
 	}
 	require.Positive(t, rerun, "the call the kill cut off was called again")
 	most, each := peaks(calls)
-	t.Logf("%s: calls per node %v; the kill of %s cut %d off, %d called again; at most %d at once, per node %v; the limit's room was used %.0f%% of the burst's time",
-		driver, perNode, victim, cut, rerun, most, each, 100*used(calls, limit))
+	t.Logf("%s: calls per node %v; the kill of %s cut %d off, %d called again (%d given up by a live node, its lease not confirmed in time); at most %d at once, per node %v; the limit's room was used %.0f%% of the burst's time",
+		driver, perNode, victim, cut, rerun, gaveUp, most, each, 100*used(calls, limit))
 	require.LessOrEqual(t, most, limit, "calls of the queue at once across the farm")
 	require.Equal(t, limit, most, "the limit was reached: the test could see it exceeded")
 	for name, n := range each {

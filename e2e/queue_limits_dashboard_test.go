@@ -5,14 +5,10 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/slotpoller/slotpoller/internal/store"
-	"github.com/slotpoller/slotpoller/internal/storetest"
 	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/stretchr/testify/require"
 )
@@ -22,13 +18,8 @@ import (
 // off; a queue without settings shows none.
 func TestDashboardShowsQueueLimits(t *testing.T) {
 	b := startBrowser(t)
-	s, db := storetest.OpenDB(t, "sqlite")
+	s, n, port := dashboardNode(t)
 	ctx := context.Background()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
-	defer srv.Close()
-	port := freePort(t)
-	n := startNode(t, env("sqlite", db.DSN, "node-a", srv.URL, append(db.ExtraEnv(), "SLOTPOLLER_ADMIN_LISTEN=127.0.0.1:"+strconv.Itoa(port))...), "node-a")
-	waitFor(t, 30*time.Second, "the node live", func() bool { return liveNodes(t, s) == 1 })
 	// The node wrote its config's settings (none) at start; these are a
 	// config's as another node would write them.
 	require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{

@@ -22,13 +22,8 @@ import (
 // the audit log as the dashboard's, and on its Audit page.
 func TestDashboardPausesAQueue(t *testing.T) {
 	b := startBrowser(t)
-	s, db := storetest.OpenDB(t, "sqlite")
+	s, n, port := dashboardNode(t)
 	ctx := context.Background()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
-	defer srv.Close()
-	port := freePort(t)
-	n := startNode(t, env("sqlite", db.DSN, "node-a", srv.URL, append(db.ExtraEnv(), "SLOTPOLLER_ADMIN_LISTEN=127.0.0.1:"+strconv.Itoa(port))...), "node-a")
-	waitFor(t, 30*time.Second, "the node live", func() bool { return liveNodes(t, s) == 1 })
 	// A queue shows once it has work or was paused: a job it holds due in
 	// an hour, and one in another queue.
 	_, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/jobs/report", MaxAttempts: 1, Queue: "reports", Delay: time.Hour})

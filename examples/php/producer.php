@@ -41,11 +41,13 @@ $db = new PDO($dsn, getenv('APP_DB_USER') ?: null, getenv('APP_DB_PASSWORD') ?: 
 ]);
 $driver = $db->getAttribute(PDO::ATTR_DRIVER_NAME);
 
-// The application's own table. On MySQL a CREATE TABLE commits whatever
+// The application's own table (invoices: how many times endpoint.php
+// sent the order's invoice). On MySQL a CREATE TABLE commits whatever
 // is open, so it comes before the transaction.
 $db->exec(match ($driver) {
-    'mysql' => 'CREATE TABLE IF NOT EXISTS example_orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, item VARCHAR(200) NOT NULL) ENGINE = InnoDB',
-    'pgsql' => 'CREATE TABLE IF NOT EXISTS example_orders (id bigserial PRIMARY KEY, item text NOT NULL)',
+    'mysql' => 'CREATE TABLE IF NOT EXISTS example_orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, item VARCHAR(200) NOT NULL,'
+        . ' invoices INT NOT NULL DEFAULT 0) ENGINE = InnoDB',
+    'pgsql' => 'CREATE TABLE IF NOT EXISTS example_orders (id bigserial PRIMARY KEY, item text NOT NULL, invoices int NOT NULL DEFAULT 0)',
     default => fail(64, sprintf('PDO driver "%s": this example knows mysql and pgsql', $driver)),
 });
 

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,8 +21,12 @@ func TestDashboardShowsQueueLimits(t *testing.T) {
 	b := startBrowser(t)
 	s, n, port := dashboardNode(t)
 	ctx := context.Background()
-	// The node wrote its config's settings (none) at start; these are a
-	// config's as another node would write them.
+	// The node writes its config's settings (none) at start, clearing
+	// any others; once it has, these are a config's as another node
+	// would write them.
+	waitFor(t, 30*time.Second, "the node's own queue settings written", func() bool {
+		return strings.Contains(n.output(), "queue limits from config written")
+	})
 	require.NoError(t, s.QueueSettingsPut(ctx, []store.QueueSettings{
 		{Name: "reports", Priority: 10, Limit: 4, NodeLimit: 1, Rate: 50, RatePeriod: time.Hour}}))
 	_, err := jobs.Enqueue(ctx, s, store.NewJob{Endpoint: "/jobs/report", MaxAttempts: 1, Queue: "reports"})

@@ -56,6 +56,10 @@ func (n *Node) putQueueSettings(ctx context.Context, log *slog.Logger, s *store.
 	}
 	if managed > 0 {
 		log.Info("queue limits from config written", "queues", managed)
+	} else {
+		// Said all the same, at debug: a farm's test waits for it before
+		// it writes settings of its own, which this write would clear.
+		log.Debug("queue limits from config written", "queues", 0)
 	}
 }
 

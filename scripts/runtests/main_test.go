@@ -103,7 +103,7 @@ func TestReportVerbose(t *testing.T) {
 }
 
 func TestGoTestArgs(t *testing.T) {
-	base := "test -json -race -timeout 20m "
+	base := "test -json -race -timeout 25m "
 	for _, c := range []struct{ args, want string }{
 		{"", base + "./..."},
 		{"./client", base + "./client"},

@@ -37,7 +37,9 @@ func (n *Node) putQueueRoutes(ctx context.Context, log *slog.Logger, s *store.St
 // the settings already written stay in force.
 func (n *Node) putQueueSettings(ctx context.Context, log *slog.Logger, s *store.Store) {
 	settings := n.cfg.QueueSettings()
-	before, err := s.Queues(ctx)
+	// The settings alone (the queues table's few rows), not the queues'
+	// work, which Queues would count over the jobs table.
+	before, err := s.QueuesHeld(ctx)
 	if err != nil {
 		log.Warn("could not read the queues' settings before writing the config's; the audit log will not say what changed", "err", err)
 	}

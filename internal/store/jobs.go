@@ -274,6 +274,20 @@ func scanClaim(r rowScanner) (Claim, error) {
 	return c, err
 }
 
+// reclaimable lists the rows JobsReclaimExpired takes, each a condition
+// an index answers. The turn's hint (NodeTurn) looks for the same list: a
+// row the reclaim would take but the hint did not see would wait for other
+// work to bring a poll, for ever on a farm whose jobs all arrive by push.
+var reclaimable = []struct {
+	cond string
+	args []any
+}{
+	{cond: "state = 'running' AND lease_until < {now}"},
+	{cond: "state = 'running' AND lease_until IS NULL"},
+	{cond: "state = 'running' AND lease_until > {now+?}", args: []any{millis(MaxHold)}},
+	{cond: "state = 'ready' AND start_by < {now}"},
+}
+
 // JobsReclaimExpired returns running jobs whose lease ran out (their node
 // died or froze) to the queue, due now; a job that has used all its attempts
 // becomes dead instead (a running job without a lease, which no door
@@ -291,9 +305,13 @@ func scanClaim(r rowScanner) (Claim, error) {
 // sampled it then reclaims nothing, where every lease renewed before the
 // step would look run out.
 func (s *Store) JobsReclaimExpired(ctx context.Context, notAfter time.Time) (int64, error) {
-	where := `((state = 'running' AND (lease_until < {now} OR lease_until IS NULL OR lease_until > {now+?}))
-  OR (state = 'ready' AND start_by < {now}))`
-	whereArgs := []any{millis(MaxHold)}
+	var conds []string
+	var whereArgs []any
+	for _, r := range reclaimable {
+		conds = append(conds, "("+r.cond+")")
+		whereArgs = append(whereArgs, r.args...)
+	}
+	where := "(" + strings.Join(conds, " OR ") + ")"
 	if !notAfter.IsZero() {
 		where += " AND {now} <= ?"
 		whereArgs = append(whereArgs, s.d.TimeArg(notAfter))

@@ -252,10 +252,15 @@ func (s *Store) NodeTurn(ctx context.Context, n NodeState, ttl, lookahead, taskW
 	r.Mine = mine
 	// Each hint is an EXISTS on an index (due, lease, start_by, the
 	// schedules' next fire, the tasks' state), uncorrelated: read once.
+	jobsHint := "EXISTS (SELECT 1 FROM {jobs} WHERE state = 'ready' AND run_at <= {now})"
+	var args []any
+	for _, r := range reclaimable {
+		jobsHint += "\n    OR EXISTS (SELECT 1 FROM {jobs} WHERE " + r.cond + ")"
+		args = append(args, r.args...)
+	}
+	args = append(args, millis(lookahead), millis(taskWindow))
 	hints := `,
-  CASE WHEN EXISTS (SELECT 1 FROM {jobs} WHERE state = 'ready' AND run_at <= {now})
-    OR EXISTS (SELECT 1 FROM {jobs} WHERE state = 'running' AND lease_until < {now})
-    OR EXISTS (SELECT 1 FROM {jobs} WHERE state = 'ready' AND start_by < {now}) THEN 1 ELSE 0 END,
+  CASE WHEN ` + jobsHint + ` THEN 1 ELSE 0 END,
   CASE WHEN EXISTS (SELECT 1 FROM {schedules} WHERE enabled = 1 AND next_fire_at <= {now+?}) THEN 1 ELSE 0 END,
   CASE WHEN EXISTS (SELECT 1 FROM {tasks} WHERE state = 'created')
     OR EXISTS (SELECT 1 FROM {tasks} WHERE state = 'running' AND (lease_until IS NULL OR lease_until < {now}))
@@ -265,7 +270,7 @@ func (s *Store) NodeTurn(ctx context.Context, n NodeState, ttl, lookahead, taskW
     WHERE state = 'running' AND lease_until >= {now} AND lease_until < {now+?}), 0)`
 	var jobs, schedules, tasks int
 	var leaseEndsMS int64
-	nodes, now, _, err := s.readNodes(ctx, "read node registry in its turn", hints, []any{millis(lookahead), millis(taskWindow)}, ttl,
+	nodes, now, _, err := s.readNodes(ctx, "read node registry in its turn", hints, args, ttl,
 		&jobs, &schedules, &tasks, &leaseEndsMS)
 	if err != nil {
 		return r, err

@@ -89,6 +89,52 @@ func TestNodeTurnReadsTheRegistryAndTheHints(t *testing.T) {
 	})
 }
 
+// Every row the reclaim takes is work the turn's hint sees, whatever else
+// the farm holds: a row the hint missed would wait for other work to bring
+// a poll (on PostgreSQL, where pushed jobs need no poll, for ever). A held
+// lease is neither.
+func TestTheTurnSeesEveryRowTheReclaimTakes(t *testing.T) {
+	storetest.EachParallel(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		a := store.NodeState{Name: "node-a", Incarnation: "inc-a", Capacity: 4, Free: 4}
+		require.NoError(t, s.NodeCheckIn(ctx, a, time.Hour))
+		exec := func(q string, args ...any) {
+			t.Helper()
+			_, err := s.DB().ExecContext(ctx, store.Expand(s.Dialect(), q), args...)
+			require.NoError(t, err)
+		}
+		hinted := func() bool {
+			t.Helper()
+			r, err := s.NodeTurn(ctx, a, time.Hour, time.Second, time.Second)
+			require.NoError(t, err)
+			return r.Jobs
+		}
+		ms := func(d time.Duration) int64 { return d.Milliseconds() }
+		for _, c := range []struct {
+			what, set string
+			args      []any
+			taken     bool
+		}{
+			{"a lease that ran out", "state = 'running', owner = 'gone', lease_until = {now+?}", []any{ms(-time.Second)}, true},
+			{"a running job without a lease", "state = 'running', owner = 'gone', lease_until = NULL", nil, true},
+			{"a lease further ahead than any claim writes", "state = 'running', owner = 'gone', lease_until = {now+?}", []any{ms(store.MaxHold + time.Hour)}, true},
+			{"an occurrence past its start_by", "state = 'ready', run_at = {now+?}, start_by = {now+?}", []any{ms(-2 * time.Second), ms(-time.Second)}, true},
+			{"a held lease", "state = 'running', owner = 'node-a', lease_until = {now+?}", []any{ms(time.Hour)}, false},
+		} {
+			id, err := s.JobInsert(ctx, store.NewJob{Endpoint: "/x", Method: "POST", Delay: time.Hour, MaxAttempts: 3})
+			require.NoError(t, err)
+			require.False(t, hinted(), "%s: before it, the farm holds nothing for the turn", c.what)
+			exec("UPDATE {jobs} SET "+c.set+" WHERE id = ?", append(c.args, id)...)
+			require.Equal(t, c.taken, hinted(), "%s: the turn's hint", c.what)
+			n, err := s.JobsReclaimExpired(ctx, time.Time{})
+			require.NoError(t, err)
+			require.Equal(t, c.taken, n == 1, "%s: the reclaim took %d rows", c.what, n)
+			exec("UPDATE {jobs} SET state = 'done', owner = NULL, lease_until = NULL, finished_at = {now} WHERE id = ?", id)
+		}
+	})
+}
+
 // A node promises in each write how long it stays live without another:
 // past that, and past the reader's TTL, it is not live.
 func TestLiveUntilKeepsANodeLiveBetweenItsTurns(t *testing.T) {

@@ -57,7 +57,7 @@ WHERE name = @p1 AND incarnation = @p2;
 UPDATE [sp_unit].[nodes] SET free = @p1, offset_us = @p2, offset_error_us = @p3, turns = @p4, last_seen = SYSUTCDATETIME(),
   live_until = DATEADD(millisecond, CAST(@p5 % 86400000 AS int), DATEADD(day, CAST(@p5 / 86400000 AS int), SYSUTCDATETIME())), lock_key = @p6
 WHERE name = @p7 AND incarnation = @p8 AND state = 'up';
--- @p1 int64, @p2 int64, @p3 int64
+-- @p1 int64, @p2 int64, @p3 int64, @p4 int64
 SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, started_at, last_seen,
   CASE WHEN state = 'up' AND (live_until > SYSUTCDATETIME() OR last_seen > DATEADD(millisecond, CAST(@p1 % 86400000 AS int), DATEADD(day, CAST(@p1 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END,
   CASE WHEN backlog_until > SYSUTCDATETIME() THEN 1 ELSE 0 END,
@@ -65,14 +65,16 @@ SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, sta
   SYSUTCDATETIME(), turns,
   CASE WHEN EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE state = 'ready' AND run_at <= SYSUTCDATETIME())
     OR EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE state = 'running' AND lease_until < SYSUTCDATETIME())
+    OR EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE state = 'running' AND lease_until IS NULL)
+    OR EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE state = 'running' AND lease_until > DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME())))
     OR EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE state = 'ready' AND start_by < SYSUTCDATETIME()) THEN 1 ELSE 0 END,
-  CASE WHEN EXISTS (SELECT 1 FROM [sp_unit].[schedules] WHERE enabled = 1 AND next_fire_at <= DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END,
+  CASE WHEN EXISTS (SELECT 1 FROM [sp_unit].[schedules] WHERE enabled = 1 AND next_fire_at <= DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME()))) THEN 1 ELSE 0 END,
   CASE WHEN EXISTS (SELECT 1 FROM [sp_unit].[tasks] WHERE state = 'created')
     OR EXISTS (SELECT 1 FROM [sp_unit].[tasks] WHERE state = 'running' AND (lease_until IS NULL OR lease_until < SYSUTCDATETIME()))
     OR EXISTS (SELECT 1 FROM [sp_unit].[tasks] WHERE state = 'deleting' AND (owner IS NULL OR lease_until IS NULL OR lease_until < SYSUTCDATETIME()))
     THEN 1 ELSE 0 END,
   COALESCE((SELECT MIN(DATEDIFF_BIG(millisecond, SYSUTCDATETIME(), lease_until)) FROM [sp_unit].[tasks]
-    WHERE state = 'running' AND lease_until >= SYSUTCDATETIME() AND lease_until < DATEADD(millisecond, CAST(@p3 % 86400000 AS int), DATEADD(day, CAST(@p3 / 86400000 AS int), SYSUTCDATETIME()))), 0)
+    WHERE state = 'running' AND lease_until >= SYSUTCDATETIME() AND lease_until < DATEADD(millisecond, CAST(@p4 % 86400000 AS int), DATEADD(day, CAST(@p4 / 86400000 AS int), SYSUTCDATETIME()))), 0)
 FROM [sp_unit].[nodes];
 
 -- Nodes
@@ -129,8 +131,7 @@ UPDATE [sp_unit].[jobs] SET finished_at = CASE WHEN state = 'ready' OR cancel_re
   owner = NULL, lease_until = NULL,
   state = CASE WHEN state = 'ready' THEN 'missed' WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
     WHEN attempt >= max_attempts THEN 'dead' ELSE 'ready' END
-WHERE ((state = 'running' AND (lease_until < SYSUTCDATETIME() OR lease_until IS NULL OR lease_until > DATEADD(millisecond, CAST(@p12 % 86400000 AS int), DATEADD(day, CAST(@p12 / 86400000 AS int), SYSUTCDATETIME()))))
-  OR (state = 'ready' AND start_by < SYSUTCDATETIME()));
+WHERE ((state = 'running' AND lease_until < SYSUTCDATETIME()) OR (state = 'running' AND lease_until IS NULL) OR (state = 'running' AND lease_until > DATEADD(millisecond, CAST(@p12 % 86400000 AS int), DATEADD(day, CAST(@p12 / 86400000 AS int), SYSUTCDATETIME()))) OR (state = 'ready' AND start_by < SYSUTCDATETIME()));
 
 -- JobsLoad
 -- @p1 int64, @p2 int64, @p3 int

@@ -50,7 +50,7 @@ func requirePHP(t *testing.T, extension, debian string) {
 	t.Helper()
 	php, err := exec.LookPath("php")
 	if err != nil {
-		t.Skip("php is not installed: skipping the PHP example's test (on Debian: apt-get install php-cli php-mysql php-pgsql)")
+		t.Skip("php is not installed: skipping the PHP example's test (on Debian: apt-get install php-cli php-mysql php-pgsql php-sybase)")
 	}
 	out, err := exec.Command(php, "-r", `exit(extension_loaded($argv[1]) ? 0 : 3);`, extension).CombinedOutput()
 	var exit *exec.ExitError

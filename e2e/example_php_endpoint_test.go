@@ -32,18 +32,9 @@ import (
 // and no work, a payload without an order with 400, and a second call
 // under the same Idempotency-Key answers 200 without working again.
 func TestPHPExampleEndpoint(t *testing.T) {
-	for _, d := range []struct{ driver, extension, debian string }{
-		{"mysql", "pdo_mysql", "php-mysql"},
-		{"postgres", "pdo_pgsql", "php-pgsql"},
-	} {
+	for _, d := range phpDrivers {
 		t.Run(d.driver, func(t *testing.T) {
-			requirePHP(t, d.extension, d.debian)
-			switch d.driver {
-			case "mysql":
-				storetest.RequireMySQL(t)
-			case "postgres":
-				storetest.RequirePostgres(t)
-			}
+			requirePHPFor(t, d)
 			t.Parallel()
 			phpEndpoint(t, d.driver)
 		})
@@ -146,7 +137,7 @@ func phpEndpoint(t *testing.T, driver string) {
 	s, db := storetest.OpenDB(t, driver)
 	ctx := context.Background()
 	key := []byte("php-endpoint-test-key-" + strconv.FormatInt(time.Now().UnixNano(), 36))
-	appEnv := phpEnv(t, driver, db.DSN)
+	appEnv := phpDBEnv(t, db)
 	base := startPHPEndpoint(t, append(appEnv, "JOBPAGES_SIGNING_KEY="+string(key)))
 	n := startNode(t, env(driver, db.DSN, "php-endpoint-node", base,
 		append(db.ExtraEnv(), "SLOTPOLLER_JOBS_SIGNING_KEY="+string(key))...), "php-endpoint-node")
@@ -155,20 +146,20 @@ func phpEndpoint(t *testing.T, driver string) {
 	invoices := func(order int64) int {
 		t.Helper()
 		var count int
-		require.NoError(t, s.DB().QueryRowContext(ctx, store.Expand(s.Dialect(), "SELECT invoices FROM example_orders WHERE id = ?"), order).Scan(&count))
+		require.NoError(t, s.DB().QueryRowContext(ctx, store.Expand(s.Dialect(), "SELECT invoices FROM "+exampleTable(db, "example_orders")+" WHERE id = ?"), order).Scan(&count))
 		return count
 	}
 	done := func(idem string) int {
 		t.Helper()
 		var count int
-		require.NoError(t, s.DB().QueryRowContext(ctx, store.Expand(s.Dialect(), "SELECT COUNT(*) FROM example_done WHERE idem_key = ?"), idem).Scan(&count))
+		require.NoError(t, s.DB().QueryRowContext(ctx, store.Expand(s.Dialect(), "SELECT COUNT(*) FROM "+exampleTable(db, "example_done")+" WHERE idem_key = ?"), idem).Scan(&count))
 		return count
 	}
 
 	// Through the node: the producer's order and job, the job's signed
 	// call, done at the first attempt, the order invoiced once.
 	out, _ := runProducer(t, appEnv, 0, "commit")
-	waitFor(t, 30*time.Second, "the committed job to be done", func() bool {
+	waitFor(t, 60*time.Second, "the committed job to be done", func() bool {
 		j, err := s.JobGet(ctx, out.Job)
 		require.NoError(t, err)
 		require.NotContains(t, []string{store.StateFailed, store.StateDead}, j.State, "job %d: %d %s", out.Job, j.LastStatus, j.LastError)
@@ -189,6 +180,9 @@ func phpEndpoint(t *testing.T, driver string) {
 	switch driver {
 	case "postgres":
 		require.NoError(t, s.DB().QueryRowContext(ctx, "INSERT INTO example_orders (item) VALUES ('pen') RETURNING id").Scan(&order))
+	case "sqlserver":
+		// go-mssqldb has no LastInsertId: the id comes back as a row.
+		require.NoError(t, s.DB().QueryRowContext(ctx, "INSERT INTO "+exampleTable(db, "example_orders")+" (item) OUTPUT INSERTED.id VALUES (N'pen')").Scan(&order))
 	default:
 		res, err := s.DB().ExecContext(ctx, "INSERT INTO example_orders (item) VALUES ('pen')")
 		require.NoError(t, err)

@@ -32,20 +32,12 @@ import (
 // real node: the job it enqueues in a transaction that rolls back never
 // exists nor runs, the one whose transaction commits is called once with
 // the payload PHP sent, beside the application's own row, and the entry
-// point's refusal reaches PHP as SQLSTATE 22023 with nothing written.
+// point's refusal reaches PHP as a PDOException (SQLSTATE 22023; on SQL
+// Server the procedure's message) with nothing written.
 func TestPHPExampleEnqueuesInItsTransaction(t *testing.T) {
-	for _, d := range []struct{ driver, extension, debian string }{
-		{"mysql", "pdo_mysql", "php-mysql"},
-		{"postgres", "pdo_pgsql", "php-pgsql"},
-	} {
+	for _, d := range phpDrivers {
 		t.Run(d.driver, func(t *testing.T) {
-			requirePHP(t, d.extension, d.debian)
-			switch d.driver {
-			case "mysql":
-				storetest.RequireMySQL(t)
-			case "postgres":
-				storetest.RequirePostgres(t)
-			}
+			requirePHPFor(t, d)
 			t.Parallel()
 			phpExample(t, d.driver)
 		})
@@ -58,7 +50,7 @@ func requirePHP(t *testing.T, extension, debian string) {
 	t.Helper()
 	php, err := exec.LookPath("php")
 	if err != nil {
-		t.Skip("php is not installed: skipping the PHP example's test (on Debian: apt-get install php-cli php-mysql php-pgsql)")
+		t.Skip("php is not installed: skipping the PHP example's test (on Debian: apt-get install php-cli php-mysql php-pgsql php-sybase)")
 	}
 	out, err := exec.Command(php, "-r", `exit(extension_loaded($argv[1]) ? 0 : 3);`, extension).CombinedOutput()
 	var exit *exec.ExitError
@@ -100,11 +92,11 @@ func phpExample(t *testing.T, driver string) {
 	defer srv.Close()
 	n := startNode(t, env(driver, db.DSN, "php-node", srv.URL, db.ExtraEnv()...), "php-node")
 	waitSettled(t, s, 1)
-	appEnv := phpEnv(t, driver, db.DSN)
+	appEnv := phpDBEnv(t, db)
 
 	orders := func() int {
 		var count int
-		require.NoError(t, s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM example_orders").Scan(&count))
+		require.NoError(t, s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM "+exampleTable(db, "example_orders")).Scan(&count))
 		return count
 	}
 	noJobs := func(when string) {
@@ -125,8 +117,15 @@ func phpExample(t *testing.T, driver string) {
 
 	// Refused: the entry point's check reaches PHP as SQLSTATE 22023 with
 	// the field at fault, and the order written before it is rolled back.
+	// pdo_dblib shows the procedure's message (error 51000, severity 16)
+	// under SQLSTATE HY000, without the server's number.
 	_, stderr := runProducer(t, appEnv, 2, "commit", "jobs/no-leading-slash")
-	require.Contains(t, stderr, "SQLSTATE[22023]")
+	if driver == "sqlserver" {
+		require.Contains(t, stderr, "SQLSTATE[HY000]")
+		require.Contains(t, stderr, "(severity 16)")
+	} else {
+		require.Contains(t, stderr, "SQLSTATE[22023]")
+	}
 	require.Contains(t, stderr, "endpoint: endpoint")
 	require.Contains(t, stderr, "must start with /")
 	noJobs("after a refused enqueue")
@@ -143,10 +142,10 @@ func phpExample(t *testing.T, driver string) {
 	require.Equal(t, "committed", out.Outcome)
 	require.Equal(t, 1, orders(), "orders after the commit")
 	var item string
-	require.NoError(t, s.DB().QueryRowContext(ctx, store.Expand(s.Dialect(), "SELECT item FROM example_orders WHERE id = ?"), out.Order).Scan(&item),
+	require.NoError(t, s.DB().QueryRowContext(ctx, store.Expand(s.Dialect(), "SELECT item FROM "+exampleTable(db, "example_orders")+" WHERE id = ?"), out.Order).Scan(&item),
 		"the committed order %d", out.Order)
 	require.Equal(t, "book", item)
-	waitFor(t, 30*time.Second, "the committed job to be done", func() bool {
+	waitFor(t, 60*time.Second, "the committed job to be done", func() bool {
 		j, err := s.JobGet(ctx, out.Job)
 		require.NoError(t, err)
 		return j.State == store.StateDone
@@ -175,7 +174,9 @@ func heardFor(t *testing.T, s *store.Store, d time.Duration) {
 	t.Helper()
 	_, now, err := s.Nodes(context.Background(), 750*time.Millisecond)
 	require.NoError(t, err)
-	waitFor(t, 30*time.Second, "the node to check in "+d.String()+" later", func() bool {
+	// 60 s: a node on the T-SQL test server checks in every few seconds
+	// when the machine is loaded.
+	waitFor(t, 60*time.Second, "the node to check in "+d.String()+" later", func() bool {
 		nodes, _, err := s.Nodes(context.Background(), 750*time.Millisecond)
 		require.NoError(t, err)
 		return len(nodes) == 1 && nodes[0].Live && !nodes[0].LastSeen.Before(now.Add(d))
@@ -240,6 +241,23 @@ func phpEnv(t *testing.T, driver, dsn string) []string {
 		// The test's schema, as the node's DSN names it.
 		if sp := q.Get("search_path"); sp != "" {
 			pdo += ";options='-csearch_path=" + sp + "'"
+		}
+		password, _ := u.User.Password()
+		return []string{"APP_DB_DSN=" + pdo, "APP_DB_USER=" + u.User.Username(), "APP_DB_PASSWORD=" + password}
+	case "sqlserver":
+		// FreeTDS through pdo_dblib: host:port, TDS 7.4 (SQL Server
+		// 2012 and later), UTF-8 between PHP and FreeTDS. The schema is
+		// not in a DSN: phpDBEnv adds it.
+		u, err := url.Parse(dsn)
+		require.NoError(t, err, "the PHP example's test takes a URL-form %s", storetest.SQLServerEnv)
+		require.Empty(t, strings.Trim(u.Path, "/"), "the PHP example's test takes no instance name in %s", storetest.SQLServerEnv)
+		port := u.Port()
+		if port == "" {
+			port = "1433"
+		}
+		pdo := "dblib:host=" + net.JoinHostPort(u.Hostname(), port) + ";version=7.4;charset=UTF-8"
+		if d := u.Query().Get("database"); d != "" {
+			pdo += ";dbname=" + d
 		}
 		password, _ := u.User.Password()
 		return []string{"APP_DB_DSN=" + pdo, "APP_DB_USER=" + u.User.Username(), "APP_DB_PASSWORD=" + password}

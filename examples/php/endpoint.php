@@ -6,9 +6,10 @@
 //   JOBPAGES_SIGNING_KEY='the nodes' SLOTPOLLER_JOBS_SIGNING_KEY' \
 //     php -S 127.0.0.1:8080 endpoint.php
 //
-// APP_DB_DSN, APP_DB_USER and APP_DB_PASSWORD are the database as
-// producer.php takes it. JOBPAGES_SIGNING_KEY is the key the nodes sign
-// with; JOBPAGES_SIGNING_KEY_PREVIOUS the old one during a key rotation
+// APP_DB_DSN, APP_DB_USER, APP_DB_PASSWORD (and on SQL Server
+// APP_DB_SCHEMA) are the database as producer.php takes it.
+// JOBPAGES_SIGNING_KEY is the key the nodes sign with;
+// JOBPAGES_SIGNING_KEY_PREVIOUS the old one during a key rotation
 // (docs/signed-calls.md, "Rotate without failed calls"; not SLOTPOLLER_...,
 // which a node on the same machine would take for its own settings).
 //
@@ -78,10 +79,16 @@ try {
         // Transient: the node retries a 5xx (docs/endpoints.md, "The answer").
         throw new Answer(503, ['error' => 'database unavailable'], 'connecting to APP_DB_DSN: ' . $e->getMessage());
     }
-    Endpoint::createTables($db);
+    // SQL Server's columns are nvarchar: strings go as Unicode (N'...')
+    // where the driver quotes them. Its tables are in APP_DB_SCHEMA.
+    if (Endpoint::sqlServer($db)) {
+        $db->setAttribute(PDO::ATTR_DEFAULT_STR_PARAM, PDO::PARAM_STR_NATL);
+    }
+    $schema = getenv('APP_DB_SCHEMA') ?: 'slotpoller';
+    Endpoint::createTables($db, $schema);
 
     // Check 6 of docs/signed-calls.md: 409 for a signature seen before.
-    Endpoint::firstUse($db, $signature, $ts, (int) floor($now));
+    Endpoint::firstUse($db, $signature, $ts, (int) floor($now), $schema);
 
     // Do not start what cannot end before the node gives up on the call.
     $deadline = $headers['x-slotpoller-deadline'] ?? null;
@@ -106,17 +113,12 @@ try {
     // "effectively once with the key").
     $db->beginTransaction();
     try {
-        try {
-            $db->prepare('INSERT INTO example_done (idem_key, job_id) VALUES (?, ?)')->execute([$key, $job]);
-        } catch (PDOException $e) {
-            if (!Endpoint::duplicate($e)) {
-                throw $e;
-            }
+        if (!Endpoint::insertOnce($db, Endpoint::table($db, 'example_done', $schema), ['idem_key' => $key, 'job_id' => $job])) {
             $db->rollBack();
             error_log(sprintf('%s %s: Idempotency-Key %s already done: nothing to do', $method, $target, $key));
             answer(200, ['outcome' => 'already done', 'order' => $order]);
         }
-        $st = $db->prepare('UPDATE example_orders SET invoices = invoices + 1 WHERE id = ?');
+        $st = $db->prepare('UPDATE ' . Endpoint::table($db, 'example_orders', $schema) . ' SET invoices = invoices + 1 WHERE id = ?');
         $st->execute([$order]);
         if ($st->rowCount() !== 1) {
             throw new Answer(422, ['error' => sprintf('no order %d', $order)]);

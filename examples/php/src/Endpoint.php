@@ -15,6 +15,8 @@ declare(strict_types=1);
 
 namespace Slotpoller;
 
+require_once __DIR__ . '/Slotpoller.php';
+
 use PDO;
 use PDOException;
 
@@ -132,14 +134,29 @@ final class Endpoint
         return [$signature, $ts];
     }
 
+    /**
+     * The example's table $name as a statement names it: in $schema on SQL
+     * Server, which has no search path; elsewhere where the connection's
+     * database or search_path puts it.
+     */
+    public static function table(PDO $db, string $name, string $schema = 'slotpoller'): string
+    {
+        return self::sqlServer($db) ? Slotpoller::quoteName($schema) . '.' . $name : $name;
+    }
+
     /** Creates the example's tables if missing. */
-    public static function createTables(PDO $db): void
+    public static function createTables(PDO $db, string $schema = 'slotpoller'): void
     {
         $driver = $db->getAttribute(PDO::ATTR_DRIVER_NAME);
+        [$orders, $seen, $done] = array_map(static fn (string $name): string => self::table($db, $name, $schema),
+            ['example_orders', 'example_seen_signatures', 'example_done']);
+        // SQL Server creates a table only where OBJECT_ID finds none; the
+        // quoted name is one this code built.
+        $missing = static fn (string $table): string => 'IF OBJECT_ID(' . $db->quote($table) . ", 'U') IS NULL";
         // On MySQL a CREATE TABLE commits whatever is open: these come
         // before any transaction.
-        $statements = match ($driver) {
-            'mysql' => [
+        $statements = match (true) {
+            $driver === 'mysql' => [
                 'CREATE TABLE IF NOT EXISTS example_orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, item VARCHAR(200) NOT NULL,'
                 . ' invoices INT NOT NULL DEFAULT 0) ENGINE = InnoDB',
                 'CREATE TABLE IF NOT EXISTS example_seen_signatures (signature CHAR(67) CHARACTER SET ascii PRIMARY KEY,'
@@ -147,14 +164,23 @@ final class Endpoint
                 'CREATE TABLE IF NOT EXISTS example_done (idem_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PRIMARY KEY,'
                 . ' job_id VARCHAR(40) NULL, done_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)) ENGINE = InnoDB',
             ],
-            'pgsql' => [
+            $driver === 'pgsql' => [
                 'CREATE TABLE IF NOT EXISTS example_orders (id bigserial PRIMARY KEY, item text NOT NULL, invoices int NOT NULL DEFAULT 0)',
                 'CREATE TABLE IF NOT EXISTS example_seen_signatures (signature text PRIMARY KEY, expires_at bigint NOT NULL)',
                 'CREATE INDEX IF NOT EXISTS example_seen_signatures_expires ON example_seen_signatures (expires_at)',
                 'CREATE TABLE IF NOT EXISTS example_done (idem_key text PRIMARY KEY, job_id text NULL,'
                 . ' done_at timestamptz NOT NULL DEFAULT CURRENT_TIMESTAMP)',
             ],
-            default => throw new \LogicException(sprintf('PDO driver "%s": this example knows mysql and pgsql', $driver)),
+            // Keys compare byte for byte, as on the other databases.
+            self::sqlServer($db) => [
+                "{$missing($orders)} CREATE TABLE $orders (id BIGINT IDENTITY PRIMARY KEY, item NVARCHAR(200) NOT NULL,"
+                . ' invoices INT NOT NULL DEFAULT 0)',
+                "{$missing($seen)} BEGIN CREATE TABLE $seen (signature NVARCHAR(67) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,"
+                . " expires_at BIGINT NOT NULL); CREATE INDEX example_seen_signatures_expires ON $seen (expires_at); END",
+                "{$missing($done)} CREATE TABLE $done (idem_key NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,"
+                . ' job_id NVARCHAR(40) NULL, done_at DATETIME2(3) NOT NULL DEFAULT SYSUTCDATETIME())',
+            ],
+            default => throw new \LogicException(sprintf('PDO driver "%s": this example knows mysql, pgsql, dblib and sqlsrv', $driver)),
         };
         foreach ($statements as $sql) {
             $db->exec($sql);
@@ -166,20 +192,50 @@ final class Endpoint
      * window; a 409 Answer when it was already there: a replay
      * (docs/signed-calls.md, check 6 and "Replays").
      */
-    public static function firstUse(PDO $db, string $signature, int $ts, int $now): void
+    public static function firstUse(PDO $db, string $signature, int $ts, int $now, string $schema = 'slotpoller'): void
     {
+        $seen = self::table($db, 'example_seen_signatures', $schema);
         // Signatures whose timestamp left the window are refused as stale
         // anyway: forget them.
-        $db->prepare('DELETE FROM example_seen_signatures WHERE expires_at < ?')->execute([$now]);
+        $db->prepare("DELETE FROM $seen WHERE expires_at < ?")->execute([$now]);
+        if (!self::insertOnce($db, $seen, ['signature' => $signature, 'expires_at' => $ts + self::MAX_AGE_SECONDS])) {
+            throw new Answer(409, ['error' => 'already received'], 'replay of a signature already accepted');
+        }
+    }
+
+    /**
+     * Inserts a row into $table, whose key is the row's first column;
+     * false, with nothing written, when a row with that key is there.
+     *
+     * @param array<string, string|int|null> $row column => value
+     */
+    public static function insertOnce(PDO $db, string $table, array $row): bool
+    {
+        $columns = implode(', ', array_keys($row));
+        $marks = implode(', ', array_fill(0, count($row), '?'));
+        if (self::sqlServer($db)) {
+            // pdo_dblib does not show the server's error number, so a
+            // duplicate key (2627) cannot be told from other errors by
+            // it: the key is looked up first, under a lock held to the
+            // end of the transaction, so a concurrent insert of the key
+            // waits, then finds it. Where the hints are ignored (Babelfish)
+            // the loser of that race gets the primary key's error, a 500
+            // that the node retries.
+            $key = array_key_first($row);
+            $st = $db->prepare("INSERT INTO $table ($columns) SELECT $marks"
+                . " WHERE NOT EXISTS (SELECT 1 FROM $table WITH (UPDLOCK, HOLDLOCK) WHERE $key = ?)");
+            $st->execute([...array_values($row), $row[$key]]);
+            return $st->rowCount() === 1;
+        }
         try {
-            $db->prepare('INSERT INTO example_seen_signatures (signature, expires_at) VALUES (?, ?)')
-                ->execute([$signature, $ts + self::MAX_AGE_SECONDS]);
+            $db->prepare("INSERT INTO $table ($columns) VALUES ($marks)")->execute(array_values($row));
         } catch (PDOException $e) {
             if (self::duplicate($e)) {
-                throw new Answer(409, ['error' => 'already received'], 'replay of a signature already accepted');
+                return false;
             }
             throw $e;
         }
+        return true;
     }
 
     /**
@@ -217,7 +273,13 @@ final class Endpoint
         return $t->getTimestamp() + ($m[2] === '' ? 0.0 : (float) ('0' . $m[2]));
     }
 
-    /** Whether a PDO error is a duplicate key. */
+    /** Whether the connection is to SQL Server (pdo_dblib or pdo_sqlsrv). */
+    public static function sqlServer(PDO $db): bool
+    {
+        return in_array($db->getAttribute(PDO::ATTR_DRIVER_NAME), Slotpoller::SQLSERVER_DRIVERS, true);
+    }
+
+    /** Whether a PDO error is a duplicate key (MySQL's or PostgreSQL's). */
     public static function duplicate(PDOException $e): bool
     {
         // MySQL and MariaDB: SQLSTATE 23000 with error 1062; PostgreSQL:

@@ -32,7 +32,7 @@ import (
 // meets docs/signed-calls.md's test vector first (node --test).
 func TestNodeExampleEndpoint(t *testing.T) {
 	t.Run("signature", func(t *testing.T) {
-		requireNodeJS(t, "pg")
+		requireNodeCommand(t) // node:test and node:crypto: no npm package
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "node", "--test", "test/")

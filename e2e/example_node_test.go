@@ -50,14 +50,21 @@ func TestNodeExampleEnqueuesInItsTransaction(t *testing.T) {
 }
 
 // requireNodeJS skips the test, saying what to install, when the node
-// command or the example's npm packages are missing (CI installs both).
+// command or the example's npm package for the database is missing (CI
+// installs both).
 func requireNodeJS(t *testing.T, npm string) {
+	t.Helper()
+	requireNodeCommand(t)
+	if _, err := os.Stat(filepath.Join("..", "examples", "node", "node_modules", npm, "package.json")); err != nil {
+		t.Skipf("examples/node/node_modules has no %s: skipping the Node.js example's test (run npm ci --prefix examples/node)", npm)
+	}
+}
+
+// requireNodeCommand skips the test when there is no node command.
+func requireNodeCommand(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Skip("node is not installed: skipping the Node.js example's test (Node.js 20 or newer; on Debian: apt-get install nodejs npm)")
-	}
-	if _, err := os.Stat(filepath.Join("..", "examples", "node", "node_modules", npm, "package.json")); err != nil {
-		t.Skipf("examples/node/node_modules has no %s: skipping the Node.js example's test (run npm ci --prefix examples/node)", npm)
 	}
 }
 

@@ -215,4 +215,4 @@ function tediousCall(connection, method) {
   return new Promise((resolve, reject) => connection[method]((err) => (err ? reject(err) : resolve())));
 }
 
-module.exports = { Db, connect, tediousQuery, quoteName };
+module.exports = { Db, connect };

@@ -38,6 +38,16 @@ class AppDB:
         cur.execute(self.sql(text), tuple(args))
         return cur
 
+    def duplicate(self, e: Exception) -> bool:
+        """Whether a driver's error is a duplicate key."""
+        if self.dialect == "postgres":
+            return getattr(e, "sqlstate", None) == "23505"
+        if self.dialect == "sqlite":
+            return getattr(e, "sqlite_errorname", "") in ("SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE")
+        # PyMySQL and pymssql: (number, message); MySQL 1062, SQL Server
+        # 2627 (a key) and 2601 (a unique index).
+        return bool(e.args) and e.args[0] in ((1062,) if self.dialect == "mysql" else (2627, 2601))
+
     def insert_order(self, item: str) -> int:
         """Inserts an order and returns its id."""
         t = self.table("example_orders")

@@ -43,7 +43,8 @@ class AppDB:
         if self.dialect == "postgres":
             return getattr(e, "sqlstate", None) == "23505"
         if self.dialect == "sqlite":
-            return getattr(e, "sqlite_errorname", "") in ("SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE")
+            # The extended code's name is Python 3.11's; the message is older.
+            return type(e).__name__ == "IntegrityError" and "UNIQUE constraint failed" in str(e)
         # PyMySQL and pymssql: (number, message); MySQL 1062, SQL Server
         # 2627 (a key) and 2601 (a unique index).
         return bool(e.args) and e.args[0] in ((1062,) if self.dialect == "mysql" else (2627, 2601))

@@ -180,7 +180,9 @@ class Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             raise Answer(400, {"error": "bad Content-Length"}) from None
-        if length < 0 or length > MAX_BODY_BYTES:
+        if length < 0:
+            raise Answer(400, {"error": "bad Content-Length"})
+        if length > MAX_BODY_BYTES:
             raise Answer(413, {"error": "request body too large"})
         body = self.rfile.read(length)
         # Every value of every header, by lower-case name: a repeated

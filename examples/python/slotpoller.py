@@ -226,9 +226,11 @@ def _refusal(kind: str, e: Exception, conn, unique_key: str | None) -> FieldErro
             return DuplicateError(message, code, int(held.group(1)) if held else None)
         return None
     if kind == "sqlite3":
-        name = getattr(e, "sqlite_errorname", "")
+        # A trigger's RAISE(ABORT) is an IntegrityError (SQLITE_CONSTRAINT;
+        # Python 3.11 names it SQLITE_CONSTRAINT_TRIGGER).
+        name = getattr(e, "sqlite_errorname", "SQLITE_CONSTRAINT")
         message = str(e)
-        if not name.startswith("SQLITE_CONSTRAINT") or not re.match(r"[a-z_]+: ", message):
+        if type(e).__name__ != "IntegrityError" or not re.match(r"[a-z_]+: ", message):
             return None
         if not message.startswith("unique_key: a job with"):
             return FieldError(message, name)

@@ -24,7 +24,7 @@ import hashlib
 import hmac
 import re
 
-__all__ = ["enqueue", "FieldError", "DuplicateError", "sign", "verify", "Unauthorized", "SIGNED_HEADERS"]
+__all__ = ["enqueue", "FieldError", "DuplicateError", "sign", "verify", "Unauthorized", "parse_deadline"]
 
 
 class FieldError(ValueError):
@@ -32,7 +32,8 @@ class FieldError(ValueError):
 
     field names the argument at fault, code is the database's own error
     (SQLSTATE 22023, SQL Server error 51000, MySQL error 1644, SQLite's
-    SQLITE_CONSTRAINT_TRIGGER); the driver's exception is __cause__. The
+    SQLITE_CONSTRAINT, named SQLITE_CONSTRAINT_TRIGGER from Python 3.11);
+    the driver's exception is __cause__. The
     transaction is the caller's to roll back (PostgreSQL has aborted it).
     """
 

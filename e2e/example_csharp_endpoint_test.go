@@ -32,8 +32,8 @@ import (
 // Idempotency-Key answers 200 without working again. Its signing code
 // first reproduces docs/signed-calls.md's test vectors.
 func TestCSharpExampleEndpoint(t *testing.T) {
-	bin := buildCSharpExample(t)
 	storetest.RequireSQLServer(t)
+	bin := buildCSharpExample(t)
 	t.Parallel()
 	start := time.Now()
 	csharpSignsTheVectors(t)

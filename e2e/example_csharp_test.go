@@ -29,8 +29,8 @@ import (
 // and the entry point's refusal reaches C# as a SqlException 51000 with
 // nothing written.
 func TestCSharpExampleEnqueuesInItsTransaction(t *testing.T) {
-	bin := buildCSharpExample(t)
 	storetest.RequireSQLServer(t)
+	bin := buildCSharpExample(t)
 	t.Parallel()
 	start := time.Now()
 	s, db := storetest.OpenDB(t, "sqlserver")

@@ -3,15 +3,20 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +34,8 @@ import (
 // stale signature is refused with 401, a replayed one with 409, an expired
 // deadline with 503 and no work, a payload without an order with 400, an
 // unknown order with 422, and a second call under the same
-// Idempotency-Key answers 200 without working again. Its signing code
+// Idempotency-Key, after the first or at the same time, answers 200
+// without working again. Its signing code
 // first reproduces docs/signed-calls.md's test vectors.
 func TestCSharpExampleEndpoint(t *testing.T) {
 	storetest.RequireSQLServer(t)
@@ -138,6 +144,50 @@ func TestCSharpExampleEndpoint(t *testing.T) {
 	require.Equal(t, 1, invoices(order), "invoices after a retry under the same key")
 	require.Equal(t, 1, done("invoice-pen"))
 	require.Equal(t, 1, invoices(out.Order), "invoices of the node's order")
+
+	// Two attempts of one run at once, on another order: the key's row
+	// makes the second wait for the first's transaction, then find the
+	// work done. One invoice, whichever came first.
+	var other int64
+	require.NoError(t, s.DB().QueryRowContext(ctx, "INSERT INTO "+tables+"[example_orders] (item) OUTPUT INSERTED.id VALUES ('ink')").Scan(&other))
+	both := [2]phpCall{}
+	for i := range both {
+		both[i] = signedCall(t, key, time.Now(), uri, "invoice-ink", i+1, later(), fmt.Sprintf(`{"order":%d}`, other))
+	}
+	var wg sync.WaitGroup
+	answers, errs := [2]string{}, [2]error{}
+	for i, c := range both {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Not phpCall.send: FailNow belongs to the test's goroutine.
+			req, err := http.NewRequest(http.MethodPost, base+c.uri, bytes.NewReader(c.body))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			req.Header = c.header.Clone()
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			answers[i], errs[i] = strconv.Itoa(resp.StatusCode)+" "+strings.TrimSpace(string(b)), err
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs[:]...))
+	outcomes := []string{answers[0], answers[1]}
+	sort.Strings(outcomes)
+	require.Equal(t, []string{
+		fmt.Sprintf(`200 {"outcome":"already done","order":%d}`, other),
+		fmt.Sprintf(`200 {"outcome":"invoiced","order":%d}`, other),
+	}, outcomes, "two attempts at once under one key")
+	require.Equal(t, 1, invoices(other), "invoices after two attempts at once under one key")
+	require.Equal(t, 1, done("invoice-ink"))
 
 	// The answers decode as JSON.
 	var answer map[string]any

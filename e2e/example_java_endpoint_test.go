@@ -42,7 +42,7 @@ func TestJavaExampleEndpoint(t *testing.T) {
 // vector, and against callproto's for a call with a signed header absent
 // and one present but empty.
 func TestJavaExampleSignature(t *testing.T) {
-	requireJava(t, "sqlite")
+	requireJava(t, "")
 	sign := func(key, method, uri string, ts int64, body string, headers ...string) string {
 		t.Helper()
 		out, err := exec.Command("java", append([]string{"-cp", javaBuild.dir, "slotpoller.Signature", key, method, uri,

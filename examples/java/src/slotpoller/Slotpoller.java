@@ -22,7 +22,6 @@ import java.time.ZoneOffset;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
-import java.util.OptionalLong;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -64,27 +63,23 @@ public final class Slotpoller {
     }
 
     /**
-     * The entry point refused the job: bad input ({@link #field()} names the
-     * parameter at fault, the message is "field: problem"), or a unique key
-     * another job holds ({@link #holder()} is that job's id where the
-     * database says it). The transaction is then the caller's to roll back.
+     * The entry point refused the job: {@link #field()} names the parameter
+     * at fault, and the message is the entry point's "field: problem". A
+     * unique key another job holds is a refusal of "unique_key" whose
+     * message ends "(id N)" with the holder's id (SQLite's says how to read
+     * it). The transaction is then the caller's to roll back.
      */
     public static final class RefusedException extends SQLException {
         private static final long serialVersionUID = 1L;
 
         private final String field;
-        private final Long holder;
 
-        RefusedException(String field, String message, Long holder, SQLException cause) {
+        RefusedException(String field, String message, SQLException cause) {
             super(message, cause.getSQLState(), cause.getErrorCode(), cause);
             this.field = field;
-            this.holder = holder;
         }
 
         public String field() { return field; }
-
-        /** The id of the job holding the unique key, when the refusal is a taken key that names it. */
-        public OptionalLong holder() { return holder == null ? OptionalLong.empty() : OptionalLong.of(holder); }
     }
 
     /** Enqueues a job with every setting at its default; see {@link #enqueue(Connection, String, Options)}. */
@@ -252,7 +247,6 @@ public final class Slotpoller {
     // The field names of the v1 contract's messages, "field: problem".
     private static final Pattern FIELD = Pattern.compile(
             "\\b(endpoint|payload|method|delay|run_at|max_attempts|timeout|unique_key|idempotency_key|queue|traceparent): (.*)");
-    private static final Pattern HOLDER = Pattern.compile("\\(id (\\d+)\\)|existing_id=(\\d+)");
 
     /**
      * The entry point's refusal as a RefusedException; any other error as
@@ -276,11 +270,6 @@ public final class Slotpoller {
             // xerial wraps the trigger's message: "... to abort (field: problem)".
             problem = problem.substring(0, problem.length() - 1);
         }
-        Matcher h = HOLDER.matcher(text);
-        Long holder = null;
-        if (m.group(1).equals("unique_key") && h.find()) {
-            holder = Long.parseLong(h.group(1) != null ? h.group(1) : h.group(2));
-        }
-        return new RefusedException(m.group(1), m.group(1) + ": " + problem, holder, e);
+        return new RefusedException(m.group(1), m.group(1) + ": " + problem, e);
     }
 }

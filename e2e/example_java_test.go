@@ -41,6 +41,67 @@ func TestJavaExampleEnqueuesInItsTransaction(t *testing.T) {
 	}
 }
 
+// Each setting of Slotpoller.enqueue reaches the job as given, bound as
+// each database's entry point takes it (a run time is a timestamptz, a UTC
+// DATETIME or datetime2, or Unix milliseconds), and a taken unique key is a
+// RefusedException of unique_key that names the holder.
+func TestJavaExampleEnqueueOptions(t *testing.T) {
+	for _, driver := range []string{"postgres", "mysql", "sqlserver", "sqlite"} {
+		t.Run(driver, func(t *testing.T) {
+			requireJavaDatabase(t, driver)
+			t.Parallel()
+			s, db := storetest.OpenDB(t, driver)
+			ctx := context.Background()
+			cmd := exec.Command("java", "-cp", javaClasspath(), "EnqueueOptions")
+			cmd.Env = append(os.Environ(), javaEnv(t, db)...)
+			raw, err := cmd.Output()
+			var exit *exec.ExitError
+			if errors.As(err, &exit) {
+				t.Fatalf("java EnqueueOptions: %v: %s", err, exit.Stderr)
+			}
+			require.NoError(t, err)
+			var out struct {
+				Full, Delayed  int64
+				RunAt          int64 `json:"run_at"`
+				Field, Message string
+			}
+			require.NoError(t, json.Unmarshal(raw, &out), "%s", raw)
+
+			j, err := s.JobGet(ctx, out.Full)
+			require.NoError(t, err)
+			require.Equal(t, "/jobs/options?x=%20y", j.Endpoint)
+			require.Equal(t, "PUT", j.Method)
+			payload := make([]byte, 8000)
+			for i := range payload {
+				payload[i] = byte(i)
+			}
+			require.Equal(t, payload, j.Payload, "the payload's bytes")
+			require.Equal(t, time.UnixMilli(out.RunAt).UTC(), j.RunAt.UTC(), "the run time")
+			require.Equal(t, 7, j.MaxAttempts)
+			require.Equal(t, 2500*time.Millisecond, j.Timeout)
+			require.Equal(t, "options-é", j.UniqueKey)
+			require.Equal(t, "options-idem", j.IdempotencyKey)
+			require.Equal(t, "java", j.Queue)
+
+			// Two hours on the database clock, which the test reads as the
+			// job's creation time.
+			d, err := s.JobGet(ctx, out.Delayed)
+			require.NoError(t, err)
+			require.WithinDuration(t, d.Created.Add(2*time.Hour), d.RunAt, time.Second, "the delayed job's run time")
+			require.Equal(t, "POST", d.Method, "the default method")
+
+			require.Equal(t, "unique_key", out.Field)
+			require.True(t, strings.HasPrefix(out.Message, "unique_key: "), "%q", out.Message)
+			if driver != "sqlite" { // SQLite's trigger cannot put the id in its message
+				require.Contains(t, out.Message, "(id "+strconv.FormatInt(out.Full, 10)+")")
+			}
+			counts, err := s.JobCounts(ctx)
+			require.NoError(t, err)
+			require.Equal(t, map[string]int{store.StateReady: 2}, counts, "the two jobs, and none for the taken key")
+		})
+	}
+}
+
 // requireJavaDatabase skips the test when the database is not configured
 // or the example cannot run on it, before anything is compiled.
 func requireJavaDatabase(t *testing.T, driver string) {
@@ -96,8 +157,11 @@ func requireJava(t *testing.T, driver string) {
 			javaBuild.err = err
 			return
 		}
-		lib, _ := filepath.Glob(filepath.Join(src, "src", "slotpoller", "*.java"))
-		cmd := exec.Command("javac", append([]string{"-Xlint:all", "-Werror", "-d", javaBuild.dir}, append(files, lib...)...)...)
+		for _, dir := range []string{filepath.Join(src, "src", "slotpoller"), filepath.Join(src, "test")} {
+			more, _ := filepath.Glob(filepath.Join(dir, "*.java"))
+			files = append(files, more...)
+		}
+		cmd := exec.Command("javac", append([]string{"-Xlint:all", "-Werror", "-d", javaBuild.dir}, files...)...)
 		start := time.Now()
 		out, err := cmd.CombinedOutput()
 		if err != nil {

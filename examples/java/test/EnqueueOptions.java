@@ -1,9 +1,10 @@
 // A check of Slotpoller.enqueue's settings for e2e/example_java_test.go
-// (TestJavaExampleEnqueueOptions), not a part of the example: in one
-// transaction, a job with every setting given and one with a delay; then,
-// on its own (a refusal ends PostgreSQL's transaction), one whose unique key
-// is taken, whose refusal is caught. It prints one JSON line: the two jobs' ids, the run time it gave (Unix ms), and the
-// refusal's field and message. The database settings are AppDb's.
+// (TestJavaExampleEnqueueOptions), not a part of the example: in a
+// transaction, a job with every setting given; then in auto-commit one
+// with a delay, and one whose unique key is taken, whose refusal is caught
+// (a refusal would end PostgreSQL's transaction). It prints one JSON line:
+// the two jobs' ids, the run time it gave (Unix ms), and the refusal's
+// field and message. The database settings are AppDb's.
 import java.sql.SQLException;
 import java.time.Instant;
 import java.time.temporal.ChronoUnit;
@@ -21,9 +22,9 @@ public final class EnqueueOptions {
             Instant runAt = Instant.now().plus(1, ChronoUnit.HOURS).truncatedTo(ChronoUnit.SECONDS);
             long full = Slotpoller.enqueue(app.db, "/jobs/options?x=%20y", app.options().payload(payload).method("PUT")
                     .runAt(runAt).maxAttempts(7).timeoutMs(2500).uniqueKey("options-é").idempotencyKey("options-idem").queue("java"));
-            long delayed = Slotpoller.enqueue(app.db, "/jobs/delayed", app.options().delayMs(7_200_000));
             app.db.commit();
             app.db.setAutoCommit(true);
+            long delayed = Slotpoller.enqueue(app.db, "/jobs/delayed", app.options().delayMs(7_200_000));
             String field, message;
             try {
                 Slotpoller.enqueue(app.db, "/jobs/taken", app.options().uniqueKey("options-é"));

@@ -182,8 +182,23 @@ public final class Slotpoller {
 
     // An INSERT into the view, whose trigger checks and writes the job; in
     // the same transaction the writer's lock makes the last id given out
-    // this INSERT's.
+    // this INSERT's. In auto-commit the two get a transaction of their own.
     private static long sqlite(Connection db, List<Arg> args) throws SQLException {
+        if (!db.getAutoCommit()) return sqliteInsert(db, args);
+        db.setAutoCommit(false);
+        try {
+            long id = sqliteInsert(db, args);
+            db.commit();
+            return id;
+        } catch (SQLException | RuntimeException e) {
+            db.rollback();
+            throw e;
+        } finally {
+            db.setAutoCommit(true);
+        }
+    }
+
+    private static long sqliteInsert(Connection db, List<Arg> args) throws SQLException {
         List<Arg> given = given(args);
         StringBuilder cols = new StringBuilder(), marks = new StringBuilder();
         for (int i = 0; i < given.size(); i++) {

@@ -228,41 +228,6 @@ func javaEnv(t *testing.T, db storetest.DB) []string {
 	return nil
 }
 
-// javaTable is the example's table as the test reads it: in the test's
-// schema on SQL Server, where the example keeps it.
-func javaTable(db storetest.DB, name string) string {
-	if db.Driver == "sqlserver" {
-		return "[" + db.Schema + "].[" + name + "]"
-	}
-	return name
-}
-
-// javaHeardFor is heardFor with the T-SQL test server's pace: a node there
-// checks in every few seconds, so it is judged live over a longer TTL.
-func javaHeardFor(t *testing.T, s *store.Store, d time.Duration) {
-	t.Helper()
-	ttl, within := 750*time.Millisecond, 30*time.Second
-	if s.Dialect().Name() == "sqlserver" {
-		ttl, within = 5*time.Second, 60*time.Second
-	}
-	_, now, err := s.Nodes(context.Background(), ttl)
-	require.NoError(t, err)
-	waitFor(t, within, "the node to check in "+d.String()+" later", func() bool {
-		nodes, _, err := s.Nodes(context.Background(), ttl)
-		require.NoError(t, err)
-		return len(nodes) == 1 && nodes[0].Live && !nodes[0].LastSeen.Before(now.Add(d))
-	})
-}
-
-// javaWait is how long a job may take to be done: the T-SQL test server
-// compiles each statement of a new connection afresh.
-func javaWait(driver string) time.Duration {
-	if driver == "sqlserver" {
-		return 60 * time.Second
-	}
-	return 30 * time.Second
-}
-
 func javaExample(t *testing.T, driver string) {
 	start := time.Now()
 	s, db := storetest.OpenDB(t, driver)
@@ -273,7 +238,7 @@ func javaExample(t *testing.T, driver string) {
 	n := startNode(t, env(driver, db.DSN, "java-node", srv.URL, db.ExtraEnv()...), "java-node")
 	waitSettled(t, s, 1)
 	appEnv := javaEnv(t, db)
-	orders := javaTable(db, "example_orders")
+	orders := exampleTable(db, "example_orders")
 
 	countOrders := func() int {
 		var count int
@@ -307,7 +272,7 @@ func javaExample(t *testing.T, driver string) {
 
 	// A job the rollback or the refusal had let through would have been
 	// called within the node's next slots.
-	javaHeardFor(t, s, 1500*time.Millisecond)
+	heardFor(t, s, 1500*time.Millisecond)
 	require.Empty(t, rec.snapshot(), "calls after a rollback and a refused enqueue")
 
 	// Committed: the order is there and its job is called once, with the
@@ -319,13 +284,13 @@ func javaExample(t *testing.T, driver string) {
 	require.NoError(t, s.DB().QueryRowContext(ctx, store.Expand(s.Dialect(), "SELECT item FROM "+orders+" WHERE id = ?"), out.Order).Scan(&item),
 		"the committed order %d", out.Order)
 	require.Equal(t, "book", item)
-	waitFor(t, javaWait(driver), "the committed job to be done", func() bool {
+	waitFor(t, exampleWait(driver), "the committed job to be done", func() bool {
 		j, err := s.JobGet(ctx, out.Job)
 		require.NoError(t, err)
 		return j.State == store.StateDone
 	})
 	// A second call would come at one of the node's next slots.
-	javaHeardFor(t, s, time.Second)
+	heardFor(t, s, time.Second)
 	calls := rec.snapshot()
 	require.Len(t, calls, 1, "calls after the commit: %+v", calls)
 	job := strconv.FormatInt(out.Job, 10)

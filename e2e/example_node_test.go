@@ -68,30 +68,6 @@ func requireNodeCommand(t *testing.T) {
 	}
 }
 
-// requireDatabase skips the test when the driver's test database is not configured.
-func requireDatabase(t *testing.T, driver string) {
-	t.Helper()
-	switch driver {
-	case "mysql":
-		storetest.RequireMySQL(t)
-	case "postgres":
-		storetest.RequirePostgres(t)
-	case "sqlserver":
-		storetest.RequireSQLServer(t)
-	}
-}
-
-// nodeWait is how long a step through the database may take: the T-SQL
-// test server compiles each statement afresh on every new connection (the
-// example's processes open their own), and its node renews every few
-// seconds under load.
-func nodeWait(driver string) time.Duration {
-	if driver == "sqlserver" {
-		return time.Minute
-	}
-	return 30 * time.Second
-}
-
 func nodeExample(t *testing.T, driver string) {
 	start := time.Now()
 	s, db := storetest.OpenDB(t, driver)
@@ -154,7 +130,7 @@ func nodeExample(t *testing.T, driver string) {
 	require.NoError(t, s.DB().QueryRowContext(ctx, store.Expand(s.Dialect(), "SELECT item FROM "+orders+" WHERE id = ?"), out.Order).Scan(&item),
 		"the committed order %d", out.Order)
 	require.Equal(t, "book", item)
-	waitFor(t, nodeWait(driver), "the committed job to be done", func() bool {
+	waitFor(t, exampleWait(driver), "the committed job to be done", func() bool {
 		j, err := s.JobGet(ctx, out.Job)
 		require.NoError(t, err)
 		return j.State == store.StateDone
@@ -240,13 +216,4 @@ func nodeAppEnv(t *testing.T, db storetest.DB) []string {
 	}
 	t.Fatalf("the Node.js example has no %s", db.Driver)
 	return nil
-}
-
-// exampleTable names a table of the example as the test's queries take it:
-// on SQL Server it is in the test's schema, beside the farm's tables.
-func exampleTable(db storetest.DB, name string) string {
-	if db.Schema != "" {
-		return "[" + db.Schema + "]." + name
-	}
-	return name
 }

@@ -47,13 +47,3 @@ func phpDBEnv(t *testing.T, db storetest.DB) []string {
 	}
 	return e
 }
-
-// exampleTable names one of the example's tables as the test's store
-// reaches it: in the test's schema on SQL Server (the store's connection
-// would otherwise look in its login's default schema).
-func exampleTable(db storetest.DB, name string) string {
-	if db.Schema == "" {
-		return name
-	}
-	return "[" + db.Schema + "]." + name
-}

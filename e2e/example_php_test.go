@@ -167,22 +167,6 @@ func phpExample(t *testing.T, driver string) {
 	n.stop(t)
 }
 
-// heardFor waits until the node, checking in at every 250 ms slot, has
-// been heard for d of database time from now: a stalled node would not
-// count as one that polled and called nothing.
-func heardFor(t *testing.T, s *store.Store, d time.Duration) {
-	t.Helper()
-	_, now, err := s.Nodes(context.Background(), 750*time.Millisecond)
-	require.NoError(t, err)
-	// 60 s: a node on the T-SQL test server checks in every few seconds
-	// when the machine is loaded.
-	waitFor(t, 60*time.Second, "the node to check in "+d.String()+" later", func() bool {
-		nodes, _, err := s.Nodes(context.Background(), 750*time.Millisecond)
-		require.NoError(t, err)
-		return len(nodes) == 1 && nodes[0].Live && !nodes[0].LastSeen.Before(now.Add(d))
-	})
-}
-
 // runProducer runs examples/php/producer.php, requires its exit status,
 // and returns what it printed: the parsed line when it succeeded, and its
 // standard error.

@@ -80,40 +80,6 @@ func requirePython(t *testing.T, module, debian string) string {
 	return ""
 }
 
-// requireDatabase skips the test when the driver's server is not
-// configured; SQLite needs none.
-func requireDatabase(t *testing.T, driver string) {
-	t.Helper()
-	switch driver {
-	case "mysql":
-		storetest.RequireMySQL(t)
-	case "postgres":
-		storetest.RequirePostgres(t)
-	case "sqlserver":
-		storetest.RequireSQLServer(t)
-	}
-}
-
-// exampleTable is the example's table as the test's store names it: on
-// SQL Server the example keeps its tables in the farm's schema, which is
-// not the login's default one.
-func exampleTable(db storetest.DB, name string) string {
-	if db.Driver == "sqlserver" {
-		return "[" + db.Schema + "].[" + name + "]"
-	}
-	return name
-}
-
-// pythonWait is how long a wait for the node may take: the T-SQL test
-// server compiles each statement afresh on each new connection, and a
-// node there renews every few seconds.
-func pythonWait(driver string) time.Duration {
-	if driver == "sqlserver" {
-		return 60 * time.Second
-	}
-	return 30 * time.Second
-}
-
 func pythonExample(t *testing.T, python, driver, refusal string) {
 	start := time.Now()
 	s, db := storetest.OpenDB(t, driver)
@@ -173,7 +139,7 @@ func pythonExample(t *testing.T, python, driver, refusal string) {
 	require.NoError(t, s.DB().QueryRowContext(ctx, store.Expand(s.Dialect(), "SELECT item FROM "+orders+" WHERE id = ?"), out.Order).Scan(&item),
 		"the committed order %d", out.Order)
 	require.Equal(t, "book", item)
-	waitFor(t, pythonWait(driver), "the committed job to be done", func() bool {
+	waitFor(t, exampleWait(driver), "the committed job to be done", func() bool {
 		j, err := s.JobGet(ctx, out.Job)
 		require.NoError(t, err)
 		return j.State == store.StateDone

@@ -7,10 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,28 +30,10 @@ func TestCSharpExampleEndpoint(t *testing.T) {
 	storetest.RequireSQLServer(t)
 	bin := buildCSharpExample(t)
 	t.Parallel()
-	start := time.Now()
 	csharpSignsTheVectors(t)
-
-	s, db := storetest.OpenDB(t, "sqlserver")
-	key := []byte("csharp-endpoint-test-key-" + strconv.FormatInt(time.Now().UnixNano(), 36))
-	appEnv := csharpEnv(t, db)
-	// OpenDB migrated the schema the example's tables go in.
-	base := startCSharpEndpoint(t, bin, append(appEnv, "JOBPAGES_SIGNING_KEY="+string(key)))
-	n := startNode(t, env("sqlserver", db.DSN, "csharp-endpoint-node", base,
-		append(db.ExtraEnv(), "SLOTPOLLER_JOBS_SIGNING_KEY="+string(key))...), "csharp-endpoint-node")
-	waitSettled(t, s, 1)
-	ep := exampleEndpoint{base: base, key: key, s: s, db: db, repeatedHeaders: false}
-
-	// Through the node: the producer's order and job, the job's signed
-	// call, done at the first attempt, the order invoiced once.
-	out, _ := runCSharpProducer(t, bin, appEnv, 0, "commit")
-	ep.calledOnce(t, out.Job, out.Order)
-	n.stop(t)
-
-	// Straight to the endpoint, as the contract says.
-	ep.endpointContract(t, out.Order)
-	t.Logf("%s: %v", "sqlserver", time.Since(start).Round(time.Millisecond))
+	endpointTest(t, "sqlserver", "csharp-endpoint-node", csharpProducer(bin), false, func(t *testing.T, appEnv []string) string {
+		return startCSharpEndpoint(t, bin, appEnv)
+	})
 }
 
 // csharpSignsTheVectors runs the example's SlotpollerSigning.SignV2 on
@@ -121,40 +101,11 @@ static class Vectors {
 }
 
 // startCSharpEndpoint runs endpoint.exe under Mono on a free loopback port
-// and returns its base URL once it answers.
+// (HttpListener takes a URL prefix) and returns its base URL once it
+// answers.
 func startCSharpEndpoint(t *testing.T, bin csharpBuild, appEnv []string) string {
 	t.Helper()
-	base := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
-	cmd := exec.Command("mono", filepath.Join(bin.dir, "endpoint.exe"), base+"/")
-	cmd.Env = append(os.Environ(), appEnv...)
-	cmd.SysProcAttr = dieWithTheTest()
-	log := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = log, log
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if !t.Failed() {
-			return
-		}
-		t.Logf("--- log of mono endpoint.exe %s ---\n%s", base, log.String())
+	return startExampleServer(t, "sqlserver", bin.dir, appEnv, func(addr string) []string {
+		return []string{"mono", filepath.Join(bin.dir, "endpoint.exe"), "http://" + addr + "/"}
 	})
-	// It creates its tables on the T-SQL server before it listens.
-	waitFor(t, time.Minute, "endpoint.exe to answer", func() bool {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("endpoint.exe exited before it answered: %v\n%s", err, log.String())
-		default:
-		}
-		resp, err := http.Get(base + "/")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return true
-	})
-	return base
 }

@@ -3,22 +3,14 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"net/http/httptest"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
 )
 
@@ -32,86 +24,20 @@ func TestCSharpExampleEnqueuesInItsTransaction(t *testing.T) {
 	storetest.RequireSQLServer(t)
 	bin := buildCSharpExample(t)
 	t.Parallel()
-	start := time.Now()
-	s, db := storetest.OpenDB(t, "sqlserver")
-	ctx := context.Background()
-	rec, seen := &recorder{}, &requestsSeen{}
-	srv := httptest.NewServer(seen.wrap(rec.handler))
-	defer srv.Close()
-	n := startNode(t, env("sqlserver", db.DSN, "csharp-node", srv.URL, db.ExtraEnv()...), "csharp-node")
-	waitSettled(t, s, 1)
-	appEnv := csharpEnv(t, db)
-	orders := "[" + db.Schema + "].[example_orders]"
+	producerContract(t, "sqlserver", "csharp-node", csharpProducer(bin))
+}
 
-	countOrders := func() int {
-		t.Helper()
-		var count int
-		require.NoError(t, s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM "+orders).Scan(&count))
-		return count
+// csharpProducer is producer.exe under Mono: a refusal is a SqlException
+// with the server's number.
+func csharpProducer(bin csharpBuild) exampleProducer {
+	return exampleProducer{
+		env: csharpEnv,
+		run: func(t *testing.T, appEnv []string, status int, args ...string) (produced, string) {
+			t.Helper()
+			return runCSharpProducer(t, bin, appEnv, status, args...)
+		},
+		refusal: []string{"SQL Server error 51000"},
 	}
-	noJobs := func(when string) {
-		t.Helper()
-		counts, err := s.JobCounts(ctx)
-		require.NoError(t, err)
-		require.Empty(t, counts, "jobs %s", when)
-	}
-
-	// Rolled back: neither the order nor the job exists, and the node,
-	// polling its slots meanwhile, calls nothing.
-	out, _ := runCSharpProducer(t, bin, appEnv, 0, "rollback")
-	require.Equal(t, "rolled back", out.Outcome)
-	require.Positive(t, out.Job, "the entry point gave the job an id inside the transaction")
-	_, err := s.JobGet(ctx, out.Job)
-	require.ErrorIs(t, err, store.ErrNotFound, "job %d of the rolled back transaction", out.Job)
-	noJobs("after a rollback")
-	require.Zero(t, countOrders(), "orders after a rollback")
-
-	// Refused: the entry point's check reaches C# as SQL Server error
-	// 51000 with the field at fault, and the order written before it is
-	// rolled back.
-	_, stderr := runCSharpProducer(t, bin, appEnv, 2, "commit", "jobs/no-leading-slash")
-	require.Contains(t, stderr, "SQL Server error 51000")
-	require.Contains(t, stderr, "endpoint: endpoint")
-	require.Contains(t, stderr, "must start with /")
-	noJobs("after a refused enqueue")
-	require.Zero(t, countOrders(), "orders after a refused enqueue")
-
-	// A job the rollback or the refusal had let through would have been
-	// called within the node's next slots.
-	heardFor(t, s, 1500*time.Millisecond)
-	require.Empty(t, rec.snapshot(), "calls after a rollback and a refused enqueue")
-
-	// Committed: the order is there and its job is called once, with the
-	// payload C# sent.
-	out, _ = runCSharpProducer(t, bin, appEnv, 0, "commit")
-	require.Equal(t, "committed", out.Outcome)
-	require.Equal(t, 1, countOrders(), "orders after the commit")
-	var item string
-	require.NoError(t, s.DB().QueryRowContext(ctx, "SELECT item FROM "+orders+" WHERE id = @p1", out.Order).Scan(&item),
-		"the committed order %d", out.Order)
-	require.Equal(t, "book", item)
-	// The T-SQL test server is slow, not wrong: a generous wait.
-	waitFor(t, time.Minute, "the committed job to be done", func() bool {
-		j, err := s.JobGet(ctx, out.Job)
-		require.NoError(t, err)
-		return j.State == store.StateDone
-	})
-	// A second call would come at one of the node's next slots.
-	heardFor(t, s, time.Second)
-	calls := rec.snapshot()
-	require.Len(t, calls, 1, "calls after the commit: %+v", calls)
-	job := strconv.FormatInt(out.Job, 10)
-	require.Equal(t, job, calls[0].job, "X-Slotpoller-Job")
-	request, _ := seen.byJob.Load(job)
-	require.Equal(t, "POST /jobs/send-invoice "+out.Payload, request, "the call's method, path and body: the payload C# sent")
-	var sent struct{ Order int64 }
-	require.NoError(t, json.Unmarshal([]byte(out.Payload), &sent))
-	require.Equal(t, out.Order, sent.Order, "the payload names the committed order")
-	counts, err := s.JobCounts(ctx)
-	require.NoError(t, err)
-	require.Equal(t, map[string]int{store.StateDone: 1}, counts, "jobs after the commit")
-	n.stop(t)
-	t.Logf("sqlserver: %v", time.Since(start).Round(time.Millisecond))
 }
 
 // csharpBuild is the example compiled: its folder holds producer.exe and
@@ -177,29 +103,9 @@ func csharpEnv(t *testing.T, db storetest.DB) []string {
 	return []string{"APP_DB_CONNECTION=" + conn, "APP_SLOTPOLLER_SCHEMA=" + db.Schema, "APP_DB_SCHEMA=" + db.Schema}
 }
 
-// runCSharpProducer runs producer.exe, requires its exit status, and
-// returns what it printed: the parsed line when it succeeded, and its
-// standard error.
+// runCSharpProducer runs the C# example's producer.exe under Mono
+// (runExampleProducer).
 func runCSharpProducer(t *testing.T, bin csharpBuild, appEnv []string, status int, args ...string) (produced, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "mono", append([]string{filepath.Join(bin.dir, "producer.exe")}, args...)...)
-	cmd.Env = append(os.Environ(), appEnv...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Run()
-	t.Logf("mono producer.exe %s: %v, %s%s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), stdout.String(), stderr.String())
-	var out produced
-	if status == 0 {
-		require.NoError(t, err, "mono producer.exe %v: %s", args, stderr.String())
-		require.NoError(t, json.Unmarshal(stdout.Bytes(), &out), "the producer's line %q", stdout.String())
-		return out, stderr.String()
-	}
-	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "mono producer.exe %v should have failed: %s", args, stdout.String())
-	require.Equal(t, status, exit.ExitCode(), "exit status of mono producer.exe %v: %s", args, stderr.String())
-	require.Empty(t, stdout.String(), "a failed producer prints no outcome")
-	return out, stderr.String()
+	return runExampleProducer(t, appEnv, status, append([]string{"mono", filepath.Join(bin.dir, "producer.exe")}, args...)...)
 }

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -232,4 +234,78 @@ func sendRaw(base string, c phpCall) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, strings.TrimSpace(string(b)), err
+}
+
+// endpointTest runs an example's endpoint (start, given the application's
+// environment with the farm's signing key) behind a real node signing its
+// calls: the job the example's producer enqueues is called once
+// (calledOnce); then, the node stopped, it holds the endpoint to the
+// contract (endpointContract). It returns the endpoint for a language's
+// own checks.
+func endpointTest(t *testing.T, driver, name string, p exampleProducer, repeatedHeaders bool,
+	start func(t *testing.T, appEnv []string) string) exampleEndpoint {
+	t.Helper()
+	began := time.Now()
+	s, db := storetest.OpenDB(t, driver)
+	key := []byte(name + "-key-" + strconv.FormatInt(time.Now().UnixNano(), 36))
+	appEnv := p.env(t, db)
+	base := start(t, append(appEnv, "JOBPAGES_SIGNING_KEY="+string(key)))
+	n := startNode(t, env(driver, db.DSN, name, base, append(db.ExtraEnv(), "SLOTPOLLER_JOBS_SIGNING_KEY="+string(key))...), name)
+	waitSettled(t, s, 1)
+	ep := exampleEndpoint{base: base, key: key, s: s, db: db, repeatedHeaders: repeatedHeaders}
+
+	out, _ := p.run(t, appEnv, 0, "commit")
+	ep.calledOnce(t, out.Job, out.Order)
+	n.stop(t)
+
+	ep.endpointContract(t, out.Order)
+	t.Logf("%s: %v", driver, time.Since(began).Round(time.Millisecond))
+	return ep
+}
+
+// startExampleServer starts an example's endpoint, argv (given the
+// loopback address it is to listen on), in dir with appEnv added to the
+// test's environment, and returns its base URL once it answers. Its log
+// is shown if the test fails.
+func startExampleServer(t *testing.T, driver, dir string, appEnv []string, argv func(addr string) []string) string {
+	t.Helper()
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	args := argv(addr)
+	what := strings.Join(args, " ")
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), appEnv...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = dieWithTheTest()
+	log := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("--- log of %s ---\n%s", what, log.String())
+		}
+	})
+	base := "http://" + addr
+	// A runtime's start and the example's tables: seconds on the T-SQL
+	// test server, which compiles a new connection's statements afresh.
+	waitFor(t, exampleWait(driver), what+" to answer", func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("%s exited before it answered:\n%s", what, log.String())
+		default:
+		}
+		resp, err := http.Get(base + "/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	})
+	return base
 }

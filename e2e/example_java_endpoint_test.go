@@ -5,7 +5,6 @@ package e2e
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotpoller/slotpoller/callproto"
-	"github.com/slotpoller/slotpoller/internal/storetest"
 )
 
 // The Java example's endpoint (examples/java/EndpointServer.java) on the
@@ -62,72 +60,21 @@ func TestJavaExampleSignature(t *testing.T) {
 
 // startJavaEndpoint runs EndpointServer on a free loopback port and returns
 // its base URL once it answers.
-func startJavaEndpoint(t *testing.T, appEnv []string) string {
+func startJavaEndpoint(t *testing.T, driver string, appEnv []string) string {
 	t.Helper()
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	cmd := exec.Command("java", "-cp", javaClasspath(), "EndpointServer", addr)
-	cmd.Env = append(os.Environ(), appEnv...)
-	cmd.Dir = t.TempDir()
-	cmd.SysProcAttr = dieWithTheTest()
-	log := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = log, log
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("--- log of java EndpointServer %s ---\n%s", addr, log.String())
-		}
+	return startExampleServer(t, driver, t.TempDir(), appEnv, func(addr string) []string {
+		return []string{"java", "-cp", javaClasspath(), "EndpointServer", addr}
 	})
-	base := "http://" + addr
-	// The JVM's start and the tables' creation: seconds on the T-SQL
-	// test server.
-	waitFor(t, 60*time.Second, "java EndpointServer to answer", func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("java EndpointServer exited: %s", log.String())
-		default:
-		}
-		resp, err := http.Get(base + "/")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return true
-	})
-	return base
 }
 
 func javaEndpoint(t *testing.T, driver string) {
-	start := time.Now()
-	s, db := storetest.OpenDB(t, driver)
-	key := []byte("java-endpoint-test-key-" + strconv.FormatInt(time.Now().UnixNano(), 36))
-	appEnv := javaEnv(t, db)
-	base := startJavaEndpoint(t, append(appEnv, "JOBPAGES_SIGNING_KEY="+string(key)))
-	n := startNode(t, env(driver, db.DSN, "java-endpoint-node", base,
-		append(db.ExtraEnv(), "SLOTPOLLER_JOBS_SIGNING_KEY="+string(key))...), "java-endpoint-node")
-	waitSettled(t, s, 1)
-	ep := exampleEndpoint{base: base, key: key, s: s, db: db, repeatedHeaders: true}
-
-	// Through the node: the producer's order and job, the job's signed
-	// call, done at the first attempt, the order invoiced once.
-	out, _ := runJavaProducer(t, appEnv, 0, "commit")
-	ep.calledOnce(t, out.Job, out.Order)
-	n.stop(t)
-
-	// Straight to the endpoint, as the contract says.
-	ep.endpointContract(t, out.Order)
+	ep := endpointTest(t, driver, "java-endpoint-node", javaProducer(), true, func(t *testing.T, appEnv []string) string {
+		return startJavaEndpoint(t, driver, appEnv)
+	})
 	// Java's own: an order that is not an integer is no order (400).
 	order := ep.newOrder(t, "nib")
-	got, answer := signedCall(t, key, time.Now(), "/jobs/send-invoice", "float-order", 1, time.Now().Add(30*time.Second),
-		fmt.Sprintf(`{"order":%d.0}`, order)).send(t, base)
+	got, answer := signedCall(t, ep.key, time.Now(), "/jobs/send-invoice", "float-order", 1, time.Now().Add(30*time.Second),
+		fmt.Sprintf(`{"order":%d.0}`, order)).send(t, ep.base)
 	require.Equal(t, http.StatusBadRequest, got, "an order that is not an integer: answered %s", answer)
 	require.Zero(t, ep.invoices(t, order))
-
-	t.Logf("%s: %v", driver, time.Since(start).Round(time.Millisecond))
 }

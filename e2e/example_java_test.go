@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -36,7 +35,7 @@ func TestJavaExampleEnqueuesInItsTransaction(t *testing.T) {
 		t.Run(driver, func(t *testing.T) {
 			requireJavaDatabase(t, driver)
 			t.Parallel()
-			javaExample(t, driver)
+			producerContract(t, driver, "java-node", javaProducer())
 		})
 	}
 }
@@ -106,14 +105,7 @@ func TestJavaExampleEnqueueOptions(t *testing.T) {
 // or the example cannot run on it, before anything is compiled.
 func requireJavaDatabase(t *testing.T, driver string) {
 	t.Helper()
-	switch driver {
-	case "mysql":
-		storetest.RequireMySQL(t)
-	case "postgres":
-		storetest.RequirePostgres(t)
-	case "sqlserver":
-		storetest.RequireSQLServer(t)
-	}
+	requireDatabase(t, driver)
 	requireJava(t, driver)
 }
 
@@ -228,111 +220,15 @@ func javaEnv(t *testing.T, db storetest.DB) []string {
 	return nil
 }
 
-func javaExample(t *testing.T, driver string) {
-	start := time.Now()
-	s, db := storetest.OpenDB(t, driver)
-	ctx := context.Background()
-	rec, seen := &recorder{}, &requestsSeen{}
-	srv := httptest.NewServer(seen.wrap(rec.handler))
-	defer srv.Close()
-	n := startNode(t, env(driver, db.DSN, "java-node", srv.URL, db.ExtraEnv()...), "java-node")
-	waitSettled(t, s, 1)
-	appEnv := javaEnv(t, db)
-	orders := exampleTable(db, "example_orders")
-
-	countOrders := func() int {
-		var count int
-		require.NoError(t, s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM "+orders).Scan(&count))
-		return count
-	}
-	noJobs := func(when string) {
-		counts, err := s.JobCounts(ctx)
-		require.NoError(t, err)
-		require.Empty(t, counts, "jobs %s", when)
-	}
-
-	// Rolled back: neither the order nor the job exists, and the node,
-	// polling its slots meanwhile, calls nothing.
-	out, _ := runJavaProducer(t, appEnv, 0, "rollback")
-	require.Equal(t, "rolled back", out.Outcome)
-	require.Positive(t, out.Job, "the entry point gave the job an id inside the transaction")
-	_, err := s.JobGet(ctx, out.Job)
-	require.ErrorIs(t, err, store.ErrNotFound, "job %d of the rolled back transaction", out.Job)
-	noJobs("after a rollback")
-	require.Zero(t, countOrders(), "orders after a rollback")
-
-	// Refused: the entry point's check reaches Java as a RefusedException
-	// naming the field at fault, and the order written before it is
-	// rolled back.
-	_, stderr := runJavaProducer(t, appEnv, 2, "commit", "jobs/no-leading-slash")
-	require.Contains(t, stderr, "refused (endpoint): endpoint: endpoint")
-	require.Contains(t, stderr, "must start with /")
-	noJobs("after a refused enqueue")
-	require.Zero(t, countOrders(), "orders after a refused enqueue")
-
-	// A job the rollback or the refusal had let through would have been
-	// called within the node's next slots.
-	heardFor(t, s, 1500*time.Millisecond)
-	require.Empty(t, rec.snapshot(), "calls after a rollback and a refused enqueue")
-
-	// Committed: the order is there and its job is called once, with the
-	// payload Java sent.
-	out, _ = runJavaProducer(t, appEnv, 0, "commit")
-	require.Equal(t, "committed", out.Outcome)
-	require.Equal(t, 1, countOrders(), "orders after the commit")
-	var item string
-	require.NoError(t, s.DB().QueryRowContext(ctx, store.Expand(s.Dialect(), "SELECT item FROM "+orders+" WHERE id = ?"), out.Order).Scan(&item),
-		"the committed order %d", out.Order)
-	require.Equal(t, "book", item)
-	waitFor(t, exampleWait(driver), "the committed job to be done", func() bool {
-		j, err := s.JobGet(ctx, out.Job)
-		require.NoError(t, err)
-		return j.State == store.StateDone
-	})
-	// A second call would come at one of the node's next slots.
-	heardFor(t, s, time.Second)
-	calls := rec.snapshot()
-	require.Len(t, calls, 1, "calls after the commit: %+v", calls)
-	job := strconv.FormatInt(out.Job, 10)
-	require.Equal(t, job, calls[0].job, "X-Slotpoller-Job")
-	request, _ := seen.byJob.Load(job)
-	require.Equal(t, "POST /jobs/send-invoice "+out.Payload, request, "the call's method, path and body: the payload Java sent")
-	var sent struct{ Order int64 }
-	require.NoError(t, json.Unmarshal([]byte(out.Payload), &sent))
-	require.Equal(t, out.Order, sent.Order, "the payload names the committed order")
-	j, err := s.JobGet(ctx, out.Job)
-	require.NoError(t, err)
-	require.Equal(t, 5, j.MaxAttempts, "the max attempts Java gave")
-	counts, err := s.JobCounts(ctx)
-	require.NoError(t, err)
-	require.Equal(t, map[string]int{store.StateDone: 1}, counts, "jobs after the commit")
-	n.stop(t)
-	t.Logf("%s: %v", driver, time.Since(start).Round(time.Millisecond))
+// javaProducer is Producer: a refusal is a Slotpoller.RefusedException
+// naming the field.
+func javaProducer() exampleProducer {
+	return exampleProducer{env: javaEnv, run: runJavaProducer,
+		refusal: []string{"refused (endpoint): endpoint: endpoint"}, maxAttempts: 5}
 }
 
-// runJavaProducer runs examples/java's Producer, requires its exit status,
-// and returns what it printed: the parsed line when it succeeded, and its
-// standard error.
+// runJavaProducer runs the Java example's Producer (runExampleProducer).
 func runJavaProducer(t *testing.T, appEnv []string, status int, args ...string) (produced, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "java", append([]string{"-cp", javaClasspath(), "Producer"}, args...)...)
-	cmd.Env = append(os.Environ(), appEnv...)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Run()
-	t.Logf("java Producer %s: %v, %s%s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), stdout.String(), stderr.String())
-	var out produced
-	if status == 0 {
-		require.NoError(t, err, "java Producer %v: %s", args, stderr.String())
-		require.NoError(t, json.Unmarshal([]byte(stdout.String()), &out), "the producer's line %q", stdout.String())
-		return out, stderr.String()
-	}
-	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "java Producer %v should have failed: %s", args, stdout.String())
-	require.Equal(t, status, exit.ExitCode(), "exit status of java Producer %v: %s", args, stderr.String())
-	require.Empty(t, stdout.String(), "a failed producer prints no outcome")
-	return out, stderr.String()
+	return runExampleProducer(t, appEnv, status, append([]string{"java", "-cp", javaClasspath(), "Producer"}, args...)...)
 }

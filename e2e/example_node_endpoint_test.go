@@ -4,17 +4,12 @@ package e2e
 
 import (
 	"context"
-	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/slotpoller/slotpoller/internal/storetest"
 )
 
 // The Node.js example's endpoint (examples/node/endpoint.js) on node:http,
@@ -54,64 +49,13 @@ func startNodeEndpoint(t *testing.T, driver string, appEnv []string) string {
 	t.Helper()
 	script, err := filepath.Abs(filepath.Join("..", "examples", "node", "endpoint.js"))
 	require.NoError(t, err)
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	cmd := exec.Command("node", script, addr)
-	cmd.Env = append(os.Environ(), appEnv...)
-	cmd.Dir = filepath.Dir(script)
-	cmd.SysProcAttr = dieWithTheTest()
-	log := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = log, log
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if !t.Failed() {
-			return
-		}
-		t.Logf("--- log of node endpoint.js %s ---\n%s", addr, log.String())
+	return startExampleServer(t, driver, filepath.Dir(script), appEnv, func(addr string) []string {
+		return []string{"node", script, addr}
 	})
-	base := "http://" + addr
-	// It creates its tables before it listens: on the T-SQL test server
-	// that is a few new statements to compile.
-	waitFor(t, exampleWait(driver), "endpoint.js to answer", func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("endpoint.js exited before it answered:\n%s", log.String())
-		default:
-		}
-		resp, err := http.Get(base + "/")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return true
-	})
-	return base
 }
 
 func nodeEndpoint(t *testing.T, driver string) {
-	start := time.Now()
-	s, db := storetest.OpenDB(t, driver)
-	key := []byte("node-endpoint-test-key-" + strconv.FormatInt(time.Now().UnixNano(), 36))
-	appEnv := nodeAppEnv(t, db)
-	base := startNodeEndpoint(t, driver, append(appEnv, "JOBPAGES_SIGNING_KEY="+string(key)))
-	n := startNode(t, env(driver, db.DSN, "node-endpoint-node", base,
-		append(db.ExtraEnv(), "SLOTPOLLER_JOBS_SIGNING_KEY="+string(key))...), "node-endpoint-node")
-	waitSettled(t, s, 1)
-	ep := exampleEndpoint{base: base, key: key, s: s, db: db, repeatedHeaders: true}
-
-	// Through the node: the producer's order and job, the job's signed
-	// call, done at the first attempt, the order invoiced once.
-	out, _ := runNodeProducer(t, appEnv, 0, "commit")
-	ep.calledOnce(t, out.Job, out.Order)
-	n.stop(t)
-
-	// Straight to the endpoint, as the contract says.
-	ep.endpointContract(t, out.Order)
-	t.Logf("%s: %v", driver, time.Since(start).Round(time.Millisecond))
+	endpointTest(t, driver, "node-endpoint-node", nodeProducer(driver), true, func(t *testing.T, appEnv []string) string {
+		return startNodeEndpoint(t, driver, appEnv)
+	})
 }

@@ -6,8 +6,6 @@ import (
 	"bytes"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -17,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotpoller/slotpoller/callproto"
-	"github.com/slotpoller/slotpoller/internal/storetest"
 )
 
 // The PHP example's endpoint (examples/php/endpoint.php) under PHP's
@@ -57,36 +54,13 @@ func (l *lockedBuffer) String() string {
 
 // startPHPEndpoint runs php -S on a free loopback port with endpoint.php as
 // its router and returns its base URL once it answers.
-func startPHPEndpoint(t *testing.T, appEnv []string) string {
+func startPHPEndpoint(t *testing.T, driver string, appEnv []string) string {
 	t.Helper()
 	router, err := filepath.Abs(filepath.Join("..", "examples", "php", "endpoint.php"))
 	require.NoError(t, err)
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	cmd := exec.Command("php", "-S", addr, router)
-	cmd.Env = append(os.Environ(), appEnv...)
-	cmd.Dir = filepath.Dir(router)
-	cmd.SysProcAttr = dieWithTheTest()
-	log := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = log, log
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if !t.Failed() {
-			return
-		}
-		t.Logf("--- log of php -S %s endpoint.php ---\n%s", addr, log.String())
+	return startExampleServer(t, driver, filepath.Dir(router), appEnv, func(addr string) []string {
+		return []string{"php", "-S", addr, router}
 	})
-	base := "http://" + addr
-	waitFor(t, 30*time.Second, "php -S to answer", func() bool {
-		resp, err := http.Get(base + "/")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return true
-	})
-	return base
 }
 
 // phpCall is one request sent straight to the endpoint.
@@ -129,23 +103,7 @@ func signedCall(t *testing.T, key []byte, now time.Time, uri, idem string, attem
 }
 
 func phpEndpoint(t *testing.T, driver string) {
-	start := time.Now()
-	s, db := storetest.OpenDB(t, driver)
-	key := []byte("php-endpoint-test-key-" + strconv.FormatInt(time.Now().UnixNano(), 36))
-	appEnv := phpDBEnv(t, db)
-	base := startPHPEndpoint(t, append(appEnv, "JOBPAGES_SIGNING_KEY="+string(key)))
-	n := startNode(t, env(driver, db.DSN, "php-endpoint-node", base,
-		append(db.ExtraEnv(), "SLOTPOLLER_JOBS_SIGNING_KEY="+string(key))...), "php-endpoint-node")
-	waitSettled(t, s, 1)
-	ep := exampleEndpoint{base: base, key: key, s: s, db: db, repeatedHeaders: true}
-
-	// Through the node: the producer's order and job, the job's signed
-	// call, done at the first attempt, the order invoiced once.
-	out, _ := runProducer(t, appEnv, 0, "commit")
-	ep.calledOnce(t, out.Job, out.Order)
-	n.stop(t)
-
-	// Straight to the endpoint, as the contract says.
-	ep.endpointContract(t, out.Order)
-	t.Logf("%s: %v", driver, time.Since(start).Round(time.Millisecond))
+	endpointTest(t, driver, "php-endpoint-node", phpProducer(driver), true, func(t *testing.T, appEnv []string) string {
+		return startPHPEndpoint(t, driver, appEnv)
+	})
 }

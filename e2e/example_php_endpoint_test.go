@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bytes"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -74,16 +73,9 @@ type phpCall struct {
 // status and body of the answer.
 func (c phpCall) send(t *testing.T, base string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, base+c.uri, bytes.NewReader(c.body))
+	status, body, err := sendRaw(base, c)
 	require.NoError(t, err)
-	req.Header = c.header.Clone()
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, string(b)
+	return status, body
 }
 
 // signedCall is a job call as a node makes it, signed with key at now.

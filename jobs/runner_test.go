@@ -72,8 +72,10 @@ func newRunner(t *testing.T, s *store.Store, base *url.URL, c clock.Clock, capac
 	if s.Dialect().Name() == "sqlserver" {
 		// The T-SQL test server parses a statement afresh on each new
 		// connection, seconds on a busy machine: more than a 3 s lease's
-		// statement deadline.
-		opts.StatementTimeout = 15 * time.Second
+		// statement deadline. Beside the e2e suite's SQL Server tests (the
+		// examples' among them) one count took over 15 s in CI; these
+		// tests judge what happens, not how fast.
+		opts.StatementTimeout = time.Minute
 	}
 	return jobs.NewRunner(s, &jobs.Invoker{Base: base}, opts)
 }

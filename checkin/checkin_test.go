@@ -412,13 +412,18 @@ func TestSlowDatabaseReadingIsTrustedFromWhenItCameBack(t *testing.T) {
 // reads at once, however fresh its reading (a burst is over in a fraction
 // of a slot). A node that knows of a backlog already reads a note that
 // comes within a slot of its reading when the slot is up, not at once,
-// and does not drop it.
+// and does not drop it. On MySQL the note is a wake (store.NoteWake).
 func TestLockingNodeReadsABacklogNoteAtOnceUnlessItKnows(t *testing.T) {
-	storetest.RequirePostgres(t)
-	sb, dsn := storetest.Open(t, "postgres")
+	for _, driver := range []string{"postgres", "mysql"} {
+		t.Run(driver, func(t *testing.T) { lockingNodeReadsABacklogNote(t, driver) })
+	}
+}
+
+func lockingNodeReadsABacklogNote(t *testing.T, driver string) {
+	sb, dsn := storetest.Open(t, driver)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := open.Store(ctx, "postgres", dsn)
+	s, err := open.Store(ctx, driver, dsn)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	c := clock.NewFake(t0)
@@ -441,6 +446,10 @@ func TestLockingNodeReadsABacklogNoteAtOnceUnlessItKnows(t *testing.T) {
 	// Another backlog note, as a node that had not heard of it yet sends:
 	// b knows already, and reads it when the slot since its reading is up.
 	require.Eventually(t, func() bool { return c.Waiters() == 1 }, 5*time.Second, time.Millisecond)
+	if driver == "mysql" {
+		// A woken listener waits again before the next wake can find it.
+		require.Eventually(t, func() bool { return mysqlListeners(ctx, t, s) == 2 }, 5*time.Second, 5*time.Millisecond)
+	}
 	before := sb.Statements()
 	require.NoError(t, s.NodeNotify(ctx, checkin.NoteBacklog))
 	time.Sleep(100 * time.Millisecond) // the note reaches b's Run, which rearms its timer
@@ -450,4 +459,12 @@ func TestLockingNodeReadsABacklogNoteAtOnceUnlessItKnows(t *testing.T) {
 		"the note is read once the slot is up, well before the next heartbeat")
 	stop()
 	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// mysqlListeners counts the nodes of s's database waiting for a wake.
+func mysqlListeners(ctx context.Context, t *testing.T, s *store.Store) int {
+	var n int
+	require.NoError(t, s.DB().QueryRowContext(ctx,
+		"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND INFO = ?", store.MySQLListening).Scan(&n))
+	return n
 }

@@ -3,6 +3,8 @@ package checkin
 import (
 	"context"
 	"errors"
+
+	"github.com/slotpoller/slotpoller/internal/store"
 )
 
 // Run keeps the node live until ctx ends. Heartbeating, it writes the row
@@ -56,14 +58,15 @@ func (reg *Registry) Run(ctx context.Context) error {
 			continue
 		case note := <-notes:
 			t.Stop()
-			if note != NoteBacklog {
+			if note != NoteBacklog && note != store.NoteWake {
 				if note == noteTaskGiven+reg.incarnation && reg.opts.TaskGiven != nil {
 					reg.opts.TaskGiven()
 				}
 				waitOn()
 				continue
 			}
-			// A backlog note is news to a node whose last reading showed
+			// A backlog note (or a wake, which on MySQL is the backlog's
+			// note) is news to a node whose last reading showed
 			// no backlog: it reads at once (a burst is over in a fraction
 			// of a slot, and a node that waited out the slot since its
 			// last reading ran a fifth of its share of one). One that

@@ -10,7 +10,9 @@
 // spread through it by rank (the slot's owner first), until the backlog
 // drains. A node that has just heard of the backlog takes its turn of the
 // current slot at once, so that a burst found by the slot's owner has every
-// node claiming within milliseconds. Rotation only shapes load; the
+// node claiming within milliseconds, and its place in that slot as well if
+// that is still ahead, so that the farm goes on polling through the slot.
+// Rotation only shapes load; the
 // conditional claim keeps it safe when two nodes briefly disagree about
 // membership.
 package rotation
@@ -81,6 +83,13 @@ type Waiter struct {
 	// taken a turn since: its turn of that slot is due at once.
 	widened, prompt bool
 	promptSlot      int64
+	// again: the last turn was a prompt one, taken before this node's
+	// place in that slot, and the place is still to come: the node takes
+	// its turn there too. Where nodes hear of a backlog at once, every
+	// node's prompt turn comes at the same moment; had they spent their
+	// places with it, nobody would poll for the rest of the slot, and work
+	// enqueued meanwhile would wait for the next slot.
+	again bool
 }
 
 // Wait blocks until this node's next turn and returns it. It skips turns it
@@ -102,9 +111,9 @@ func (w *Waiter) Wait(ctx context.Context) (Turn, error) {
 		errBound = min(errBound, w.Slot/4)
 		if ok {
 			w.forgetFutureTurn(db.Add(-errBound))
-			turn, wait, now := w.next(db, errBound, w.Members())
+			turn, wait, now, placeAhead := w.next(db, errBound, w.Members())
 			if now {
-				w.last, w.started, w.prompt = turn.Slot, true, false
+				w.last, w.started, w.prompt, w.again = turn.Slot, true, false, placeAhead
 				return turn, nil
 			}
 			if wait > 0 && wait < sleep {
@@ -131,16 +140,17 @@ func (w *Waiter) forgetFutureTurn(safe time.Time) {
 }
 
 // next finds the node's next turn. It returns the turn and true when it is
-// due now, or how long to wait. The guard band works on both edges: a turn
+// due now (and whether it is a prompt turn whose place in its slot is still
+// ahead), or how long to wait. The guard band works on both edges: a turn
 // starts only once the earliest the database time can be (db - errBound) has
 // reached it, and is taken only while the latest it can be (db + errBound)
 // is still inside the slot.
-func (w *Waiter) next(db time.Time, errBound time.Duration, members []string) (Turn, time.Duration, bool) {
+func (w *Waiter) next(db time.Time, errBound time.Duration, members []string) (turn Turn, wait time.Duration, now, placeAhead bool) {
 	n := len(members)
 	safe, late := db.Add(-errBound), db.Add(errBound)
 	k := Slot(safe, w.Slot)
 	if Rank(k, w.Me, members) < 0 {
-		return Turn{}, 0, false
+		return Turn{}, 0, false, false
 	}
 	widen := w.Widen != nil && w.Widen()
 	if widen && !w.widened {
@@ -151,26 +161,27 @@ func (w *Waiter) next(db time.Time, errBound time.Duration, members []string) (T
 		w.prompt = false
 	}
 	for kk := k; kk <= k+int64(n); kk++ {
-		if w.started && kk <= w.last {
+		if w.started && kk <= w.last && !(w.again && kk == w.last) {
 			continue
 		}
 		r := Rank(kk, w.Me, members)
 		if r != 0 && !widen {
 			continue
 		}
-		at := Start(kk, w.Slot).Add(time.Duration(r) * WidenedGap(w.Slot, n))
-		if w.prompt && kk == w.promptSlot && r != 0 {
+		place := Start(kk, w.Slot).Add(time.Duration(r) * WidenedGap(w.Slot, n))
+		at, prompt := place, w.prompt && kk == w.promptSlot && r != 0 && !(w.started && kk <= w.last)
+		if prompt {
 			at = Start(kk, w.Slot) // just heard of the backlog: now, within the slot
 		}
 		if safe.Before(at) {
-			return Turn{}, at.Sub(safe), false
+			return Turn{}, at.Sub(safe), false, false
 		}
 		if late.Before(Start(kk+1, w.Slot)) {
-			return Turn{Slot: kk, Rank: r, Start: at}, 0, true
+			return Turn{Slot: kk, Rank: r, Start: at}, 0, true, prompt && safe.Before(place)
 		}
 		// Woke up after the slot ended (a pause, a clock jump): skip it.
 	}
-	return Turn{}, 0, false
+	return Turn{}, 0, false, false
 }
 
 // WidenedGap is how far apart the turns of a widened slot of n nodes come,

@@ -157,10 +157,11 @@ func TestBacklogSpreadIsAsLongAsHearingTakes(t *testing.T) {
 				"nodes that hear only at their turns would lose their share")
 		})
 	}
-	// The wiring asks the store whether its nodes hear notes.
+	// The wiring asks the store whether its nodes hear notes or wakes.
 	storetest.Each(t, func(t *testing.T, driver string) {
 		s, _ := storetest.Open(t, driver)
 		require.Equal(t, driver == "postgres", s.HearsNotes())
+		require.Equal(t, driver == "postgres" || driver == "mysql", s.HearsWakes())
 	})
 }
 

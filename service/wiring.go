@@ -65,7 +65,7 @@ func (n *Node) wire(s *store.Store, est *clocksync.Estimator, log *slog.Logger, 
 		Lease: time.Duration(cfg.Jobs.Lease), Timeout: time.Duration(cfg.Jobs.Timeout),
 		Backoff: time.Duration(cfg.Jobs.Backoff), BackoffMax: time.Duration(cfg.Jobs.BackoffMax),
 		Clock: n.clock, Logger: log, OnCall: n.metrics.observeCall, OnStart: n.metrics.onStart(est),
-		BacklogSpread: backlogSpread(cfg, s.HearsNotes()),
+		BacklogSpread: backlogSpread(cfg, s.HearsWakes()),
 		FinishWindow:  jobs.DefaultFinishWindow,
 		// A job enqueued due now (a note, PostgreSQL) is claimed by the
 		// slot's owner alone, at once; if it has no room, it widens the
@@ -150,7 +150,8 @@ func managedQueues(cfg config.Config) bool {
 // backlogSpread is how long after a node hears of a backlog every node
 // has heard of it and taken its turn, so that a node may then claim as
 // fast as its calls end rather than only its share. Where nodes hear notes
-// (PostgreSQL's pg_notify), a note reaches every node within a round trip
+// (PostgreSQL's pg_notify) or wakes (MySQL's KILL QUERY of the statement a
+// node's lock connection waits in), a note reaches every node within a round trip
 // and each takes its turn of the slot then: an eighth of a slot covers
 // that. (A node that read the registry within the last slot reads it again
 // only a slot after that read, so it may come later; it then takes its
@@ -161,9 +162,9 @@ func managedQueues(cfg config.Config) bool {
 // later turns miss the jobs done in between, so the last few jobs of a
 // burst wait for this spread (they waited a second on PostgreSQL before
 // the spread shortened there).
-func backlogSpread(cfg config.Config, hearsNotes bool) time.Duration {
+func backlogSpread(cfg config.Config, hearsWakes bool) time.Duration {
 	slot := time.Duration(cfg.Rotation.Slot)
-	if hearsNotes {
+	if hearsWakes {
 		return slot / 8
 	}
 	return max(slot, time.Duration(cfg.Checkin.Heartbeat))

@@ -157,16 +157,18 @@ func (c sessionConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
 
 // MySQL and MariaDB server error numbers.
 const (
-	erDupEntry        = 1062 // a unique key is taken
-	erLockDeadlock    = 1213 // chosen as a deadlock victim: the transaction was rolled back
-	erLockWaitTimeout = 1205 // innodb_lock_wait_timeout passed
-	erNoSuchTable     = 1146
-	erAccessDenied    = 1045 // wrong user or password
-	erDBAccessDenied  = 1044 // the user may not use the database
-	erBadDB           = 1049 // unknown database
-	erLockNowait      = 3572 // MySQL: a NOWAIT lock was not granted
-	erPacketTooLarge  = 1153 // a packet over max_allowed_packet: the server drops the connection
-	erUnknown         = 1105 // among others, a value sent in pieces over max_allowed_packet
+	erDupEntry         = 1062 // a unique key is taken
+	erNoSuchThread     = 1094 // KILL: no connection has that id
+	erQueryInterrupted = 1317 // the statement was interrupted (KILL QUERY, on some versions)
+	erLockDeadlock     = 1213 // chosen as a deadlock victim: the transaction was rolled back
+	erLockWaitTimeout  = 1205 // innodb_lock_wait_timeout passed
+	erNoSuchTable      = 1146
+	erAccessDenied     = 1045 // wrong user or password
+	erDBAccessDenied   = 1044 // the user may not use the database
+	erBadDB            = 1049 // unknown database
+	erLockNowait       = 3572 // MySQL: a NOWAIT lock was not granted
+	erPacketTooLarge   = 1153 // a packet over max_allowed_packet: the server drops the connection
+	erUnknown          = 1105 // among others, a value sent in pieces over max_allowed_packet
 )
 
 func number(err error) uint16 {
@@ -204,19 +206,30 @@ func (driver) ConnectError(err error) error {
 }
 
 // ListenNotes (store.NotesListener) holds the node lock's connection:
-// MySQL has no notes to listen for, so nothing is ever delivered. The
-// connection waits in DO SLEEP, which the server interrupts (checking every
-// few seconds) when the client is gone, releasing the lock with the
-// connection; and which returns here when the connection breaks (the
-// server restarted, the network failed): the lock is lost. Cancelling ctx
-// closes the connection. It costs one statement for as long as the node
-// runs.
-func (driver) ListenNotes(ctx context.Context, dc any, _ string, ready func(), _ func(string)) error {
+// MySQL has no notes, so it waits in store.MySQLListening, which the
+// server interrupts (checking every few seconds) when the client is gone,
+// releasing the lock with the connection. A wake from another node (KILL
+// QUERY: the statement returns, the connection and its lock stay) is
+// handed on as store.NoteWake, and the connection waits again. When the
+// connection breaks (the server restarted, the network failed, KILL
+// CONNECTION), the lock is lost and it returns. Cancelling ctx closes the
+// connection. While nothing happens it costs one statement for as long
+// as the node runs.
+func (driver) ListenNotes(ctx context.Context, dc any, _ string, ready func(), note func(string)) error {
 	c, ok := dc.(sqldriver.ExecerContext)
 	if !ok {
 		return fmt.Errorf("unexpected driver connection %T", dc)
 	}
 	ready()
-	_, _ = c.ExecContext(ctx, "DO SLEEP(31536000)", nil)
-	return sqldriver.ErrBadConn // the connection is over either way: never back to the pool
+	for {
+		_, err := c.ExecContext(ctx, store.MySQLListening, nil)
+		if ctx.Err() != nil || (err != nil && number(err) != erQueryInterrupted) {
+			return sqldriver.ErrBadConn // the connection is over either way: never back to the pool
+		}
+		note(store.NoteWake)
+	}
 }
+
+// ListenerGone (the store's wakeRefusals): the connection to wake ended
+// between the listing and the wake.
+func (driver) ListenerGone(err error) bool { return number(err) == erNoSuchThread }

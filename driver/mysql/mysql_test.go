@@ -42,10 +42,7 @@ func TestDSNCheckRefusesWhatBreaksTimesOrBinding(t *testing.T) {
 // A failed login is told as one, without the password, and a time read
 // back is UTC whatever the server's or the DSN's session zone.
 func TestOpenOnMariaDB(t *testing.T) {
-	base := os.Getenv("SLOTPOLLER_TEST_MYSQL_DSN")
-	if base == "" {
-		t.Skip("SLOTPOLLER_TEST_MYSQL_DSN is not set: skipping the MySQL test (set it to e.g. root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC)")
-	}
+	base := testDSN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cfg, err := Config(base)
@@ -69,4 +66,30 @@ func TestOpenOnMariaDB(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, time.UTC, now.Location())
 	require.WithinDuration(t, time.Now(), now, time.Minute, "the database clock read as UTC")
+}
+
+// A wake that finds its listener gone (KILL QUERY of a connection id no
+// connection has) is told apart from a wake the server refused.
+func TestListenerGoneIsAConnectionNoLongerThere(t *testing.T) {
+	base := testDSN(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := store.Open(ctx, driver{}, base)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.DB().ExecContext(ctx, store.MySQL{}.Wake(), int64(4_000_000_000))
+	require.Error(t, err)
+	require.True(t, driver{}.ListenerGone(err), "%v", err)
+	_, err = s.DB().ExecContext(ctx, "KILL QUERY") // a syntax error
+	require.Error(t, err)
+	require.False(t, driver{}.ListenerGone(err), "%v", err)
+}
+
+// testDSN is the test MariaDB's DSN; the test skips, saying why, without it.
+func testDSN(t *testing.T) string {
+	base := os.Getenv("SLOTPOLLER_TEST_MYSQL_DSN")
+	if base == "" {
+		t.Skip("SLOTPOLLER_TEST_MYSQL_DSN is not set: skipping the MySQL test (set it to e.g. root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC)")
+	}
+	return base
 }

@@ -166,9 +166,7 @@ func (l *NodeLock) listen(ctx context.Context, listener NotesListener, ready cha
 const notesChannel = `'slotpoller:' || current_schema()`
 
 // notifier is a dialect whose nodes hear the farm's notes between their
-// turns (PostgreSQL's NOTIFY, heard on the node lock's connection). A
-// dialect with session locks and no notes (MySQL) holds the lock's
-// connection all the same, and its nodes find out at their turns.
+// turns (PostgreSQL's NOTIFY, heard on the node lock's connection).
 type notifier interface {
 	// Notify is the statement that sends a note (the ?) to every node.
 	Notify() string
@@ -176,25 +174,89 @@ type notifier interface {
 
 func (Postgres) Notify() string { return `SELECT pg_notify(` + notesChannel + `, ?)` }
 
-// HearsNotes reports whether the farm's notes reach nodes between their
-// turns (NodeNotify, NodeLock.Notes).
+// waker is a dialect with session locks and no notes (MySQL), whose nodes
+// are woken between their turns all the same: each node's lock connection
+// waits in one statement (the driver's ListenNotes), and a wake interrupts
+// it, which the node hears as NoteWake. A wake carries no payload, and
+// costs a statement per node woken: it is for the backlog, which every
+// node must hear of before its own turn, not for every enqueue.
+type waker interface {
+	// Listening lists the connection ids of the farm's nodes waiting for a
+	// wake in their lock's connection, whose statement is the ?.
+	Listening() string
+	// Wake interrupts the statement of the connection whose id is the ?.
+	Wake() string
+}
+
+// NoteWake is what a node hears when it is woken without a note (MySQL):
+// something changed that the node learns by reading the registry.
+const NoteWake = "wake"
+
+// wakeRefusals is a driver that tells a wake that found its listener gone
+// (the node stopped between the listing and the wake: nothing to wake).
+type wakeRefusals interface {
+	ListenerGone(err error) bool
+}
+
+// HearsNotes reports whether the farm's notes, with their payloads, reach
+// nodes between their turns (NodeNotify, NodeLock.Notes).
 func (s *Store) HearsNotes() bool {
 	_, ok := s.d.(notifier)
 	return ok && s.SessionLocks()
 }
 
-// NodeNotify sends a note to every node of the farm that listens (on
-// PostgreSQL; elsewhere it sends nothing: nodes find out at their turns
-// there).
+// HearsWakes reports whether a node hears of news between its turns at all:
+// by a note (HearsNotes) or by a wake without a payload (MySQL, NoteWake).
+// Where it does not, nodes find out at their turns and heartbeats.
+func (s *Store) HearsWakes() bool {
+	_, ok := s.d.(waker)
+	return s.HearsNotes() || ok && s.SessionLocks()
+}
+
+// NodeNotify sends a note to every node of the farm that listens. On
+// PostgreSQL it is one statement, and each node hears the payload. On
+// MySQL every listening node is woken and hears NoteWake instead: a
+// statement to list them and one for each. Elsewhere it sends nothing:
+// nodes find out at their turns there.
 func (s *Store) NodeNotify(ctx context.Context, payload string) error {
-	n, ok := s.d.(notifier)
-	if !ok || !s.SessionLocks() {
+	if !s.SessionLocks() {
 		return nil
 	}
-	return s.retry(ctx, func() error {
-		_, err := s.exec(ctx, s.statement(n.Notify()), payload)
+	switch d := s.d.(type) {
+	case notifier:
+		return s.retry(ctx, func() error {
+			_, err := s.exec(ctx, s.statement(d.Notify()), payload)
+			return err
+		})
+	case waker:
+		return s.wakeNodes(ctx, d)
+	}
+	return nil
+}
+
+// wakeNodes wakes every node listening in the farm's database, this one's
+// own listener too (as a note reaches its sender on PostgreSQL). A node
+// that stopped meanwhile is passed over; a wake that fails otherwise (the
+// login may not interrupt that connection) is reported after the others
+// were tried: those nodes find out at their turns.
+func (s *Store) wakeNodes(ctx context.Context, d waker) error {
+	ids, err := queryAll(ctx, s, "list the nodes listening for wakes", s.statement(d.Listening()), []any{MySQLListening},
+		func(r rowScanner) (int64, error) {
+			var id int64
+			return id, r.Scan(&id)
+		})
+	if err != nil {
 		return err
-	})
+	}
+	gone, _ := s.drv.(wakeRefusals)
+	var errs []error
+	for _, id := range ids {
+		_, err := s.exec(ctx, s.statement(d.Wake()), id)
+		if err != nil && (gone == nil || !gone.ListenerGone(err)) {
+			errs = append(errs, fmt.Errorf("wake the node listening on connection %d: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Release ends the lock's session: the database releases the lock with it.

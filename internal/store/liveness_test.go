@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -235,9 +236,61 @@ func TestSessionLocksOnlyWherePostgresOrMySQL(t *testing.T) {
 		locks := driver == "postgres" || driver == "mysql"
 		require.Equal(t, locks, s.SessionLocks())
 		require.Equal(t, driver == "postgres", s.HearsNotes(), "only PostgreSQL's nodes hear notes")
+		require.Equal(t, locks, s.HearsWakes(), "a node holding a session lock is woken between its turns")
 		if !locks {
 			_, _, err := s.NodeLockTake(context.Background(), 1)
 			require.ErrorContains(t, err, "no session locks")
 		}
 	})
+}
+
+// MySQL has no notes: a note wakes every node listening in the farm's
+// database instead, by interrupting the statement its lock's connection
+// waits in. Each hears NoteWake, keeps its lock, and waits again for the
+// next; a node of a farm in another database sleeps on. The wake costs a
+// statement to list the listeners and one for each.
+func TestMySQLNoteWakesTheFarmsNodesAndKeepsTheirLocks(t *testing.T) {
+	s, _ := storetest.Open(t, "mysql")
+	other, _ := storetest.Open(t, "mysql")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.True(t, s.HearsWakes())
+	take := func(s *store.Store) *store.NodeLock {
+		l, ok, err := s.NodeLockTake(ctx, rand.Int64N(1<<30)+1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		t.Cleanup(l.Release)
+		return l
+	}
+	a, b, elsewhere := take(s), take(s), take(other)
+	listening := func() int {
+		var n int
+		require.NoError(t, s.DB().QueryRowContext(ctx,
+			"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND INFO = ?", store.MySQLListening).Scan(&n))
+		return n
+	}
+	for round := 1; round <= 2; round++ {
+		require.Eventually(t, func() bool { return listening() == 2 }, 5*time.Second, 5*time.Millisecond,
+			"round %d: both nodes wait for a wake", round)
+		before := s.Statements()
+		require.NoError(t, s.NodeNotify(ctx, "backlog"))
+		require.Equal(t, before+3, s.Statements(), "round %d: one listing, one wake per node", round)
+		for _, l := range []*store.NodeLock{a, b} {
+			select {
+			case n := <-l.Notes():
+				require.Equal(t, store.NoteWake, n, "round %d", round)
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: a node was not woken", round)
+			}
+			select {
+			case <-l.Lost():
+				t.Fatalf("round %d: the wake ended a node's session, and its lock", round)
+			default:
+			}
+		}
+		require.Empty(t, notesIn(elsewhere, 200*time.Millisecond), "round %d: another farm's node", round)
+	}
+	_, ok, err := s.NodeLockTake(ctx, a.Key)
+	require.NoError(t, err)
+	require.False(t, ok, "the woken node still holds its lock")
 }

@@ -145,6 +145,25 @@ func (MySQL) LockHeld(col string) string {
 	return "(" + col + " IS NULL OR IS_USED_LOCK(" + mysqlNodeLockName(col) + ") IS NOT NULL)"
 }
 
+// MySQLListening is the statement a MySQL node's lock connection waits in
+// for as long as the node runs (driver/mysql's ListenNotes): the server
+// notices a dead client under it, and a wake (waker) interrupts it. The
+// comment is how the wake finds it in the server's process list.
+const MySQLListening = "DO SLEEP(31536000) /* slotpoller: a node waiting for a wake */"
+
+// Listening (waker): the connections of the farm's database waiting in
+// MySQLListening. The process list shows a login its own connections
+// (all of it to one with the PROCESS privilege), so the farm's nodes are
+// woken when they log in as one user.
+func (MySQL) Listening() string {
+	return "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND INFO = ?"
+}
+
+// Wake (waker): KILL QUERY ends the connection's statement and leaves the
+// connection (and its session lock) as it was; DO SLEEP returns, without
+// an error, to the listener, which waits again.
+func (MySQL) Wake() string { return "KILL QUERY ?" }
+
 // mysqlNodeLockName is the name of the lock under a node's key: named
 // from the database, as a lock's name is the whole server's, and at most
 // 64 characters (11 + 32 + 1 + a key of at most 20).

@@ -396,7 +396,7 @@ func sqlServerOps() []op {
 // do Driver, WithDriver (a store on another driver) and UndefinedTable (the
 // driver's reading of an error).
 var noSQL = map[string]bool{"Driver": true, "WithDriver": true, "UndefinedTable": true, "KeepIdleFor": true, "LoadStatement": true, "ListStatement": true, "RetryStatement": true,
-	"ThroughputStatement": true, "CountsStatement": true, "SetWindowRows": true, "SessionLocks": true, "HearsNotes": true, "PushesDue": true, "FusesFinishAndClaim": true, "JobsFinishAndClaim": true, "NodeLockTake": true, "NodeNotify": true, "Close": true, "DB": true, "Dialect": true, "Statements": true, "CheckFile": true, "WithTx": true, "InTx": true}
+	"ThroughputStatement": true, "CountsStatement": true, "SetWindowRows": true, "SessionLocks": true, "HearsNotes": true, "HearsWakes": true, "PushesDue": true, "FusesFinishAndClaim": true, "JobsFinishAndClaim": true, "NodeLockTake": true, "NodeNotify": true, "Close": true, "DB": true, "Dialect": true, "Statements": true, "CheckFile": true, "WithTx": true, "InTx": true}
 
 // Every operation of the store is in the list above: a new one must say
 // what it sends to SQL Server.

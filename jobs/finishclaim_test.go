@@ -94,6 +94,54 @@ func TestAClaimCarriesTheResultsWaiting(t *testing.T) {
 	}, 10*time.Second, time.Millisecond)
 }
 
+// Under a steady stream of enqueues a node's calls end between two notes'
+// claims. Their results wait for the next note's claim, at most the rest
+// of its cooldown, and ride on it: one statement per round of calls, not
+// a batch of results and then a claim. When no note comes within the
+// cooldown, the results go alone once it is over.
+func TestResultsBetweenTwoNotesRideOnTheNextNotesClaim(t *testing.T) {
+	s, g, c, r, _ := joiningRunner(t, 0, 0)
+
+	enqueue(t, s, "/gate", 1)
+	enqueue(t, s, "/gate", 1)
+	r.Due()
+	claimedReaches(t, r, 2)
+	g.release(2)
+	require.Eventually(t, func() bool { return r.Pending() == 2 }, 10*time.Second, time.Millisecond)
+	before := s.Statements()
+	c.Advance(5 * time.Millisecond) // the completer's window ends within the note's cooldown
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, before, s.Statements(), "the results wait for the next note's claim")
+	require.Equal(t, 2, r.Pending())
+
+	enqueue(t, s, "/gate", 1)
+	enqueue(t, s, "/gate", 1)
+	r.Due() // the next note, within the cooldown
+	before = s.Statements()
+	c.Advance(jobs.DefaultPushCooldown - 5*time.Millisecond)
+	claimedReaches(t, r, 4)
+	require.Equal(t, int64(1), s.Statements()-before, "the note's claim and the results in one statement")
+	require.Equal(t, 0, r.Pending())
+	require.Equal(t, 2, countState(t, s, store.StateDone))
+
+	// No note comes: the results wait out the cooldown, then go alone.
+	g.release(2)
+	require.Eventually(t, func() bool { return r.Pending() == 2 }, 10*time.Second, time.Millisecond)
+	before = s.Statements()
+	finishes := r.Stats().Finishes
+	c.Advance(5 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	require.Equal(t, before, s.Statements(), "within the cooldown the results wait")
+	require.Eventually(t, func() bool {
+		c.Advance(5 * time.Millisecond)
+		return r.Pending() == 0 && r.Running() == 0
+	}, 10*time.Second, time.Millisecond)
+	require.Equal(t, int64(1), s.Statements()-before, "the results alone, no claim")
+	require.Equal(t, finishes+1, r.Stats().Finishes)
+	require.Equal(t, int64(4), r.Stats().Claimed)
+	require.Equal(t, 4, countState(t, s, store.StateDone))
+}
+
 // A node whose Refill has ended (it is stopping: its loops are over, it
 // left the farm) records its results alone and claims nothing more, though
 // it knew of due work.

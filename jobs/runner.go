@@ -171,6 +171,9 @@ type Runner struct {
 	// refilling is set while Refill runs: only then may the completer
 	// send Refill's claim with a batch of results (finishAndClaim).
 	refilling atomic.Bool
+	// carried counts the claims that took results waiting for the
+	// completer (takePending).
+	carried atomic.Int64
 
 	// draining is set when the drain begins: nothing new starts then.
 	draining atomic.Bool

@@ -161,14 +161,23 @@ func (r *Runner) finish(c store.Claim, o store.Outcome, within time.Duration) (b
 // claims what Refill would claim once these calls are recorded, and
 // reports whether it did. It does not when the database cannot join them,
 // when the node knows of no due work or may not claim more of it
-// (Refill's rules, nextRefill, but for the cooldown), when a claim is
-// under way or the node drains, or when the claim would be a managed one:
-// the batch is then written alone.
+// (Refill's rules, nextRefill, but for the cooldown), when the node
+// drains, or when the claim would be a managed one: the batch is then
+// written alone. A claim under way is waited for (a statement, bounded
+// like every other): it took the room there was, and the room these
+// results make is what the next claim takes. Written alone at once, they
+// would cost a statement of their own and that claim another (at 1,000
+// calls a node, a third of the results went so).
 func (r *Runner) finishAndClaim(batch []*finishing, fs []store.Finish) bool {
 	// Only while Refill runs: the claim is Refill's, sent early; a node
 	// that stops claiming (its loops ended, it left the farm) records its
 	// results alone.
-	if !r.refilling.Load() || !r.fusesResults() || !r.claimMu.TryLock() {
+	if !r.refilling.Load() || !r.fusesResults() {
+		return false
+	}
+	r.claimMu.Lock()
+	if !r.refilling.Load() || !r.fusesResults() {
+		r.claimMu.Unlock()
 		return false
 	}
 	// No cooldown: Refill waits one so that a claim takes the room of

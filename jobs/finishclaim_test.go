@@ -142,6 +142,43 @@ func TestResultsBetweenTwoNotesRideOnTheNextNotesClaim(t *testing.T) {
 	require.Equal(t, 4, countState(t, s, store.StateDone))
 }
 
+// Results that come while a claim is under way wait for it, then carry
+// the next claim, for the room they make: one statement, where writing
+// them at once cost one of their own and that claim another (at 1,000
+// calls a node a third of the results went alone so).
+func TestResultsWaitForAClaimUnderWayAndCarryTheNext(t *testing.T) {
+	s, g, c, r, _ := joiningRunner(t, 6, 6)
+	ctx := context.Background()
+	for range 10 {
+		enqueue(t, s, "/gate", 1)
+	}
+	// Another session holds the jobs table: the next claim waits in the
+	// database, under way, until it lets go.
+	tx, err := s.DB().BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	_, err = tx.ExecContext(ctx, "LOCK TABLE slotpoller_jobs IN EXCLUSIVE MODE")
+	require.NoError(t, err)
+
+	before := s.Statements()
+	r.Due() // a note: Refill claims the room of 2 and waits in the database
+	require.Eventually(t, func() bool { return s.Statements() > before }, 10*time.Second, time.Millisecond)
+	g.release(6)
+	require.Eventually(t, func() bool { return r.Pending() == 6 }, 10*time.Second, time.Millisecond)
+	c.Advance(jobs.DefaultPushCooldown) // the completer's window, and its wait for a note's claim
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, tx.Rollback())
+	claimedReaches(t, r, 14)
+	require.Eventually(t, func() bool { return r.Pending() == 0 && r.Stats().Finishes == 1 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, int64(2), s.Statements()-before, "the note's claim, then the results with the claim of their room")
+	require.Equal(t, 6, countState(t, s, store.StateDone))
+	g.release(100)
+	require.Eventually(t, func() bool {
+		c.Advance(5 * time.Millisecond)
+		return countState(t, s, store.StateDone) == 16
+	}, 10*time.Second, time.Millisecond)
+}
+
 // A node whose Refill has ended (it is stopping: its loops are over, it
 // left the farm) records its results alone and claims nothing more, though
 // it knew of due work.

@@ -448,7 +448,7 @@ func lockingNodeReadsABacklogNote(t *testing.T, driver string) {
 	require.Eventually(t, func() bool { return c.Waiters() == 1 }, 5*time.Second, time.Millisecond)
 	if driver == "mysql" {
 		// A woken listener waits again before the next wake can find it.
-		require.Eventually(t, func() bool { return mysqlListeners(ctx, t, s) == 2 }, 5*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return storetest.MySQLListeners(ctx, t, s) == 2 }, 5*time.Second, 5*time.Millisecond)
 	}
 	before := sb.Statements()
 	require.NoError(t, s.NodeNotify(ctx, checkin.NoteBacklog))
@@ -459,12 +459,4 @@ func lockingNodeReadsABacklogNote(t *testing.T, driver string) {
 		"the note is read once the slot is up, well before the next heartbeat")
 	stop()
 	require.ErrorIs(t, <-done, context.Canceled)
-}
-
-// mysqlListeners counts the nodes of s's database waiting for a wake.
-func mysqlListeners(ctx context.Context, t *testing.T, s *store.Store) int {
-	var n int
-	require.NoError(t, s.DB().QueryRowContext(ctx,
-		"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND INFO = ?", store.MySQLListening).Scan(&n))
-	return n
 }

@@ -263,14 +263,8 @@ func TestMySQLNoteWakesTheFarmsNodesAndKeepsTheirLocks(t *testing.T) {
 		return l
 	}
 	a, b, elsewhere := take(s), take(s), take(other)
-	listening := func() int {
-		var n int
-		require.NoError(t, s.DB().QueryRowContext(ctx,
-			"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND INFO = ?", store.MySQLListening).Scan(&n))
-		return n
-	}
 	for round := 1; round <= 2; round++ {
-		require.Eventually(t, func() bool { return listening() == 2 }, 5*time.Second, 5*time.Millisecond,
+		require.Eventually(t, func() bool { return storetest.MySQLListeners(ctx, t, s) == 2 }, 5*time.Second, 5*time.Millisecond,
 			"round %d: both nodes wait for a wake", round)
 		before := s.Statements()
 		require.NoError(t, s.NodeNotify(ctx, "backlog"))

@@ -301,3 +301,16 @@ func mysqlDatabase(t testing.TB, base string) string {
 	cfg.DBName = name
 	return cfg.FormatDSN()
 }
+
+// MySQLListeners counts the nodes of s's database waiting for a wake in
+// their lock's connection (store.MySQLListening): a woken node must be
+// waiting again before the next wake can find it.
+func MySQLListeners(ctx context.Context, t testing.TB, s *store.Store) int {
+	t.Helper()
+	var n int
+	if err := s.DB().QueryRowContext(ctx,
+		"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND INFO = ?", store.MySQLListening).Scan(&n); err != nil {
+		t.Fatalf("count the nodes waiting for a wake: %v", err)
+	}
+	return n
+}

@@ -19,8 +19,15 @@ import (
 // A burst far larger than the farm's capacity, due at one instant, drains
 // as fast as the nodes' calls end (each node claims again as it has room)
 // and still spreads by capacity: no node runs less than half its share.
+//
+// A node's share is its calls over its claims' round trips, and so follows
+// the CPU its process gets. The test runs its databases one after another
+// (and, calling no t.Parallel, before Go releases the suite's parallel
+// tests): side by side, twelve node processes and three database servers
+// on two cores starved one node of a burst now and then (190 of 1,500 on
+// SQLite, 88 of 600 on the T-SQL server).
 func TestFarmSpreadsABurstByCapacity(t *testing.T) {
-	storetest.EachParallel(t, func(t *testing.T, driver string) {
+	storetest.Each(t, func(t *testing.T, driver string) {
 		s, db := storetest.OpenDB(t, driver)
 		ctx := context.Background()
 		rec := &recorder{}

@@ -138,16 +138,19 @@ func expand(d Dialect, q string) string {
 	if b, ok := d.(outputBatch); ok && output != "" {
 		q = b.wrapOutput(output, q)
 	}
-	seekNow, endpoint := d.NowPlusMillis(), "endpoint"
+	seekNow, nowOnce, nowOncePlus, endpoint := d.NowPlusMillis(), d.Now(), d.NowPlusMillis(), "endpoint"
 	if c, ok := d.(seekClock); ok {
 		seekNow = c.SeekNowPlusMillis()
+	}
+	if c, ok := d.(onceClock); ok {
+		nowOnce, nowOncePlus = c.NowOnce(), c.NowOncePlusMillis()
 	}
 	if k, ok := d.(endpointKey); ok {
 		endpoint = k.EndpointKey()
 	}
 	r := strings.NewReplacer(append([]string{holdMarker, d.NowPlusMillisOf(holdMillis("timeout_ms", "?", "?", "?", "?")),
 		"{now+?}", d.NowPlusMillis(), "{now_ms}", d.NowMillis(), "{now}", d.Now(),
-		"{seeknow+?}", seekNow, "{endpoint_key}", endpoint}, tableMarkers(d)...)...)
+		"{seeknow+?}", seekNow, "{now_once}", nowOnce, "{now_once+?}", nowOncePlus, "{endpoint_key}", endpoint}, tableMarkers(d)...)...)
 	q = r.Replace(q)
 	if w, ok := d.(sqlRewriter); ok {
 		q = w.Rewrite(q)
@@ -179,6 +182,20 @@ func tableMarkers(d Dialect) []string {
 // matter and a seek does. Elsewhere {seeknow+?} is {now+?}.
 type seekClock interface {
 	SeekNowPlusMillis() string
+}
+
+// onceClock is a dialect whose {now} is read anew for every row
+// (PostgreSQL's clock_timestamp()), so that a bound on it is a filter and
+// not where an index's walk stops: a count of due jobs read every job due
+// later. Its NowOnce is the database's time read once for the statement,
+// on which an index seeks: for a test of which rows are due, never for a
+// time written to a row (a lease is measured from the write). Elsewhere
+// {now_once} is {now} and {now_once+?} is {now+?}: the other databases
+// read their clock once per statement.
+type onceClock interface {
+	NowOnce() string
+	// NowOncePlusMillis is NowOnce plus ? milliseconds.
+	NowOncePlusMillis() string
 }
 
 // endpointKey is a dialect whose index on the endpoint orders an

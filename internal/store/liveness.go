@@ -314,7 +314,12 @@ func (s *Store) NodeTurn(ctx context.Context, n NodeState, ttl, lookahead, taskW
 	r.Mine = mine
 	// Each hint is an EXISTS on an index (due, lease, start_by, the
 	// schedules' next fire, the tasks' state), uncorrelated: read once.
-	jobsHint := "EXISTS (SELECT 1 FROM {jobs} WHERE state = 'ready' AND run_at <= {now})"
+	// Whether a job is due is the earliest ready run_at, the due index's
+	// first entry, against the clock. An EXISTS of a due row let
+	// PostgreSQL's planner, which counts the retained jobs' past run_at
+	// among the ready ones, walk the table for the first due row, through
+	// every row when none was (and its clock is no index bound).
+	jobsHint := "(SELECT MIN(run_at) FROM {jobs} WHERE state = 'ready') <= {now}"
 	var args []any
 	for _, r := range reclaimable {
 		jobsHint += "\n    OR EXISTS (SELECT 1 FROM {jobs} WHERE " + r.cond + ")"

@@ -412,10 +412,12 @@ func (n *shownInt) Scan(v any) error {
 // them, and they would wait unseen for ever; set aside, they show with
 // their reason. One seek from the far end of the ready rows' (run_at, id)
 // index, which finds nothing on a sound table. It returns how many it set
-// aside.
+// aside. The bound is the clock read once ({now_once+?}): on PostgreSQL
+// one read for every row is no index condition, and the seek was a walk
+// of every ready job.
 func (s *Store) JobsSetAsideUnreachable(ctx context.Context, beyond time.Duration, limit int) (int64, error) {
 	const what = "set aside jobs due beyond any door's reach"
-	where := "state = 'ready' AND run_at > {now+?}"
+	where := "state = 'ready' AND run_at > {now_once+?}"
 	pick, args := s.firstRows("id", "FROM {jobs} WHERE "+where, []any{millis(beyond)}, limit)
 	set := "state = 'dead', finished_at = {now}, last_error = ?"
 	why := CannotRun + "run_at is more than " + strconv.FormatInt(int64(beyond/(24*time.Hour)), 10) + " days ahead, further than any door accepts; no claim would ever take it"

@@ -27,6 +27,13 @@ func (Postgres) NowPlusMillisOf(expr string) string {
 }
 func (Postgres) Table(name string) string { return "slotpoller_" + name }
 
+// NowOnce is the clock read once, a subquery's value, on which an index
+// seeks (see onceClock).
+func (Postgres) NowOnce() string { return "(SELECT clock_timestamp())" }
+func (Postgres) NowOncePlusMillis() string {
+	return "((SELECT clock_timestamp()) + CAST(? AS double precision) * interval '1 millisecond')"
+}
+
 // SeekNowPlusMillis: statement_timestamp() is stable, so an index seeks on
 // it (see seekClock).
 func (Postgres) SeekNowPlusMillis() string {

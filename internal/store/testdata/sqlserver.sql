@@ -63,7 +63,7 @@ SELECT name, incarnation, state, capacity, free, offset_us, offset_error_us, sta
   CASE WHEN backlog_until > SYSUTCDATETIME() THEN 1 ELSE 0 END,
   (SELECT COUNT(*) FROM [sp_unit].[tasks] t WHERE t.owner = [sp_unit].[nodes].incarnation AND t.state IN ('running', 'deleting')),
   SYSUTCDATETIME(), turns,
-  CASE WHEN EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE state = 'ready' AND run_at <= SYSUTCDATETIME())
+  CASE WHEN (SELECT MIN(run_at) FROM [sp_unit].[jobs] WHERE state = 'ready') <= SYSUTCDATETIME()
     OR EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE state = 'running' AND lease_until < SYSUTCDATETIME())
     OR EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE state = 'running' AND lease_until IS NULL)
     OR EXISTS (SELECT 1 FROM [sp_unit].[jobs] WHERE state = 'running' AND lease_until > DATEADD(millisecond, CAST(@p2 % 86400000 AS int), DATEADD(day, CAST(@p2 / 86400000 AS int), SYSUTCDATETIME())))
@@ -146,7 +146,8 @@ FROM (SELECT TOP (@p3) j.run_at, j.start_by,
     EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WHERE s.name = j.schedule)
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = j.schedule AND r.state = 'running')
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = j.schedule AND e.state = 'ready'
-      AND e.scheduled_for < j.scheduled_for)))) AS pending;
+      AND e.scheduled_for < j.scheduled_for)))
+    ORDER BY j.run_at) AS pending;
 
 -- JobsClaim
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int, @p4 int64, @p5 int64, @p6 int64, @p7 int64

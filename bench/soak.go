@@ -39,6 +39,8 @@ type soakOptions struct {
 	dsn          string
 	logLevel     string
 	logs         string
+	kinds        bool
+	prefill      int
 }
 
 // rssEvery is how often each node's resident set (and the database's CPU)
@@ -69,12 +71,14 @@ func soak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.dsn, "dsn", "", "administrator DSN of a PostgreSQL server that loads pg_stat_statements (default: start a private server)")
 	fs.StringVar(&o.logLevel, "log", "warn", "the nodes' log.level: debug, info, warn or error")
 	fs.StringVar(&o.logs, "logs", "", "folder for the nodes' logs, kept (default: a temporary folder, removed at the end)")
+	fs.BoolVar(&o.kinds, "statement-kinds", false, "log, at each window's end, the database's CPU and the statements it spent most time on in the window: where a cost that grows goes")
+	fs.IntVar(&o.prefill, "prefill", 0, "done jobs written before the load, as retention keeps them (finished within jobs.retention_done): the table a long run fills, from the start")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if o.nodes < 1 || o.rate < 1 || o.duration <= 0 || o.killEvery < 0 || o.restartAfter < 0 || o.calls < 1 ||
-		o.work < 0 || o.attempts < 1 || o.settle < 0 || o.window <= 0 || o.drain <= 0 {
-		return errors.New("-nodes, -rate, -for, -calls, -attempts, -window and -drain must be positive; -kill-every, -restart-after, -work and -settle not negative")
+		o.work < 0 || o.attempts < 1 || o.settle < 0 || o.window <= 0 || o.drain <= 0 || o.prefill < 0 {
+		return errors.New("-nodes, -rate, -for, -calls, -attempts, -window and -drain must be positive; -kill-every, -restart-after, -work, -settle and -prefill not negative")
 	}
 	logf := func(f string, a ...any) { fmt.Fprintf(stderr, "bench: soak: "+f+"\n", a...) }
 
@@ -131,6 +135,12 @@ func soak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer feeder.Close()
+	if o.prefill > 0 {
+		logf("writing %d done jobs", o.prefill)
+		if err := prefillDone(ctx, feeder, o.prefill); err != nil {
+			return err
+		}
+	}
 
 	// The machine may be shared: say how busy it was.
 	load := "unknown"
@@ -191,6 +201,9 @@ type soakRun struct {
 	ep     *soakEndpoint
 	nodes  []*soakNode
 	logf   func(string, ...any)
+
+	// kinds logs each window's statements by text (-statement-kinds).
+	kinds *kindLog
 
 	// stopping turns restarts of nodes that exited by themselves off.
 	stopping atomic.Bool
@@ -305,6 +318,10 @@ func (s *soakRun) run(ctx context.Context) (*soakResult, error) {
 	t0 := time.Now()
 	end := t0.Add(s.o.duration)
 	s.mark(ctx, t0)
+	if s.o.kinds {
+		s.kinds = &kindLog{srv: s.srv, db: s.db, logf: s.logf}
+		s.kinds.start(ctx, t0)
+	}
 	s.logf("load of %d jobs/s for %v on %d nodes, a node killed every %v", s.o.rate, s.o.duration, s.o.nodes, s.o.killEvery)
 
 	var wg sync.WaitGroup
@@ -320,6 +337,9 @@ func (s *soakRun) run(ctx context.Context) (*soakResult, error) {
 			if readDBCPU {
 				if c, err := s.srv.CPU(); err == nil {
 					dbCPU.add(c.Database)
+					if s.kinds != nil {
+						s.kinds.setCPU(dbCPU.total())
+					}
 				}
 			}
 		})
@@ -330,6 +350,9 @@ func (s *soakRun) run(ctx context.Context) (*soakResult, error) {
 	}
 	fedAt := time.Now()
 	s.mark(ctx, fedAt)
+	if s.kinds != nil {
+		s.kinds.window(ctx, fedAt)
+	}
 
 	enqueued := fd.enqueued()
 	s.logf("load stopped: %d jobs enqueued; draining (at most %v)", enqueued, s.o.drain)
@@ -416,7 +439,11 @@ func (s *soakRun) windows(ctx context.Context, t0, end time.Time) {
 		if benchkit.Sleep(ctx, time.Until(at)) != nil {
 			return
 		}
-		s.mark(ctx, time.Now())
+		now := time.Now()
+		s.mark(ctx, now)
+		if s.kinds != nil {
+			s.kinds.window(ctx, now)
+		}
 	}
 }
 

@@ -178,6 +178,18 @@ type StatementKinds interface {
 
 // FarmStatementKinds reads pg_stat_statements by query for the farm.
 func (s *Server) FarmStatementKinds(ctx context.Context, d *Database) ([]StatementKind, error) {
+	return s.statementKinds(ctx, d, FarmRole)
+}
+
+// DatabaseStatementKinds reads pg_stat_statements by query for d, every
+// role's (the farm's and the feeder's), the most called first.
+func (s *Server) DatabaseStatementKinds(ctx context.Context, d *Database) ([]StatementKind, error) {
+	return s.statementKinds(ctx, d, "")
+}
+
+// statementKinds reads pg_stat_statements by query for d and role, or for
+// every role when role is "".
+func (s *Server) statementKinds(ctx context.Context, d *Database, role string) ([]StatementKind, error) {
 	c, err := pgx.Connect(ctx, s.admin)
 	if err != nil {
 		return nil, err
@@ -185,7 +197,7 @@ func (s *Server) FarmStatementKinds(ctx context.Context, d *Database) ([]Stateme
 	defer c.Close(ctx)
 	rows, err := c.Query(ctx, `SELECT query, calls, rows, total_exec_time FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)
-		AND userid = (SELECT oid FROM pg_roles WHERE rolname = $2) ORDER BY calls DESC`, d.Name, FarmRole)
+		AND ($2 = '' OR userid = (SELECT oid FROM pg_roles WHERE rolname = $2)) ORDER BY calls DESC`, d.Name, role)
 	if err != nil {
 		return nil, fmt.Errorf("read pg_stat_statements: %w", err)
 	}

@@ -157,9 +157,16 @@ func (f *slotFarm) Enqueue(ctx context.Context, keys []string) error {
 	// Several at once go as the application's batch door writes them
 	// (client.EnqueueMany): multi-row inserts in one transaction, as
 	// River's InsertMany does on its side.
+	// Each checked as the client checks it, which gives it its own
+	// idempotency key: jobs written with none (which no door writes)
+	// share one key in the hash index on keys, where each insert walks
+	// the whole bucket of the equal keys before it.
 	js := make([]store.NewJob, len(keys))
 	for i, k := range keys {
 		js[i] = store.NewJob{Endpoint: "/job/" + k, Method: "POST", MaxAttempts: 1, Queue: f.queue(int(f.seq.Add(1)))}
+		if err := jobs.CheckNewJob(&js[i]); err != nil {
+			return err
+		}
 	}
 	_, err := f.feeder.JobInsertMany(ctx, js)
 	return err

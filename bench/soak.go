@@ -19,6 +19,7 @@ import (
 
 	"github.com/slotpoller/slotpoller/bench/benchkit"
 	"github.com/slotpoller/slotpoller/config"
+	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
 )
@@ -644,9 +645,19 @@ func runFeeder(ctx context.Context, st *store.Store, o soakOptions, t0 time.Time
 		if owed <= 0 {
 			continue
 		}
+		// Each checked as the client checks it, which gives it its own
+		// idempotency key: jobs written with none (which no door
+		// writes) share one key in the hash index on keys, where each
+		// insert walks the whole bucket of the equal keys before it, a
+		// cost that grew with every job the soak wrote.
 		batch := make([]store.NewJob, owed)
 		for i := range batch {
 			batch[i] = store.NewJob{Endpoint: "/job/" + soakKey(n+i), Method: "POST", MaxAttempts: o.attempts}
+			if err := jobs.CheckNewJob(&batch[i]); err != nil {
+				logf("check a job: %v", err)
+				f.failed, f.lastErr, f.took = f.failed+1, err, time.Since(t0)
+				return f
+			}
 		}
 		now := time.Now()
 		_, err := st.JobInsertMany(ctx, batch)

@@ -563,7 +563,8 @@ func (s *soakRun) drainQueue(ctx context.Context, enqueued int) (map[string]int,
 		if err != nil {
 			return nil, false, err
 		}
-		if states[store.StateDone] >= enqueued || states[store.StateReady]+states[store.StateRunning] == 0 {
+		// The done jobs -prefill wrote are not the load's.
+		if states[store.StateDone]-s.o.prefill >= enqueued || states[store.StateReady]+states[store.StateRunning] == 0 {
 			return states, true, nil
 		}
 		if time.Now().After(deadline) {

@@ -213,7 +213,11 @@ func (r *soakResult) print(w io.Writer) {
 		fed += fmt.Sprintf("; %d batches failed and left out, the last: %v", r.feed.failed, r.feed.lastErr)
 	}
 	fmt.Fprintf(w, "| enqueued | %s |\n", fed)
-	fmt.Fprintf(w, "| done (database) | %d |\n", r.states[store.StateDone])
+	if r.o.prefill > 0 {
+		fmt.Fprintf(w, "| done (database) | %d, besides the %d written before the load |\n", r.states[store.StateDone]-r.o.prefill, r.o.prefill)
+	} else {
+		fmt.Fprintf(w, "| done (database) | %d |\n", r.states[store.StateDone])
+	}
 	drain := fmt.Sprintf("drained in %s", shortDur(r.drainedAt.Sub(r.fedAt)))
 	if !r.drained {
 		drain = fmt.Sprintf("not drained within %s", shortDur(o.drain))

@@ -19,9 +19,9 @@ import (
 
 	"github.com/slotpoller/slotpoller/bench/benchkit"
 	"github.com/slotpoller/slotpoller/config"
-	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/store/open"
+	"github.com/slotpoller/slotpoller/jobs"
 )
 
 // soakOptions are the flags of `bench soak`.

@@ -118,6 +118,9 @@ type Dialect interface {
 //	{now+hold}   the database clock plus a row's hold (four ?, Hold.args)
 //	{seeknow+?}  the database clock plus ? milliseconds, read once for the
 //	             statement: a bound an index can seek on (seekClock)
+//	{now_once}, {now_once+?}  the database clock (plus ? milliseconds),
+//	             read once for the statement: a bound of which rows are
+//	             due or old that an index seeks on (onceClock)
 //	{endpoint_key} the endpoint as its index orders it (endpointKey)
 //	{nodes} etc. table names
 //	{returning c} / {output c}  the clauses that hand back written rows

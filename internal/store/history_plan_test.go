@@ -95,7 +95,7 @@ func TestRoutineStatementsReadNeitherHistoryNorLaterJobs(t *testing.T) {
 				}},
 			}
 			for _, st := range statements {
-				// Three times: PostgreSQL gives a statement prepared five
+				// Six times: PostgreSQL gives a statement prepared five
 				// times a generic plan; the first reads are cold.
 				for round := range 6 {
 					tx, err := s.DB().BeginTx(ctx, nil)

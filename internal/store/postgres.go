@@ -69,7 +69,7 @@ func (Postgres) TimeText(expr string) string {
 	return "to_char(" + expr + " AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
 }
 
-// ClaimJobs is the function of schema version 16, slotpoller_claim_jobs:
+// ClaimJobs is the function of schema version 16 (last replaced in 20), slotpoller_claim_jobs:
 // the claim of the other dialects (candidates locked with SKIP LOCKED in a
 // CTE, so that pollers in one slot take different rows, written back
 // fenced by their state), run where the planner may neither sort nor build

@@ -304,10 +304,14 @@ func (reg *Registry) Turn(ctx context.Context) (Hints, error) {
 }
 
 // taskWindow is how far ahead a turn looks for a task lease about to end:
-// a slot (the next turn's owner looks after that), and never as far as a
-// lease its owner renews (every heartbeat, for the TTL) ever comes.
+// two slots, and never as far as a lease its owner renews (every
+// heartbeat, for the TTL) ever comes. One slot left the lease to the next
+// turn's owner, which may be the very node that stopped renewing: a dead
+// node keeps its place in the rotation until its TTL runs out, and its
+// slot passed with no turn, so the task waited for the slot after (3.6 s
+// after a kill, at a TTL of 3 s).
 func (reg *Registry) taskWindow() time.Duration {
-	return max(0, min(reg.opts.Slot, reg.opts.TTL-reg.opts.Heartbeat))
+	return max(0, min(2*reg.opts.Slot, reg.opts.TTL-reg.opts.Heartbeat))
 }
 
 func (reg *Registry) turn(ctx context.Context, hints bool) (store.TurnReading, error) {

@@ -460,3 +460,35 @@ func lockingNodeReadsABacklogNote(t *testing.T, driver string) {
 	stop()
 	require.ErrorIs(t, <-done, context.Canceled)
 }
+
+// A turn announces a task lease its owner stopped renewing when it ends
+// within two slots, not one: the next slot's owner may be that very node,
+// dead and still in the rotation until its TTL runs out, and a lease left
+// to it waited a slot more. Never as far as a renewed lease comes (the TTL
+// after each heartbeat).
+func TestATurnSeesATaskLeaseEndingBeforeTheSlotAfterNext(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, driver string) {
+		s, _ := storetest.Open(t, driver)
+		ctx := context.Background()
+		c := clock.NewFake(t0)
+		a := checkin.New(s, checkin.Options{Name: "a", Capacity: 1, Heartbeat: time.Second, TTL: 3 * time.Second, Slot: time.Second, Clock: c})
+		require.NoError(t, a.Join(ctx))
+		// A lease just renewed ends the TTL from now: not announced.
+		require.NoError(t, s.TaskInsert(ctx, store.NewTask{Name: "renewed", Endpoint: "/t", Method: "POST", Every: time.Second}))
+		ok, err := s.TaskAssignIfUnowned(ctx, "renewed", a.Incarnation(), "a", store.Lease(3*time.Second), time.Hour)
+		require.NoError(t, err)
+		require.True(t, ok)
+		h, err := a.Turn(ctx)
+		require.NoError(t, err)
+		require.Zero(t, h.TaskLeaseEnds, "a lease beyond TTL - heartbeat")
+
+		require.NoError(t, s.TaskInsert(ctx, store.NewTask{Name: "feed", Endpoint: "/t", Method: "POST", Every: time.Second}))
+		ok, err = s.TaskAssignIfUnowned(ctx, "feed", a.Incarnation(), "a", store.Lease(1500*time.Millisecond), time.Hour)
+		require.NoError(t, err)
+		require.True(t, ok)
+		h, err = a.Turn(ctx)
+		require.NoError(t, err)
+		require.Positive(t, h.TaskLeaseEnds, "a lease ending in 1.5 s, past the next slot")
+		require.LessOrEqual(t, h.TaskLeaseEnds, 1500*time.Millisecond)
+	})
+}

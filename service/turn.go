@@ -234,8 +234,9 @@ func (tr *turner) prune(ctx context.Context, t *turn) error {
 }
 
 // awaitTaskLeases: a task's owner stopped renewing and its lease ends
-// within the slot. Wait for it and have the task given away now, rather
-// than leave it to the next turn's owner a slot later.
+// within two slots (checkin's task window). Wait for it and have the task
+// given away now, rather than leave it to the next turns' owners, the
+// first of which may be the dead owner itself.
 func (tr *turner) awaitTaskLeases(ctx context.Context, t *turn) error {
 	if t.hints.Tasks || t.hints.TaskLeaseEnds <= 0 {
 		return nil

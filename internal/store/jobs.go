@@ -323,8 +323,7 @@ func (s *Store) loadStatement(nextPoll, window time.Duration, limit int) (string
 	q, args := rowLimit(s.d, `SELECT j.run_at, j.start_by,
     CASE WHEN EXISTS (SELECT 1 FROM {queues} mq WHERE mq.name = j.queue AND mq.managed = 1) THEN 1 ELSE 0 END AS managed
   FROM {jobs} j
-    WHERE j.state = 'ready' AND j.run_at <= {now_once} AND `+notPaused("j")+` AND `+exclusiveOK("j", "")+`
-    ORDER BY j.run_at`, nil, limit)
+    WHERE j.state = 'ready' AND j.run_at <= {now_once} AND `+notPaused("j")+` AND `+exclusiveOK("j", ""), nil, limit)
 	q = s.statement(`SELECT COUNT(*),
   COALESCE(SUM(CASE WHEN (start_by IS NULL AND run_at <= {now+?}) OR start_by <= {now+?} THEN 1 ELSE 0 END), 0),
   (SELECT COUNT(*) FROM {jobs} held WHERE held.state = 'running'),

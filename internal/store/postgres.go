@@ -30,8 +30,8 @@ func (Postgres) Table(name string) string { return "slotpoller_" + name }
 // NowOnce is the clock read once, a subquery's value, on which an index
 // seeks (see onceClock).
 func (Postgres) NowOnce() string { return "(SELECT clock_timestamp())" }
-func (Postgres) NowOncePlusMillis() string {
-	return "((SELECT clock_timestamp()) + CAST(? AS double precision) * interval '1 millisecond')"
+func (d Postgres) NowOncePlusMillis() string {
+	return "(" + d.NowOnce() + " + CAST(? AS double precision) * interval '1 millisecond')"
 }
 
 // SeekNowPlusMillis: statement_timestamp() is stable, so an index seeks on

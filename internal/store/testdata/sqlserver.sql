@@ -146,8 +146,7 @@ FROM (SELECT TOP (@p3) j.run_at, j.start_by,
     EXISTS (SELECT 1 FROM [sp_unit].[schedules] AS s WHERE s.name = j.schedule)
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] r WHERE r.schedule = j.schedule AND r.state = 'running')
     AND NOT EXISTS (SELECT 1 FROM [sp_unit].[jobs] e WHERE e.schedule = j.schedule AND e.state = 'ready'
-      AND e.scheduled_for < j.scheduled_for)))
-    ORDER BY j.run_at) AS pending;
+      AND e.scheduled_for < j.scheduled_for)))) AS pending;
 
 -- JobsClaim
 -- @p1 mssql.NVarCharMax, @p2 mssql.NVarCharMax, @p3 int, @p4 int64, @p5 int64, @p6 int64, @p7 int64

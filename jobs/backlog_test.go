@@ -10,6 +10,7 @@ import (
 	"github.com/slotpoller/slotpoller/internal/clock"
 	"github.com/slotpoller/slotpoller/internal/store"
 	"github.com/slotpoller/slotpoller/internal/storetest"
+	"github.com/slotpoller/slotpoller/jobs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -121,4 +122,44 @@ func TestAFullNodesPollSignalsTheBacklogItLeaves(t *testing.T) {
 	require.True(t, res.Signalled)
 	require.Equal(t, []int{2}, left)
 	r.Drain(0)
+}
+
+// A widened turn exists to tell nodes of a backlog. A node that already
+// takes it as its calls end, the whole farm having heard of it, would
+// only count what it knows: its widened turns send nothing (at 100,000
+// jobs on four nodes their counts took a fifth of the database's CPU).
+// Before the farm has heard, and at the slot owner's turn, it counts.
+func TestAWidenedTurnOfANodeDrainingTheBacklogSendsNothing(t *testing.T) {
+	s, f := openFaulty(t)
+	ctx := context.Background()
+	g, c, r := burstOf48(t, s)
+	owners := jobs.Turn{FarmCapacity: 24, NextPoll: time.Second, StartWindow: 2 * time.Second}
+	res, err := r.Poll(ctx, owners)
+	require.NoError(t, err)
+	require.Equal(t, 8, res.Claimed)
+	require.Equal(t, 40, res.Left)
+
+	var sent atomic.Int64
+	f.set(func(context.Context, string) fault { sent.Add(1); return fault{} })
+	widened := owners
+	widened.Widened = true
+	r.FarmBacklog(true)
+	res, err = r.Poll(ctx, widened)
+	require.NoError(t, err)
+	require.False(t, res.Skipped, "the farm may not have heard of the backlog yet")
+	require.Positive(t, sent.Load(), "the turn counted")
+
+	c.Advance(time.Second)
+	sent.Store(0)
+	res, err = r.Poll(ctx, widened)
+	require.NoError(t, err)
+	require.True(t, res.Skipped)
+	require.Zero(t, sent.Load(), "a widened turn of a node that drains the backlog sent a statement")
+
+	res, err = r.Poll(ctx, owners)
+	require.NoError(t, err)
+	require.False(t, res.Skipped, "the slot owner's turn reclaims and counts")
+	require.Equal(t, 40, res.Due)
+	require.Positive(t, sent.Load())
+	g.release(100)
 }

@@ -17,6 +17,9 @@ type PollResult struct {
 	// Signalled: Turn.Backlog was called (with BacklogErr its answer).
 	Signalled  bool
 	BacklogErr error
+	// Skipped: a widened turn of a node already draining the farm's
+	// backlog (drainsBacklog) sent no statement.
+	Skipped bool
 }
 
 // Turn describes the poll a node is about to make.
@@ -73,6 +76,9 @@ type Turn struct {
 // Each statement has a deadline: a poll stuck on a stalled connection
 // would hold up the node's turns and leave the claim's fate unknown.
 func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
+	if turn.Widened && r.drainsBacklog() {
+		return PollResult{Skipped: true}, nil
+	}
 	r.polls.Add(1)
 	nextPoll := clock.Mono(r.opts.Clock).Add(turn.NextPoll)
 	var res PollResult
@@ -159,6 +165,26 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 		r.start(f)
 	}
 	return res, nil
+}
+
+// drainsBacklog reports whether the node takes the farm's backlog as its
+// calls end with nothing to learn from a count: the whole farm has heard
+// of the backlog (Refill claims all the room it has, with no budget) and
+// no claim has come back short since. A widened turn exists to tell
+// nodes of a backlog; such a node's would count what it knows, and at
+// 100,000 jobs on 4 nodes of 1,000 calls the widened turns' counts took
+// a fifth of the database's CPU. The slot owner's turn still counts,
+// once a slot: it reclaims, keeps the farm's backlog flag up, and sees
+// jobs of managed queues come. While the last count found such jobs the
+// node counts at every turn: its claims follow the counts (managed).
+func (r *Runner) drainsBacklog() bool {
+	if r.managed.Load() {
+		return false
+	}
+	now := clock.Mono(r.opts.Clock)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.more && !r.heldBack && !r.backlogSince.IsZero() && !now.Before(r.backlogSince.Add(r.opts.BacklogSpread))
 }
 
 // claim claims up to want due jobs and registers them as in flight; the

@@ -189,14 +189,7 @@ func TestRefillNeverClaimsMoreThanFree(t *testing.T) {
 // the other nodes may not know of the burst yet, so its room stays empty.
 func spendShare(t *testing.T, turn jobs.Turn) (*gate, *clock.Fake, *jobs.Runner) {
 	s, _ := storetest.Open(t, "sqlite")
-	g, base := newGate(t)
-	c := clock.NewFake(t0)
-	r := jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: 8,
-		Lease: 3 * time.Second, Timeout: 5 * time.Second, Clock: c, BacklogSpread: time.Second})
-	for range 48 {
-		enqueue(t, s, "/gate", 1)
-	}
-	refilling(t, r)
+	g, c, r := burstOf48(t, s)
 	res, err := r.Poll(context.Background(), turn)
 	require.NoError(t, err)
 	require.Equal(t, 8, res.Claimed)
@@ -207,6 +200,21 @@ func spendShare(t *testing.T, turn jobs.Turn) (*gate, *clock.Fake, *jobs.Runner)
 	g.release(8)
 	require.Eventually(t, func() bool { return r.Running() == 0 && countState(t, s, store.StateDone) == 16 }, 10*time.Second, time.Millisecond)
 	require.Equal(t, int64(16), r.Stats().Claimed, "no more than its share of the whole farm before the farm knows")
+	return g, c, r
+}
+
+// burstOf48 is a refilling node of capacity 8 on s, a third of a farm of
+// three, whose backlog spreads in a second of its fake clock, and 48 due
+// jobs whose calls wait at its gate.
+func burstOf48(t *testing.T, s *store.Store) (*gate, *clock.Fake, *jobs.Runner) {
+	g, base := newGate(t)
+	c := clock.NewFake(t0)
+	r := jobs.NewRunner(s, &jobs.Invoker{Base: base}, jobs.Options{Node: "node-a", Incarnation: "inc-a", Capacity: 8,
+		Lease: 3 * time.Second, Timeout: 5 * time.Second, Clock: c, BacklogSpread: time.Second})
+	for range 48 {
+		enqueue(t, s, "/gate", 1)
+	}
+	refilling(t, r)
 	return g, c, r
 }
 

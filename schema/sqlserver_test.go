@@ -27,7 +27,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	})
 	applied, err := schema.Migrate(context.Background(), s)
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, applied)
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}, applied)
 
 	calls := tr.Calls()
 	for _, c := range calls {
@@ -75,7 +75,7 @@ func TestSQLServerMigrateSends(t *testing.T) {
 	}
 	require.Equal(t, []string{"[farm_jobs].[nodes]", "[farm_jobs].[jobs]", "[farm_jobs].[tasks]", "[farm_jobs].[schedules]", "[farm_jobs].[queues]", "[farm_jobs].[queue_routes]", "[farm_jobs].[audit]"}, creates)
 	require.Equal(t, [][]any{{1, "init"}, {2, "tasks"}, {3, "schedules"}, {4, "history"}, {5, "retention"}, {6, "enqueue"},
-		{7, "placeholder"}, {8, "turns"}, {9, "liveness"}, {10, "admin_reads"}, {11, "odd_rows"}, {12, "queues"}, {13, "cancel_running"}, {14, "queue_limits"}, {15, "push"}, {16, "claim_plan"}, {17, "trace_context"}, {18, "audit"}, {19, "search"}, {20, "claim_seek"}}, versions)
+		{7, "placeholder"}, {8, "turns"}, {9, "liveness"}, {10, "admin_reads"}, {11, "odd_rows"}, {12, "queues"}, {13, "cancel_running"}, {14, "queue_limits"}, {15, "push"}, {16, "claim_plan"}, {17, "trace_context"}, {18, "audit"}, {19, "search"}, {20, "claim_seek"}, {21, "leaseless_running"}}, versions)
 	require.Equal(t, []string{"[farm_jobs].[enqueue_v1]", "[farm_jobs].[enqueue_v1]", "[farm_jobs].[enqueue_v1]", "[farm_jobs].[enqueue_v1]"}, procs, "created (6), then altered (11, 12, 17)")
 	require.Equal(t, []string{"[farm_jobs].[jobs] schedule", "[farm_jobs].[jobs] scheduled_for", "[farm_jobs].[jobs] start_by",
 		"[farm_jobs].[jobs] exclusive", "[farm_jobs].[jobs] history", "[farm_jobs].[nodes] turns", "[farm_jobs].[nodes] live_until", "[farm_jobs].[nodes] lock_key",

@@ -95,7 +95,7 @@ func TestMySQLTraceContextUpgrade(t *testing.T) {
 
 	applied, err := schema.Migrate(ctx, s)
 	require.NoError(t, err)
-	require.Equal(t, []int{17, 18, 19, 20}, applied)
+	require.Equal(t, []int{17, 18, 19, 20, 21}, applied)
 	require.NoError(t, schema.RunVersion(ctx, s, 17), "version 17 again, as after a migration cut short")
 
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -130,7 +130,7 @@ func TestMySQLAuditUpgrade(t *testing.T) {
 
 	applied, err := schema.Migrate(ctx, s)
 	require.NoError(t, err)
-	require.Equal(t, []int{18, 19, 20}, applied)
+	require.Equal(t, []int{18, 19, 20, 21}, applied)
 	id, err := s.AuditAdd(ctx, store.AuditEntry{Actor: "alice", Origin: "host", Action: "queue.pause", Target: "reports"})
 	require.NoError(t, err)
 	require.NoError(t, schema.RunVersion(ctx, s, 18), "version 18 again, as after a migration cut short")
@@ -158,7 +158,7 @@ func TestMySQLSearchUpgrade(t *testing.T) {
 
 	applied, err := schema.Migrate(ctx, s)
 	require.NoError(t, err)
-	require.Equal(t, []int{19, 20}, applied)
+	require.Equal(t, []int{19, 20, 21}, applied)
 	require.NoError(t, schema.RunVersion(ctx, s, 19), "version 19 again, as after a migration cut short")
 	var n int
 	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics

@@ -10,14 +10,17 @@ import (
 // an index answers. The turn's hint (NodeTurn) looks for the same list: a
 // row the reclaim would take but the hint did not see would wait for other
 // work to bring a poll, for ever on a farm whose jobs all arrive by push.
+// The clock is read once ({now_once}): a bound on PostgreSQL's clock read
+// row by row is a filter, and the reclaim and the hint walked every
+// running job's lease, thousands in a busy farm, at every turn.
 var reclaimable = []struct {
 	cond string
 	args []any
 }{
-	{cond: "state = 'running' AND lease_until < {now}"},
+	{cond: "state = 'running' AND lease_until < {now_once}"},
 	{cond: "state = 'running' AND lease_until IS NULL"},
-	{cond: "state = 'running' AND lease_until > {now+?}", args: []any{millis(MaxHold)}},
-	{cond: "state = 'ready' AND start_by < {now}"},
+	{cond: "state = 'running' AND lease_until > {now_once+?}", args: []any{millis(MaxHold)}},
+	{cond: "state = 'ready' AND start_by < {now_once}"},
 }
 
 // JobsReclaimExpired returns running jobs whose lease ran out (their node

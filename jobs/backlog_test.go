@@ -127,7 +127,7 @@ func TestAFullNodesPollSignalsTheBacklogItLeaves(t *testing.T) {
 // A widened turn exists to tell nodes of a backlog. A node that already
 // takes it as its calls end, the whole farm having heard of it, would
 // only count what it knows: its widened turns send nothing (at 100,000
-// jobs on four nodes their counts took a fifth of the database's CPU).
+// jobs on four nodes their counts took a sixth of the database's CPU).
 // Before the farm has heard, and at the slot owner's turn, it counts.
 func TestAWidenedTurnOfANodeDrainingTheBacklogSendsNothing(t *testing.T) {
 	s, f := openFaulty(t)

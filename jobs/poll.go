@@ -169,14 +169,14 @@ func (r *Runner) Poll(ctx context.Context, turn Turn) (PollResult, error) {
 
 // drainsBacklog reports whether the node takes the farm's backlog as its
 // calls end with nothing to learn from a count: Refill runs, the whole
-// farm has heard of the backlog (Refill claims all the room it has, with
-// no budget) and no claim has come back short since. A widened turn
-// exists to tell nodes of a backlog; such a node's would count what it
-// knows, and at 100,000 jobs on 4 nodes of 1,000 calls the widened turns'
-// counts took a sixth of the database's CPU. The slot owner's turn still counts,
-// once a slot: it reclaims, keeps the farm's backlog flag up, and sees
-// jobs of managed queues come. While the last count found such jobs the
-// node counts at every turn: its claims follow the counts (managed).
+// farm has heard of the backlog (farmKnowsLocked) and no claim has come
+// back short since. A widened turn exists to tell nodes of a backlog;
+// such a node's would count what it knows, and at 100,000 jobs on 4
+// nodes of 1,000 calls the widened turns' counts took a sixth of the
+// database's CPU. The slot owner's turn still counts, once a slot: it
+// reclaims, keeps the farm's backlog flag up, and sees jobs of managed
+// queues come. While the last count found such jobs the node counts at
+// every turn: its claims follow the counts (managed).
 func (r *Runner) drainsBacklog() bool {
 	if r.managed.Load() || !r.refilling.Load() {
 		return false
@@ -184,7 +184,7 @@ func (r *Runner) drainsBacklog() bool {
 	now := clock.Mono(r.opts.Clock)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.more && !r.heldBack && !r.backlogSince.IsZero() && !now.Before(r.backlogSince.Add(r.opts.BacklogSpread))
+	return r.more && !r.heldBack && r.farmKnowsLocked(now)
 }
 
 // claim claims up to want due jobs and registers them as in flight; the

@@ -48,7 +48,7 @@ func (r *Runner) nextRefillLocked(now clock.Instant, roomSince *clock.Instant, f
 		return 0, 0
 	}
 	limit := free
-	knows := !r.backlogSince.IsZero() && !now.Before(r.backlogSince.Add(r.opts.BacklogSpread))
+	knows := r.farmKnowsLocked(now)
 	// The poll the last turn left its work to is past: had it come, the
 	// work would be gone (a claim then comes back short and costs one
 	// statement); if not, the work is taken now, before it waits a slot.
@@ -85,6 +85,14 @@ func (r *Runner) nextRefillLocked(now clock.Instant, roomSince *clock.Instant, f
 		}
 	}
 	return limit, 0
+}
+
+// farmKnowsLocked reports whether every node has had time to hear of the
+// farm's backlog (Options.BacklogSpread since this node saw the flag
+// rise): Refill then claims all the room it has, with no budget. r.mu is
+// held.
+func (r *Runner) farmKnowsLocked(now clock.Instant) bool {
+	return !r.backlogSince.IsZero() && !now.Before(r.backlogSince.Add(r.opts.BacklogSpread))
 }
 
 // refilled records how a claim of Refill's (want jobs) went: the share it

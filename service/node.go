@@ -24,6 +24,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slotpoller/slotpoller/checkin"
@@ -54,6 +55,9 @@ type Node struct {
 	metrics *metrics
 	dbCheck dbCheck   // the cached database check of /readyz
 	turns   turns.Log // the slots this node polled lately, for the dashboard
+	// turnsTaken counts the turns the rotation gave the node, a widened
+	// one that had nothing to send included (Stats.Turns).
+	turnsTaken atomic.Int64
 
 	// hurry ends when the operator asks for a stop at once (StopNow).
 	hurry   context.Context
@@ -320,8 +324,12 @@ func StopTimeout(cfg config.Config) time.Duration {
 
 // Stats are a running node's counters (for benchmarks and the metrics).
 type Stats struct {
-	Jobs       jobs.Stats
-	Tasks      jobs.TaskStats
+	Jobs  jobs.Stats
+	Tasks jobs.TaskStats
+	// Turns is how many turns of the rotation the node has taken. It
+	// differs from Jobs.Polls by the widened turns of a node that drains
+	// the farm's backlog, which send nothing.
+	Turns      int64
 	Statements int64
 }
 
@@ -329,7 +337,7 @@ type Stats struct {
 func (n *Node) Stats() Stats {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var st Stats
+	st := Stats{Turns: n.turnsTaken.Load()}
 	if n.runner != nil {
 		st.Jobs = n.runner.Stats()
 	}

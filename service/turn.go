@@ -115,6 +115,7 @@ func (tr *turner) run(ctx context.Context) error {
 		// the dashboard's strip: on PostgreSQL it is the node's only write
 		// until its next turn.
 		tr.w.n.turns.Record(rt.Slot)
+		tr.w.n.turnsTaken.Add(1)
 		t := &turn{Turn: rt}
 		for i := range ds {
 			d := &ds[i]

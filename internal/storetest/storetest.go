@@ -231,9 +231,14 @@ func Open(t testing.TB, driver string) (*store.Store, string) {
 	return s, db.DSN
 }
 
-// OpenDB returns a migrated store on a new empty database, and the database.
+// OpenDB returns a migrated store on a new empty database, and the
+// database. On the T-SQL test server the schema may be one an earlier
+// test gave back, emptied (sqlserverpool.go).
 func OpenDB(t testing.TB, driver string) (*store.Store, DB) {
 	t.Helper()
+	if driver == "sqlserver" {
+		return openPooledSQLServer(t)
+	}
 	db := New(t, driver)
 	return OpenMigrated(t, db), db
 }

@@ -10,7 +10,9 @@
 //	skipped in github.com/slotpoller/slotpoller/internal/store: TestConformancePostgres (SLOTPOLLER_TEST_POSTGRES_DSN unset)
 //
 // so that an integration test switched off by a missing variable is seen,
-// not mistaken for a pass. It exits with go test's status.
+// not mistaken for a pass. A last line names the slowest tests and their
+// seconds, to tell where a run near CI's 30 minutes spent them. It exits
+// with go test's status.
 //
 // Flags are passed to go test after the defaults, so -timeout 5m or -v
 // (which prints every test's output as it comes) override them; package
@@ -27,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"sort"
 	"strings"
 )
 
@@ -145,6 +148,8 @@ type event struct {
 	// ImportPath names the package of a build-output or build-fail
 	// event.
 	ImportPath string
+	// Elapsed is a test's seconds, on its pass or fail event.
+	Elapsed float64
 }
 
 // testRun is a test that has not ended yet: its output so far.
@@ -191,10 +196,20 @@ type reporter struct {
 	order   []string // packages in start order
 	// skips are the summary lines, in the order the packages ended.
 	skips []string
+	// timed are the tests that ended, with their seconds; parents names
+	// the tests that ran subtests, whose time is their subtests'.
+	timed   []timedTest
+	parents map[string]bool
+}
+
+// timedTest is a test that passed or failed, and how long it ran.
+type timedTest struct {
+	pkg, name string
+	seconds   float64
 }
 
 func newReporter(w io.Writer, verbose bool) *reporter {
-	return &reporter{w: w, verbose: verbose, open: map[string]*pkgRun{}}
+	return &reporter{w: w, verbose: verbose, open: map[string]*pkgRun{}, parents: map[string]bool{}}
 }
 
 func (r *reporter) pkg(name string) *pkgRun {
@@ -238,6 +253,12 @@ func (r *reporter) line(b []byte) {
 		return
 	}
 	t := p.test(ev.Test)
+	if ev.Action == "pass" || ev.Action == "fail" {
+		r.timed = append(r.timed, timedTest{ev.Package, ev.Test, ev.Elapsed})
+		if i := strings.LastIndexByte(ev.Test, '/'); i > 0 {
+			r.parents[ev.Package+" "+ev.Test[:i]] = true
+		}
+	}
 	switch ev.Action {
 	case "output":
 		t.output.WriteString(ev.Output)
@@ -296,6 +317,41 @@ func (r *reporter) finish() {
 	for _, s := range r.skips {
 		io.WriteString(r.w, s)
 	}
+	if slow := r.slowest(slowestShown); slow != "" {
+		io.WriteString(r.w, "slowest tests: "+slow+"\n")
+	}
+}
+
+// slowestShown is how many tests the slowest-tests line names: enough to
+// tell where a run near CI's 30 minutes spent them.
+const slowestShown = 12
+
+// slowest names the n slowest tests that ran no subtests of their own, as
+// "e2e TestChaos/sqlserver 178.6s", slowest first, the module's path cut
+// from their packages'; "" when no test took a second.
+func (r *reporter) slowest(n int) string {
+	var leaves []timedTest
+	for _, t := range r.timed {
+		if !r.parents[t.pkg+" "+t.name] && t.seconds >= 1 {
+			leaves = append(leaves, t)
+		}
+	}
+	sort.SliceStable(leaves, func(i, j int) bool { return leaves[i].seconds > leaves[j].seconds })
+	var parts []string
+	for _, t := range leaves[:min(n, len(leaves))] {
+		parts = append(parts, fmt.Sprintf("%s %s %.1fs", shortPackage(t.pkg), t.name, t.seconds))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// shortPackage is a package's path without its module's ("e2e" for
+// github.com/slotpoller/slotpoller/e2e), or the whole path outside it.
+func shortPackage(pkg string) string {
+	const module = "github.com/slotpoller/slotpoller"
+	if rest, ok := strings.CutPrefix(pkg, module+"/"); ok {
+		return rest
+	}
+	return pkg
 }
 
 // lines splits s after each newline.

@@ -182,3 +182,27 @@ func TestFixtureIsNotInTheProject(t *testing.T) {
 		t.Errorf("scripts/runtests is in module %s, not the project's", root)
 	}
 }
+
+// The run ends with the slowest tests that ran no subtests, slowest
+// first: where a run near CI's 30 minutes spent them.
+func TestReportNamesTheSlowestTests(t *testing.T) {
+	var out bytes.Buffer
+	rep := newReporter(&out, false)
+	for _, ev := range []string{
+		`{"Action":"pass","Package":"github.com/slotpoller/slotpoller/e2e","Test":"TestChaos/sqlite","Elapsed":40.5}`,
+		`{"Action":"fail","Package":"github.com/slotpoller/slotpoller/e2e","Test":"TestChaos/sqlserver","Elapsed":178.6}`,
+		`{"Action":"fail","Package":"github.com/slotpoller/slotpoller/e2e","Test":"TestChaos","Elapsed":180}`,
+		`{"Action":"pass","Package":"github.com/slotpoller/slotpoller/jobs","Test":"TestQuick","Elapsed":0.4}`,
+		`{"Action":"pass","Package":"example.com/other","Test":"TestElsewhere","Elapsed":61}`,
+		`{"Action":"fail","Package":"github.com/slotpoller/slotpoller/e2e","Elapsed":200}`,
+		`{"Action":"pass","Package":"github.com/slotpoller/slotpoller/jobs","Elapsed":1}`,
+		`{"Action":"pass","Package":"example.com/other","Elapsed":62}`,
+	} {
+		rep.line([]byte(ev + "\n"))
+	}
+	rep.finish()
+	want := "slowest tests: e2e TestChaos/sqlserver 178.6s, example.com/other TestElsewhere 61.0s, e2e TestChaos/sqlite 40.5s\n"
+	if !strings.HasSuffix(out.String(), want) {
+		t.Errorf("the report ends\n%s\nwant it to end %q (a parent and a test under a second left out)", out.String(), want)
+	}
+}

@@ -30,8 +30,9 @@ import (
 // What keeps a test from seeing another's traces:
 //   - only a test that passed gives its schema back; a failed one's is
 //     dropped, as before the pool;
-//   - a schema whose objects, columns or indexes differ from what its
-//     migration made (a test that altered it) is dropped, not given back;
+//   - a schema whose objects, columns, indexes or recorded versions
+//     differ from what its migration made (a test that altered it) is
+//     dropped, not given back;
 //   - a schema is taken only by a test of the same migrations (their
 //     text's SHA-256): the others' are left to their own runs.
 //
@@ -192,7 +193,8 @@ WHERE schema_id = SCHEMA_ID(@p1) AND type = 'U' AND name <> 'schema_version' ORD
 
 // sqlServerFingerprint is the SHA-256 of the schema's objects (name, type,
 // last change), its tables' columns (name, type, length, nullability) and
-// indexes: what a test that altered the schema would have changed.
+// indexes, and the versions it records: what a test that altered the
+// schema would have changed. The name is ours (a prefix and hex).
 func sqlServerFingerprint(ctx context.Context, db *sql.DB, name string) (string, error) {
 	var parts []string
 	for _, q := range []string{
@@ -203,6 +205,10 @@ FROM sys.columns c JOIN sys.objects o ON o.object_id = c.object_id
 WHERE o.schema_id = SCHEMA_ID(@p1) AND o.type = 'U' ORDER BY o.name, c.name`,
 		`SELECT o.name, i.name FROM sys.indexes i JOIN sys.objects o ON o.object_id = i.object_id
 WHERE o.schema_id = SCHEMA_ID(@p1) AND o.type = 'U' ORDER BY o.name, i.name`,
+		// The versions, which a truncation keeps: a test that records a
+		// version of its own (a newer binary's) changes the schema too.
+		`IF OBJECT_ID(@p1 + N'.schema_version', N'U') IS NOT NULL
+  SELECT version, description FROM [` + name + `].[schema_version] ORDER BY version`,
 	} {
 		rows, err := sqlServerStrings(ctx, db, q, name)
 		if err != nil {

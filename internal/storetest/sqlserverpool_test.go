@@ -74,6 +74,18 @@ func TestSQLServerPoolHandsOutEmptiedSchemasOnly(t *testing.T) {
 	inPool, _, exists = state(altered)
 	require.False(t, inPool || exists, "the altered schema %s is dropped, not pooled", altered)
 
+	// A test that records a version of a newer binary: its schema is
+	// dropped too (a truncation keeps the versions).
+	var versioned string
+	t.Run("records a version", func(t *testing.T) {
+		_, db := openFromSQLServerPool(t, sig)
+		versioned = db.Schema
+		_, err := admin.ExecContext(ctx, `INSERT INTO [`+db.Schema+`].[schema_version] (version, description, applied_at) VALUES (999, N'future', SYSUTCDATETIME())`)
+		require.NoError(t, err)
+	})
+	inPool, _, exists = state(versioned)
+	require.False(t, inPool || exists, "the schema %s with a version of its own is dropped, not pooled", versioned)
+
 	// A test that fails: its schema is dropped. (The failure is a
 	// subtest's own: the fake's.)
 	fake := &failingTB{TB: t}

@@ -40,14 +40,22 @@ import (
 // of the test server's, never used again.
 const sqlServerPoolTable = "[dbo].[slotpoller_test_pool]"
 
+// sqlServerPoolFormat names how the pool keeps and checks its schemas; a
+// change to that (what the fingerprint covers, what is emptied) changes
+// it, so that schemas given back under the old rules, which the test
+// server keeps between runs, are not handed out.
+const sqlServerPoolFormat = "pool 2: fingerprint of objects, columns, indexes and versions; checked when taken"
+
 // sqlServerMigrationsSignature is the SHA-256 of the SQL Server
-// migrations' text: the pool hands a schema only to tests of the same.
+// migrations' text and the pool's format: the pool hands a schema only to
+// tests of the same.
 func sqlServerMigrationsSignature() (string, error) {
 	ms, err := schema.Migrations(store.SQLServer{})
 	if err != nil {
 		return "", err
 	}
 	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00", sqlServerPoolFormat)
 	for _, m := range ms {
 		fmt.Fprintf(h, "%d\x00%s\x00", m.Version, m.SQL)
 	}
@@ -113,18 +121,40 @@ func openFromSQLServerPool(t testing.TB, sig string) (*store.Store, DB) {
 }
 
 // takePooledSchema takes a free schema of these migrations from the pool:
-// its name and fingerprint, or "" when there is none.
+// its name and fingerprint, or "" when there is none. A schema that no
+// longer has the fingerprint it was given back with (changed since, by
+// hand or by a process that outlived its test) is dropped, and the next
+// one taken.
 func takePooledSchema(ctx context.Context, db *sql.DB, sig string) (name, fingerprint string, err error) {
 	if err := createSQLServerPool(ctx, db); err != nil {
 		return "", "", err
 	}
-	err = db.QueryRowContext(ctx, `UPDATE TOP (1) `+sqlServerPoolTable+` SET taken = 1
+	for {
+		err = db.QueryRowContext(ctx, `UPDATE TOP (1) `+sqlServerPoolTable+` SET taken = 1
 OUTPUT inserted.schema_name, inserted.fingerprint
 WHERE taken = 0 AND signature = @p1`, sig).Scan(&name, &fingerprint)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", "", nil
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", "", nil
+		}
+		if err != nil {
+			return "", "", err
+		}
+		now, err := sqlServerFingerprint(ctx, db, name)
+		if err == nil && now == fingerprint {
+			return name, fingerprint, nil
+		}
+		if err := dropPooledSchema(ctx, db, name); err != nil {
+			return "", "", err
+		}
 	}
-	return name, fingerprint, err
+}
+
+// dropPooledSchema removes a schema from the pool and drops it.
+func dropPooledSchema(ctx context.Context, db *sql.DB, name string) error {
+	if _, err := db.ExecContext(ctx, `DELETE FROM `+sqlServerPoolTable+` WHERE schema_name = @p1`, name); err != nil {
+		return err
+	}
+	return DropSQLServerSchema(ctx, db, name)
 }
 
 // createSQLServerPool creates the pool's table unless it exists. Two
@@ -154,10 +184,12 @@ func giveBackSchema(ctx context.Context, t testing.TB, db *sql.DB, name, sig, pr
 			return freePooledSchema(ctx, db, name, sig, pristine, pooled)
 		}
 	}
+	// A drop of its own time: the give-back's may have run out on the
+	// way here.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	if pooled {
-		if _, err := db.ExecContext(ctx, `DELETE FROM `+sqlServerPoolTable+` WHERE schema_name = @p1`, name); err != nil {
-			return err
-		}
+		return dropPooledSchema(ctx, db, name)
 	}
 	return DropSQLServerSchema(ctx, db, name)
 }

@@ -22,6 +22,15 @@ func TestSQLServerPoolHandsOutEmptiedSchemasOnly(t *testing.T) {
 	admin, err := sql.Open("sqlserver", dsn)
 	require.NoError(t, err)
 	defer admin.Close()
+	// The schemas of this test's signature are never taken again: drop
+	// them at the end.
+	defer func() {
+		names, err := sqlServerStrings(ctx, admin, `SELECT schema_name FROM `+sqlServerPoolTable+` WHERE signature = @p1`, sig)
+		require.NoError(t, err)
+		for _, name := range names {
+			require.NoError(t, dropPooledSchema(ctx, admin, name))
+		}
+	}()
 	state := func(name string) (inPool bool, taken int, exists bool) {
 		err := admin.QueryRowContext(ctx, `SELECT taken FROM `+sqlServerPoolTable+` WHERE schema_name = @p1`, name).Scan(&taken)
 		if err != sql.ErrNoRows {
@@ -57,6 +66,31 @@ func TestSQLServerPoolHandsOutEmptiedSchemasOnly(t *testing.T) {
 	var jobs int
 	require.NoError(t, admin.QueryRowContext(ctx, `SELECT COUNT(*) FROM [`+kept+`].[jobs]`).Scan(&jobs))
 	require.Zero(t, jobs, "the schema was emptied")
+
+	// Taken and given back again: a truncation leaves the schema as its
+	// fingerprint says, so it goes round and round.
+	t.Run("passes again", func(t *testing.T) {
+		_, db := openFromSQLServerPool(t, sig)
+		require.Equal(t, kept, db.Schema, "the next test takes the schema given back")
+		require.Equal(t, int64(1), enqueue(t, db), "a schema from the pool starts its identities again")
+	})
+	inPool, taken, exists = state(kept)
+	require.True(t, inPool && exists && taken == 0, "the schema %s given back twice is in the pool, free", kept)
+
+	// A free schema changed in the pool (by hand, or by a process that
+	// outlived its test) is dropped when taken, and not handed out.
+	changed := kept
+	_, err = admin.ExecContext(ctx, `CREATE TABLE [`+changed+`].[stray] (id INT)`)
+	require.NoError(t, err)
+	t.Run("takes a changed schema", func(t *testing.T) {
+		_, db := openFromSQLServerPool(t, sig)
+		require.NotEqual(t, kept, db.Schema, "a schema changed in the pool is not handed out")
+		kept = db.Schema
+	})
+	inPool, _, exists = state(changed)
+	require.False(t, inPool || exists, "the schema %s changed in the pool is dropped", changed)
+	inPool, _, exists = state(kept)
+	require.True(t, inPool && exists, "the new schema %s is in the pool", kept)
 
 	// A test that alters its schema: dropped, whether it came from the
 	// pool or not.
